@@ -1,0 +1,155 @@
+"""The embedded local stack: PostgreSQL + Kafka on loopback, without Docker.
+
+``up`` is idempotent (a running service is only checked), ``down`` stops exactly the processes whose
+pids ``up`` recorded. Connection settings go to ``<stack>/env`` (mode 0600) as KEY=value lines.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from txn_offsets.devstack import kafka, postgres
+from txn_offsets.devstack._proc import pick_free_port, read_pid
+
+__all__ = ["Stack", "StackStatus"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StackStatus:
+    postgres_pid: int | None
+    kafka_pid: int | None
+    postgres_port: int
+    kafka_port: int
+    env_file: Path
+
+
+class Stack:
+    """One project's local stack, kept in ``stack_dir`` (default ``./.stack``)."""
+
+    def __init__(self, stack_dir: Path) -> None:
+        self.dir = stack_dir.resolve()
+
+    def __repr__(self) -> str:
+        return f"Stack({str(self.dir)!r})"
+
+    @property
+    def env_file(self) -> Path:
+        return self.dir / "env"
+
+    def _state(self) -> dict[str, object]:
+        """Ports and passwords chosen on the first start, reused afterwards (0600, never logged)."""
+        path = self.dir / "state.json"
+        state: dict[str, object] = json.loads(path.read_text()) if path.exists() else {}
+        changed = False
+        for key, env in (
+            ("pg_port", "TXN_OFFSETS_PG_PORT"),
+            ("kafka_port", "TXN_OFFSETS_KAFKA_PORT"),
+            ("kafka_controller_port", "TXN_OFFSETS_KAFKA_CONTROLLER_PORT"),
+        ):
+            if os.environ.get(env):
+                wanted = int(os.environ[env])
+                changed |= state.get(key) != wanted
+                state[key] = wanted
+            elif key not in state:
+                state[key] = pick_free_port()
+                changed = True
+        for key in ("pg_admin_password", "pg_app_password"):
+            if key not in state:
+                state[key] = secrets.token_urlsafe(24)
+                changed = True
+        if changed:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                json.dump(state, fh)
+        return state
+
+    def _pg(self, state: dict[str, object]) -> postgres.PgCluster:
+        return postgres.cluster_for(self.dir, int(str(state["pg_port"])))
+
+    def _kafka(self, state: dict[str, object], libs: Path | None = None) -> kafka.KafkaNode:
+        return kafka.KafkaNode(
+            home=self.dir / "kafka",
+            libs=libs or kafka.cache_dir() / f"kafka-{kafka.KAFKA_VERSION}" / "libs",
+            port=int(str(state["kafka_port"])),
+            controller_port=int(str(state["kafka_controller_port"])),
+        )
+
+    def up(self) -> StackStatus:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        state = self._state()
+        kafka.java_binary()  # fail fast with a clear message before downloading anything
+        libs = kafka.ensure_libs()
+        cluster = self._pg(state)
+        postgres.start(cluster, str(state["pg_admin_password"]), str(state["pg_app_password"]))
+        node = self._kafka(state, libs)
+        kafka.start(node)
+        self._write_env(state, cluster, node)
+        return self.status()
+
+    def _write_env(self, state: dict[str, object], cluster: postgres.PgCluster, node: kafka.KafkaNode) -> None:
+        app = f"postgresql+psycopg://{postgres.APP_USER}:{state['pg_app_password']}@127.0.0.1:{cluster.port}"
+        admin = f"postgresql+psycopg://{postgres.ADMIN_USER}:{state['pg_admin_password']}@127.0.0.1:{cluster.port}"
+        lines = [
+            f"TXN_OFFSETS_DATABASE_URL={app}/{postgres.APP_DB}",
+            f"TXN_OFFSETS_ADMIN_DATABASE_URL={admin}/{postgres.APP_DB}",
+            f"TXN_OFFSETS_KAFKA_BOOTSTRAP={node.bootstrap}",
+            f"TXN_OFFSETS_STACK_DIR={self.dir}",
+            "",
+        ]
+        fd = os.open(self.env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write("\n".join(lines))
+
+    def down(self) -> list[str]:
+        """Stop what we started; returns the names of the services that were stopped."""
+        if not (self.dir / "state.json").exists():
+            return []
+        state = self._state()
+        stopped = []
+        if kafka.stop(self._kafka(state)):
+            stopped.append("kafka")
+        if postgres.stop(self._pg(state)):
+            stopped.append("postgres")
+        return stopped
+
+    def status(self) -> StackStatus:
+        state = self._state()
+        node = self._kafka(state)
+        cluster = self._pg(state)
+        return StackStatus(
+            postgres_pid=read_pid(cluster.pid_file, "postgres", str(cluster.data_dir)),
+            kafka_pid=read_pid(node.pid_file, "kafka", str(node.config)),
+            postgres_port=int(str(state["pg_port"])),
+            kafka_port=node.port,
+            env_file=self.env_file,
+        )
+
+    def env(self) -> dict[str, str]:
+        """The connection settings written by ``up``."""
+        out: dict[str, str] = {}
+        if self.env_file.exists():
+            for line in self.env_file.read_text().splitlines():
+                key, sep, value = line.partition("=")
+                if sep:
+                    out[key] = value
+        return out
+
+    def restart_postgres_immediate(self) -> None:
+        """Crash-restart PostgreSQL (fault injection)."""
+        state = self._state()
+        postgres.restart_immediate(self._pg(state), str(state["pg_admin_password"]))
+
+    def restart_kafka(self) -> None:
+        """Stop and start the broker (fault injection)."""
+        state = self._state()
+        node = self._kafka(state)
+        kafka.stop(node)
+        kafka.start(node)

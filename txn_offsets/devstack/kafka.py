@@ -1,0 +1,306 @@
+"""A single-node Apache Kafka (KRaft: broker + controller) assembled from Maven Central and run on the JVM.
+
+The jars are resolved once with Maven into ``~/.cache/txn-offsets/kafka-<version>/libs`` (the Maven
+repository itself is cached beside it), so later starts need no network.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from txn_offsets.devstack._proc import pid_alive, port_free, read_pid, require_port_free, stop_pid
+from txn_offsets.errors import StackError
+
+logger = logging.getLogger(__name__)
+
+SERVICE = "kafka"
+KAFKA_VERSION = "4.1.1"
+LOG4J_VERSION = "2.24.3"
+MIN_JAVA = 17
+
+_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>local.txn-offsets</groupId>
+  <artifactId>kafka-runtime</artifactId>
+  <version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId>
+      <version>{kafka}</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j-impl</artifactId>
+      <version>{log4j}</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-core</artifactId>
+      <version>{log4j}</version></dependency>
+  </dependencies>
+</project>
+"""
+
+_LOG4J2 = """Configuration:
+  Appenders:
+    Console:
+      name: STDOUT
+      PatternLayout:
+        pattern: "[%d] %p %m (%c)%n"
+  Loggers:
+    Logger:
+      - name: kafka
+        level: WARN
+      - name: org.apache.kafka
+        level: WARN
+      - name: kafka.server.KafkaRaftServer
+        level: INFO
+    Root:
+      level: WARN
+      AppenderRef:
+        - ref: STDOUT
+"""
+
+
+@dataclass(frozen=True)
+class KafkaNode:
+    """Files and ports of the local broker."""
+
+    home: Path  # <stack>/kafka
+    libs: Path
+    port: int
+    controller_port: int
+
+    @property
+    def pid_file(self) -> Path:
+        return self.home.parent / "kafka.pid"
+
+    @property
+    def config(self) -> Path:
+        return self.home / "server.properties"
+
+    @property
+    def log_file(self) -> Path:
+        return self.home / "kafka.log"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.home / "data"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "txn-offsets"
+
+
+def java_binary() -> str:
+    """The `java` to run Kafka with, checked to be >= 17."""
+    home = os.environ.get("JAVA_HOME")
+    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    if not java or not Path(java).exists():
+        raise StackError(
+            "java",
+            "no Java runtime found (Kafka 4 needs Java >= 17)",
+            "install one (Debian: `apt-get install openjdk-17-jre-headless`) or set JAVA_HOME",
+        )
+    done = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', done.stderr + done.stdout)
+    if not match:
+        raise StackError("java", f"cannot read the version of {java}", "set JAVA_HOME to a JDK/JRE >= 17")
+    major = int(match.group(1))
+    if major == 1 and match.group(2):  # "1.8" style
+        major = int(match.group(2))
+    if major < MIN_JAVA:
+        raise StackError(
+            "java",
+            f"{java} is Java {major}; Kafka {KAFKA_VERSION} and Spark 4 need Java >= {MIN_JAVA}",
+            "install openjdk-17 (or newer) and point JAVA_HOME at it",
+        )
+    return java
+
+
+def ensure_libs() -> Path:
+    """Resolve Kafka and its runtime dependencies from Maven Central into the cache (once)."""
+    libs = cache_dir() / f"kafka-{KAFKA_VERSION}" / "libs"
+    done_marker = libs.parent / ".complete"
+    if done_marker.exists():
+        return libs
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise StackError(
+            SERVICE,
+            "Maven (mvn) is needed once to download Kafka's jars from Maven Central",
+            "install it (Debian: `apt-get install maven`)",
+        )
+    if libs.exists():
+        shutil.rmtree(libs)
+    libs.mkdir(parents=True)
+    logger.info("downloading Kafka %s from Maven Central into %s", KAFKA_VERSION, libs)
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "pom.xml").write_text(_POM.format(kafka=KAFKA_VERSION, log4j=LOG4J_VERSION))
+        done = subprocess.run(
+            [
+                mvn,
+                "-B",
+                "-q",
+                f"-Dmaven.repo.local={cache_dir() / 'm2'}",
+                "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies",
+                f"-DoutputDirectory={libs}",
+                "-DincludeScope=runtime",
+            ],
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=900,
+        )
+    if done.returncode != 0:
+        out = (done.stdout + done.stderr).strip()
+        network = re.search(r"Could not transfer|UnknownHost|Connect(ion)? (refused|timed out)|resolve", out)
+        problem = "Maven Central is unreachable" if network else "Maven could not assemble Kafka"
+        raise StackError(
+            SERVICE,
+            f"{problem}: {out[-600:]}",
+            "check network access to Maven Central (or a mirror in ~/.m2/settings.xml), then run "
+            "`make stack-up` again",
+        )
+    if not list(libs.glob("kafka_2.13-*.jar")):
+        raise StackError(SERVICE, f"Maven finished but no kafka jar is in {libs}", f"remove {libs.parent}")
+    done_marker.touch()
+    return libs
+
+
+def _render_config(node: KafkaNode) -> None:
+    node.home.mkdir(parents=True, exist_ok=True)
+    lines = [
+        "process.roles=broker,controller",
+        "node.id=1",
+        f"controller.quorum.bootstrap.servers=127.0.0.1:{node.controller_port}",
+        f"listeners=PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
+        f"advertised.listeners=PLAINTEXT://127.0.0.1:{node.port}",
+        "controller.listener.names=CONTROLLER",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name=PLAINTEXT",
+        f"log.dirs={node.data_dir}",
+        "num.partitions=1",
+        # one node: every internal topic must have replication 1, or transactions and groups hang
+        "offsets.topic.replication.factor=1",
+        "transaction.state.log.replication.factor=1",
+        "transaction.state.log.min.isr=1",
+        "share.coordinator.state.topic.replication.factor=1",
+        "share.coordinator.state.topic.min.isr=1",
+        "group.initial.rebalance.delay.ms=0",
+        "auto.create.topics.enable=false",
+        "log.retention.check.interval.ms=5000",
+        "log.segment.delete.delay.ms=1000",
+        "log.cleaner.backoff.ms=1000",
+        "",
+    ]
+    node.config.write_text("\n".join(lines))
+    (node.home / "log4j2.yaml").write_text(_LOG4J2)
+
+
+def _java_cmd(java: str, node: KafkaNode, main: str, *args: str, heap: str = "-Xmx1g") -> list[str]:
+    return [
+        java,
+        "-Xms256m",
+        heap,
+        "-XX:+UseG1GC",
+        "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={node.home / 'log4j2.yaml'}",
+        "-cp",
+        f"{node.libs}/*",
+        main,
+        *args,
+    ]
+
+
+def _format_storage(java: str, node: KafkaNode) -> None:
+    if (node.data_dir / "meta.properties").exists():
+        return
+    cluster_id = _kafka_uuid()
+    done = subprocess.run(
+        _java_cmd(java, node, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", f"--config={node.config}",
+                  "--standalone", heap="-Xmx256m"),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=180,
+    )
+    if done.returncode != 0:
+        raise StackError(
+            SERVICE,
+            f"formatting the KRaft storage failed: {(done.stdout + done.stderr).strip()[-500:]}",
+            f"remove {node.data_dir} and run `make stack-up` again",
+        )
+
+
+def _kafka_uuid() -> str:
+    # Kafka cluster ids are 16 random bytes in url-safe base64 without padding.
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def start(node: KafkaNode) -> None:
+    """Format storage (first time), start the broker and wait for a produce/consume round trip."""
+    marker = str(node.config)
+    pid = read_pid(node.pid_file, SERVICE, marker)
+    if pid is None:
+        java = java_binary()
+        require_port_free(SERVICE, node.port, "TXN_OFFSETS_KAFKA_PORT (or remove .stack/ports.json)")
+        require_port_free(SERVICE, node.controller_port, "TXN_OFFSETS_KAFKA_CONTROLLER_PORT")
+        _render_config(node)
+        _format_storage(java, node)
+        with node.log_file.open("ab") as log:
+            proc = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
+                _java_cmd(java, node, "kafka.Kafka", str(node.config)),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # survives the shell that ran `make stack-up`
+                cwd=node.home,
+            )
+        node.pid_file.write_text(f"{proc.pid}\n")
+        logger.info("kafka starting (pid %d, port %d)", proc.pid, node.port)
+        pid = proc.pid
+    wait_ready(node, pid)
+
+
+def wait_ready(node: KafkaNode, pid: int, timeout_s: float = 120) -> None:
+    """Wait until a real produce -> consume round trip through the broker succeeds."""
+    from txn_offsets.devstack.readiness import kafka_round_trip
+
+    deadline = time.monotonic() + timeout_s
+    last = "no answer yet"
+    while time.monotonic() < deadline:
+        if not pid_alive(pid):
+            tail = node.log_file.read_text(errors="replace")[-1500:] if node.log_file.exists() else ""
+            node.pid_file.unlink(missing_ok=True)
+            raise StackError(SERVICE, f"the broker exited during start-up:\n{tail}", f"read {node.log_file}")
+        if port_free(node.port):  # not listening yet: probing now would only log connection errors
+            time.sleep(0.5)
+            continue
+        try:
+            kafka_round_trip(node.bootstrap, timeout_s=min(20.0, max(1.0, deadline - time.monotonic())))
+            return
+        except Exception as exc:  # noqa: BLE001 - any failure means "not ready yet"
+            last = str(exc)
+            time.sleep(1)
+    raise StackError(SERVICE, f"not ready after {timeout_s:.0f}s: {last}", f"read {node.log_file}")
+
+
+def stop(node: KafkaNode) -> bool:
+    """Stop the broker we started (by pid); True if something was stopped."""
+    pid = read_pid(node.pid_file, SERVICE, str(node.config))
+    if pid is None:
+        return False
+    stop_pid(pid, timeout_s=45)
+    node.pid_file.unlink(missing_ok=True)
+    logger.info("kafka stopped (pid %d)", pid)
+    return True

@@ -1,0 +1,189 @@
+"""The library's errors: one root, every subclass carries its context as attributes.
+
+Messages are built from the attributes and always say what to fix. No message ever contains a
+password: database URLs are rendered through :func:`txn_offsets.config.redact_url` before they reach
+an error.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "DataLoss",
+    "Fenced",
+    "JobAlreadyRunning",
+    "KafkaReadError",
+    "OffsetConflict",
+    "RecordRejected",
+    "SchemaMissing",
+    "ServiceUnavailable",
+    "StackError",
+    "TxnOffsetsError",
+    "UnknownJob",
+]
+
+
+class TxnOffsetsError(Exception):
+    """Root of every error raised by txn_offsets."""
+
+    __module__ = "txn_offsets"
+
+
+class ConfigError(TxnOffsetsError, ValueError):
+    """A setting is missing or invalid; the message names the setting and what to use instead."""
+
+    __module__ = "txn_offsets"
+
+    def __init__(self, setting: str, problem: str) -> None:
+        self.setting = setting
+        self.problem = problem
+        super().__init__(f"{setting}: {problem}")
+
+
+class StackError(TxnOffsetsError):
+    """The embedded local stack (PostgreSQL, Kafka) could not be started, checked or stopped."""
+
+    __module__ = "txn_offsets"
+
+    def __init__(self, service: str, problem: str, fix: str) -> None:
+        self.service = service
+        self.problem = problem
+        self.fix = fix
+        super().__init__(f"{service}: {problem}. Fix: {fix}")
+
+
+class ServiceUnavailable(TxnOffsetsError):
+    """PostgreSQL or Kafka could not be reached."""
+
+    __module__ = "txn_offsets"
+
+    def __init__(self, service: str, target: str, detail: str) -> None:
+        self.service = service
+        self.target = target
+        self.detail = detail
+        super().__init__(
+            f"cannot reach {service} at {target}: {detail}. "
+            f"Check that it is running and that host, port and credentials are right."
+        )
+
+
+class SchemaMissing(TxnOffsetsError):
+    """The offsets schema or a table is missing: migrations have not been run."""
+
+    __module__ = "txn_offsets"
+
+    def __init__(self, schema: str, detail: str) -> None:
+        self.schema = schema
+        self.detail = detail
+        super().__init__(
+            f"the txn_offsets tables in schema {schema!r} are missing or out of date ({detail}). "
+            f"Run `txn-offsets db upgrade` with a role that may create them."
+        )
+
+
+class UnknownJob(TxnOffsetsError):
+    """An operation names a job that has no row in the jobs table."""
+
+    __module__ = "txn_offsets"
+
+    def __init__(self, job: str) -> None:
+        self.job = job
+        super().__init__(f"unknown job {job!r}: no run of it was ever started (see `txn-offsets jobs list`)")
+
+
+class OffsetConflict(TxnOffsetsError):
+    """The stored offset is neither the range's start nor its end: another writer moved it."""
+
+    __module__ = "txn_offsets"
+
+    def __init__(self, job: str, topic: str, partition: int, expected: int, found: int | None) -> None:
+        self.job = job
+        self.topic = topic
+        self.partition = partition
+        self.expected = expected
+        self.found = found
+        where = "no offset row" if found is None else f"offset {found}"
+        super().__init__(
+            f"offset conflict for job {job!r} {topic}[{partition}]: expected offset {expected}, "
+            f"found {where}. Another run or a manual reset moved it; restart the job so it plans "
+            f"from the stored offsets."
+        )
+
+
+class Fenced(TxnOffsetsError):
+    """A newer run of the same job exists; this (older) run must stop without writing."""
+
+    __module__ = "txn_offsets"
+
+    def __init__(self, job: str, generation: int, current: int) -> None:
+        self.job = job
+        self.generation = generation
+        self.current = current
+        super().__init__(
+            f"run generation {generation} of job {job!r} was fenced by generation {current}: "
+            f"a newer run of this job started. This run stops; nothing of it was written."
+        )
+
+
+class JobAlreadyRunning(TxnOffsetsError):
+    """A live run holds the job's lease."""
+
+    __module__ = "txn_offsets"
+
+    def __init__(self, job: str, run_id: str, generation: int, heartbeat_age_s: float) -> None:
+        self.job = job
+        self.run_id = run_id
+        self.generation = generation
+        self.heartbeat_age_s = heartbeat_age_s
+        super().__init__(
+            f"job {job!r} is held by live run {run_id} (generation {generation}, last heartbeat "
+            f"{heartbeat_age_s:.1f}s ago). Stop it first, or pass force=True / --force to fence it."
+        )
+
+
+class DataLoss(TxnOffsetsError):
+    """Records the job has not processed were deleted from Kafka (retention, delete_records)."""
+
+    __module__ = "txn_offsets"
+
+    def __init__(self, job: str, topic: str, partition: int, stored: int, log_start: int) -> None:
+        self.job = job
+        self.topic = topic
+        self.partition = partition
+        self.stored = stored
+        self.log_start = log_start
+        super().__init__(
+            f"data loss for job {job!r} {topic}[{partition}]: offsets [{stored}, {log_start}) were deleted "
+            f"from Kafka before they were processed. Use on_data_loss='skip' (audited) to continue from "
+            f"{log_start}, or reset the offsets."
+        )
+
+
+class KafkaReadError(TxnOffsetsError):
+    """Reading an offset range from Kafka failed or stalled."""
+
+    __module__ = "txn_offsets"
+
+    def __init__(self, topic: str, partition: int, start: int, until: int, detail: str) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.start = start
+        self.until = until
+        self.detail = detail
+        super().__init__(f"reading {topic}[{partition}] offsets [{start}, {until}) failed: {detail}")
+
+
+class RecordRejected(TxnOffsetsError):
+    """The user's decoder rejected a record; the batch fails and nothing of it is written."""
+
+    __module__ = "txn_offsets"
+
+    def __init__(self, topic: str, partition: int, offset: int, detail: str) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.detail = detail
+        super().__init__(
+            f"record {topic}[{partition}]@{offset} was rejected by the decoder: {detail}. "
+            f"Fix the decoder or enable the dead-letter table."
+        )
