@@ -24,15 +24,19 @@ def _dev(args: argparse.Namespace) -> int:
     stack = Stack(Path(args.stack_dir))
     if args.action == "up":
         st = stack.up()
-        print(f"stack up: postgres pid {st.postgres_pid} port {st.postgres_port}, "
-              f"kafka pid {st.kafka_pid} port {st.kafka_port}; settings in {st.env_file}")
+        print(
+            f"stack up: postgres pid {st.postgres_pid} port {st.postgres_port}, "
+            f"kafka pid {st.kafka_pid} port {st.kafka_port}; settings in {st.env_file}"
+        )
     elif args.action == "down":
         stopped = stack.down()
         print(f"stack down: stopped {', '.join(stopped) if stopped else 'nothing (not running)'}")
     else:
         st = stack.status()
-        for name, pid, port in (("postgres", st.postgres_pid, st.postgres_port),
-                                ("kafka", st.kafka_pid, st.kafka_port)):
+        for name, pid, port in (
+            ("postgres", st.postgres_pid, st.postgres_port),
+            ("kafka", st.kafka_pid, st.kafka_port),
+        ):
             state = f"running (pid {pid})" if pid else "stopped"
             print(f"{name:9} {state:22} 127.0.0.1:{port}")
         return 0 if st.postgres_pid and st.kafka_pid else 3
@@ -46,8 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     dev = sub.add_parser("dev", help="the embedded local stack (PostgreSQL + Kafka on loopback)")
     dev.add_argument("action", choices=["up", "down", "status"])
-    dev.add_argument("--stack-dir", default=os.environ.get("TXN_OFFSETS_STACK_DIR", ".stack"),
-                     help="where the stack keeps its data, logs and pid files (default: ./.stack)")
+    dev.add_argument(
+        "--stack-dir",
+        default=os.environ.get("TXN_OFFSETS_STACK_DIR", ".stack"),
+        help="where the stack keeps its data, logs and pid files (default: ./.stack)",
+    )
     dev.set_defaults(handler=_dev)
 
     from txn_offsets import commands_cli

@@ -11,6 +11,7 @@ __all__ = [
     "ConfigError",
     "DataLoss",
     "Fenced",
+    "JavaNotFound",
     "JobAlreadyRunning",
     "KafkaReadError",
     "OffsetConflict",
@@ -50,6 +51,19 @@ class StackError(TxnOffsetsError):
         self.problem = problem
         self.fix = fix
         super().__init__(f"{service}: {problem}. Fix: {fix}")
+
+
+class JavaNotFound(TxnOffsetsError):
+    """No usable Java runtime (>= 17) for Spark or the local Kafka broker."""
+
+    __module__ = "txn_offsets"
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+        super().__init__(
+            f"{problem}; Spark 4 and Kafka 4 need Java >= 17. Fix: install one "
+            f"(Debian: `apt-get install openjdk-17-jre-headless`) and/or set JAVA_HOME to it"
+        )
 
 
 class ServiceUnavailable(TxnOffsetsError):

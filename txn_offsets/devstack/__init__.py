@@ -94,7 +94,9 @@ class Stack:
         self._write_env(state, cluster, node)
         return self.status()
 
-    def _write_env(self, state: dict[str, object], cluster: postgres.PgCluster, node: kafka.KafkaNode) -> None:
+    def _write_env(
+        self, state: dict[str, object], cluster: postgres.PgCluster, node: kafka.KafkaNode
+    ) -> None:
         app = f"postgresql+psycopg://{postgres.APP_USER}:{state['pg_app_password']}@127.0.0.1:{cluster.port}"
         admin = f"postgresql+psycopg://{postgres.ADMIN_USER}:{state['pg_admin_password']}@127.0.0.1:{cluster.port}"
         lines = [

@@ -18,15 +18,15 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from txn_offsets._java import find_java
 from txn_offsets.devstack._proc import pid_alive, port_free, read_pid, require_port_free, stop_pid
-from txn_offsets.errors import StackError
+from txn_offsets.errors import JavaNotFound, StackError
 
 logger = logging.getLogger(__name__)
 
 SERVICE = "kafka"
 KAFKA_VERSION = "4.1.1"
 LOG4J_VERSION = "2.24.3"
-MIN_JAVA = 17
 
 _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
@@ -101,29 +101,13 @@ def cache_dir() -> Path:
 
 
 def java_binary() -> str:
-    """The `java` to run Kafka with, checked to be >= 17."""
-    home = os.environ.get("JAVA_HOME")
-    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
-    if not java or not Path(java).exists():
+    """The `java` to run Kafka with (>= 17), as a stack error with its fix."""
+    try:
+        return find_java()
+    except JavaNotFound as exc:
         raise StackError(
-            "java",
-            "no Java runtime found (Kafka 4 needs Java >= 17)",
-            "install one (Debian: `apt-get install openjdk-17-jre-headless`) or set JAVA_HOME",
-        )
-    done = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
-    match = re.search(r'version "(\d+)(?:\.(\d+))?', done.stderr + done.stdout)
-    if not match:
-        raise StackError("java", f"cannot read the version of {java}", "set JAVA_HOME to a JDK/JRE >= 17")
-    major = int(match.group(1))
-    if major == 1 and match.group(2):  # "1.8" style
-        major = int(match.group(2))
-    if major < MIN_JAVA:
-        raise StackError(
-            "java",
-            f"{java} is Java {major}; Kafka {KAFKA_VERSION} and Spark 4 need Java >= {MIN_JAVA}",
-            "install openjdk-17 (or newer) and point JAVA_HOME at it",
-        )
-    return java
+            "java", exc.problem, "install openjdk-17 (or newer) and/or set JAVA_HOME to it"
+        ) from None
 
 
 def ensure_libs() -> Path:
@@ -227,8 +211,16 @@ def _format_storage(java: str, node: KafkaNode) -> None:
         return
     cluster_id = _kafka_uuid()
     done = subprocess.run(
-        _java_cmd(java, node, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", f"--config={node.config}",
-                  "--standalone", heap="-Xmx256m"),
+        _java_cmd(
+            java,
+            node,
+            "kafka.tools.StorageTool",
+            "format",
+            f"--cluster-id={cluster_id}",
+            f"--config={node.config}",
+            "--standalone",
+            heap="-Xmx256m",
+        ),
         capture_output=True,
         text=True,
         check=False,
@@ -258,7 +250,7 @@ def start(node: KafkaNode) -> None:
         _render_config(node)
         _format_storage(java, node)
         with node.log_file.open("ab") as log:
-            proc = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
+            proc = subprocess.Popen(
                 _java_cmd(java, node, "kafka.Kafka", str(node.config)),
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -289,7 +281,7 @@ def wait_ready(node: KafkaNode, pid: int, timeout_s: float = 120) -> None:
         try:
             kafka_round_trip(node.bootstrap, timeout_s=min(20.0, max(1.0, deadline - time.monotonic())))
             return
-        except Exception as exc:  # noqa: BLE001 - any failure means "not ready yet"
+        except Exception as exc:
             last = str(exc)
             time.sleep(1)
     raise StackError(SERVICE, f"not ready after {timeout_s:.0f}s: {last}", f"read {node.log_file}")

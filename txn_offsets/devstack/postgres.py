@@ -49,7 +49,7 @@ class PgCluster:
         kwargs: dict[str, object] = {}
         if self.os_user is not None:
             kwargs = {"user": self.os_user, "group": pwd.getpwnam(self.os_user).pw_gid}
-        return subprocess.run(  # noqa: PLW1510 - callers check returncode with context
+        done: subprocess.CompletedProcess[str] = subprocess.run(  # noqa: PLW1510 - callers check returncode
             [str(self.bin_dir / args[0]), *args[1:]],
             capture_output=True,
             text=True,
@@ -57,6 +57,7 @@ class PgCluster:
             cwd="/",
             **kwargs,  # type: ignore[call-overload]
         )
+        return done
 
 
 def find_bin_dir() -> Path | None:
@@ -103,7 +104,9 @@ def install_server() -> Path:
             )
     found = find_bin_dir()
     if found is None:
-        raise StackError(SERVICE, "postgresql was installed but pg_ctl was not found", "set TXN_OFFSETS_PG_BIN")
+        raise StackError(
+            SERVICE, "postgresql was installed but pg_ctl was not found", "set TXN_OFFSETS_PG_BIN"
+        )
     return found
 
 
@@ -152,7 +155,7 @@ def cluster_for(stack_dir: Path, port: int) -> PgCluster:
         # e.g. a clone inside a 0700 temp directory: the postgres user cannot enter it, and we do
         # not loosen permissions on directories that are not ours. Keep the data beside it instead.
         digest = hashlib.sha256(str(stack_dir).encode()).hexdigest()[:12]
-        base = Path("/var/tmp/txn-offsets") / digest / "postgres"
+        base = Path("/var/lib/txn-offsets") / digest / "postgres"
         logger.info("%s is not reachable by OS user %r; cluster data goes to %s", stack_dir, user, base)
     return PgCluster(
         data_dir=base / "data",
@@ -243,8 +246,9 @@ def start(cluster: PgCluster, admin_password: str, app_password: str) -> None:
         _write_conf(cluster)
         cluster.log_file.touch()
         _chown(cluster, cluster.log_file)
-        done = cluster.run("pg_ctl", "-D", str(cluster.data_dir), "-l", str(cluster.log_file), "-w", "-t", "90",
-                           "start")
+        done = cluster.run(
+            "pg_ctl", "-D", str(cluster.data_dir), "-l", str(cluster.log_file), "-w", "-t", "90", "start"
+        )
         if done.returncode != 0:
             tail = cluster.log_file.read_text()[-800:] if cluster.log_file.exists() else ""
             raise StackError(
@@ -255,7 +259,9 @@ def start(cluster: PgCluster, admin_password: str, app_password: str) -> None:
             )
         pid = _postmaster_pid(cluster)
         if pid is None:
-            raise StackError(SERVICE, "the server started but wrote no postmaster.pid", f"read {cluster.log_file}")
+            raise StackError(
+                SERVICE, "the server started but wrote no postmaster.pid", f"read {cluster.log_file}"
+            )
         cluster.pid_file.write_text(f"{pid}\n")
         logger.info("postgres started (pid %d, port %d)", pid, cluster.port)
     _wait_ready(cluster, admin_password)
@@ -299,7 +305,11 @@ def _ensure_app_role(cluster: PgCluster, admin_password: str, app_password: str)
             )
         )
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (APP_DB,)).fetchone():
-            conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(APP_DB), sql.Identifier(APP_USER)))
+            conn.execute(
+                sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                    sql.Identifier(APP_DB), sql.Identifier(APP_USER)
+                )
+            )
 
 
 def stop(cluster: PgCluster) -> bool:
@@ -319,7 +329,9 @@ def stop(cluster: PgCluster) -> bool:
 def restart_immediate(cluster: PgCluster, admin_password: str) -> None:
     """Crash-stop (`-m immediate`) and start again: for fault-injection tests."""
     cluster.run("pg_ctl", "-D", str(cluster.data_dir), "-m", "immediate", "-w", "stop")
-    done = cluster.run("pg_ctl", "-D", str(cluster.data_dir), "-l", str(cluster.log_file), "-w", "-t", "90", "start")
+    done = cluster.run(
+        "pg_ctl", "-D", str(cluster.data_dir), "-l", str(cluster.log_file), "-w", "-t", "90", "start"
+    )
     if done.returncode != 0:
         raise StackError(SERVICE, f"restart failed: {done.stderr.strip()[-300:]}", f"read {cluster.log_file}")
     pid = _postmaster_pid(cluster)

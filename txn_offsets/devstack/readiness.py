@@ -6,17 +6,19 @@ import time
 import uuid
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 READY_TOPIC = "_txn_offsets_ready"
 
 
 def kafka_round_trip(bootstrap: str, *, timeout_s: float = 20.0) -> None:
     """Produce one unique record and read it back; raise if that does not happen in time."""
-    base = {"bootstrap.servers": bootstrap, "socket.timeout.ms": 5000, "log_level": 2}
+    base: dict[str, str | int | float | bool] = {"bootstrap.servers": bootstrap, "socket.timeout.ms": 5000, "log_level": 2}
     admin = AdminClient(base)
-    futures = admin.create_topics([NewTopic(READY_TOPIC, num_partitions=1, replication_factor=1)],
-                                  request_timeout=timeout_s)
+    futures = admin.create_topics(
+        [NewTopic(READY_TOPIC, num_partitions=1, replication_factor=1)], request_timeout=timeout_s
+    )
     try:
         futures[READY_TOPIC].result(timeout=timeout_s)
     except KafkaException as exc:
@@ -34,7 +36,9 @@ def kafka_round_trip(bootstrap: str, *, timeout_s: float = 20.0) -> None:
     producer.produce(READY_TOPIC, value=token, on_delivery=on_delivery)
     if producer.flush(timeout_s) != 0 or not delivered:
         raise TimeoutError("the ready probe record was not acknowledged")
-    consumer = Consumer({**base, "group.id": f"_txn_offsets_ready_{token.decode()}", "enable.auto.commit": False})
+    consumer = Consumer(
+        {**base, "group.id": f"_txn_offsets_ready_{token.decode()}", "enable.auto.commit": False}
+    )
     try:
         consumer.assign([TopicPartition(READY_TOPIC, 0, delivered[0])])
         deadline = time.monotonic() + timeout_s

@@ -1,0 +1,150 @@
+"""Real PostgreSQL and Kafka for the tests.
+
+Where the services come from, first match wins:
+1. ``--database-url`` / ``--kafka-bootstrap`` options, or TXN_OFFSETS_DATABASE_URL /
+   TXN_OFFSETS_KAFKA_BOOTSTRAP in the environment (``make test`` exports the local stack's);
+2. testcontainers, when a Docker engine answers;
+3. the embedded local stack (``txn_offsets.devstack``), started for the session.
+Integration tests never skip: if no service can be had, the session errors loudly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Services:
+    database_url: str
+    admin_database_url: str
+    kafka_bootstrap: str
+    origin: str  # "env", "testcontainers" or "embedded"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("txn_offsets")
+    group.addoption("--database-url", default=None, help="SQLAlchemy URL of a PostgreSQL the tests may use")
+    group.addoption("--admin-database-url", default=None, help="superuser URL (defaults to --database-url)")
+    group.addoption("--kafka-bootstrap", default=None, help="bootstrap servers of a Kafka the tests may use")
+
+
+def _docker_available() -> bool:
+    if os.environ.get("TXN_OFFSETS_TEST_DOCKER", "auto") == "0":
+        return False
+    try:
+        import docker
+
+        docker.from_env(timeout=3).ping()
+    except Exception:
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def services(request: pytest.FixtureRequest) -> Iterator[Services]:
+    opt = request.config.getoption
+    db = opt("--database-url") or os.environ.get("TXN_OFFSETS_DATABASE_URL")
+    kafka = opt("--kafka-bootstrap") or os.environ.get("TXN_OFFSETS_KAFKA_BOOTSTRAP")
+    admin = opt("--admin-database-url") or os.environ.get("TXN_OFFSETS_ADMIN_DATABASE_URL") or db
+    if db and kafka and admin:
+        yield Services(db, admin, kafka, "env")
+        return
+    if _docker_available():
+        from testcontainers.kafka import KafkaContainer
+        from testcontainers.postgres import PostgresContainer
+
+        with (
+            PostgresContainer("postgres:15", driver="psycopg") as pg,
+            KafkaContainer("apache/kafka:4.1.1").with_kraft() as kc,
+        ):
+            url = pg.get_connection_url()
+            yield Services(url, url, kc.get_bootstrap_server(), "testcontainers")
+        return
+    from txn_offsets.devstack import Stack
+
+    stack = Stack(Path(os.environ.get("TXN_OFFSETS_STACK_DIR", REPO / ".stack")))
+    stack.up()  # raises StackError with a fix if it cannot: the session fails, nothing skips
+    env = stack.env()
+    yield Services(
+        env["TXN_OFFSETS_DATABASE_URL"],
+        env["TXN_OFFSETS_ADMIN_DATABASE_URL"],
+        env["TXN_OFFSETS_KAFKA_BOOTSTRAP"],
+        "embedded",
+    )
+
+
+@pytest.fixture(scope="session")
+def database_url(services: Services) -> str:
+    return services.database_url
+
+
+@pytest.fixture(scope="session")
+def admin_database_url(services: Services) -> str:
+    return services.admin_database_url
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(services: Services) -> str:
+    return services.kafka_bootstrap
+
+
+@pytest.fixture(scope="session")
+def engine(database_url: str) -> Iterator[sa.Engine]:
+    eng = sa.create_engine(database_url, pool_size=10, max_overflow=20)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+def pg_schema(engine: sa.Engine) -> Iterator[str]:
+    """A fresh, empty Postgres schema name for this test (dropped afterwards)."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    yield name
+    with engine.begin() as conn:
+        conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{name}" CASCADE'))
+
+
+@pytest.fixture
+def job_name() -> str:
+    return f"job-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="session")
+def kafka_admin(kafka_bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": kafka_bootstrap})
+
+
+TopicFactory = Callable[..., str]
+
+
+@pytest.fixture
+def topic_factory(kafka_admin: AdminClient) -> Iterator[TopicFactory]:
+    """Create fresh uuid-named topics: ``topic_factory(partitions=8, config={...})``."""
+    created: list[str] = []
+
+    def make(partitions: int = 1, config: dict[str, str] | None = None, prefix: str = "t") -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:12]}"
+        fut = kafka_admin.create_topics(
+            [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})]
+        )[name]
+        fut.result(timeout=30)
+        created.append(name)
+        return name
+
+    yield make
+    if created:
+        for fut in kafka_admin.delete_topics(created, operation_timeout=30).values():
+            with contextlib.suppress(KafkaException):
+                fut.result(timeout=30)

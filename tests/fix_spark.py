@@ -1,0 +1,17 @@
+"""A local SparkSession for the tests (one per session; local[2], UI off)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    from txn_offsets.spark.session import local_session
+
+    session = local_session("txn-offsets-tests", master="local[2]")
+    yield session
+    session.stop()

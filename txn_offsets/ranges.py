@@ -1,0 +1,125 @@
+"""Offset ranges and the pure planning arithmetic (no I/O), easy to property-test.
+
+A range is half-open: ``[start, until)``. ``start`` is the stored offset of the partition (the next
+offset to read) and ``until`` is where the stored offset moves when the range commits. Offsets
+inside a range are monotonic but not consecutive (transaction markers, aborted records and
+compaction leave gaps), so nothing here ever counts records to find an end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from txn_offsets.errors import ConfigError
+
+__all__ = ["OffsetRange", "TopicPartition", "fair_share", "plan_ranges"]
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, order=True)
+class OffsetRange:
+    """The records of one partition a task reads and commits: offsets in ``[start, until)``."""
+
+    topic: str
+    partition: int
+    start: int
+    until: int
+
+    def __post_init__(self) -> None:
+        if not self.topic:
+            raise ConfigError("topic", "is empty")
+        if self.partition < 0:
+            raise ConfigError("partition", f"must be >= 0, got {self.partition} for topic {self.topic!r}")
+        if self.start < 0:
+            raise ConfigError(
+                "start offset", f"must be >= 0, got {self.start} for {self.topic}[{self.partition}]"
+            )
+        if self.until < self.start:
+            raise ConfigError(
+                "until offset",
+                f"{self.until} is below the start {self.start} for {self.topic}[{self.partition}]; "
+                f"a range never moves backwards",
+            )
+
+    @property
+    def key(self) -> TopicPartition:
+        return (self.topic, self.partition)
+
+    @property
+    def span(self) -> int:
+        """Upper bound on the number of records (the real count can be lower: gaps)."""
+        return self.until - self.start
+
+    @property
+    def empty(self) -> bool:
+        return self.until == self.start
+
+    def __contains__(self, offset: object) -> bool:
+        return isinstance(offset, int) and self.start <= offset < self.until
+
+    def __str__(self) -> str:
+        return f"{self.topic}[{self.partition}]@[{self.start},{self.until})"
+
+
+def fair_share(spans: Mapping[TopicPartition, int], total: int) -> dict[TopicPartition, int]:
+    """Split a total cap over partitions: water-filling, so no partition gets more than it has,
+    small partitions get all they have, and the rest is shared evenly (deterministic order)."""
+    if total < 0:
+        raise ConfigError("max_records_per_batch", f"must be >= 0, got {total}")
+    share: dict[TopicPartition, int] = dict.fromkeys(spans, 0)
+    remaining = total
+    pending = sorted((k for k, v in spans.items() if v > 0), key=lambda k: (spans[k], k))
+    while pending and remaining > 0:
+        each, extra = divmod(remaining, len(pending))
+        if each == 0:
+            # fewer records left than partitions: hand out one each, in key order
+            for k in sorted(pending)[:extra]:
+                share[k] += 1
+            break
+        smallest = pending[0]
+        need = spans[smallest] - share[smallest]
+        if need <= each:
+            # the smallest partition can be satisfied completely
+            share[smallest] += need
+            remaining -= need
+            pending.pop(0)
+        else:
+            for i, k in enumerate(sorted(pending)):
+                share[k] += each + (1 if i < extra else 0)
+            remaining = 0
+    return share
+
+
+def plan_ranges(
+    stored: Mapping[TopicPartition, int],
+    ends: Mapping[TopicPartition, int],
+    *,
+    max_per_partition: int | None = None,
+    max_total: int | None = None,
+) -> list[OffsetRange]:
+    """The non-empty ranges of one batch: ``until = min(end, start + max_per_partition)``, then an
+    optional total cap shared fairly. Every partition in ``stored`` must have an end offset."""
+    if max_per_partition is not None and max_per_partition <= 0:
+        raise ConfigError("max_records_per_partition", f"must be > 0, got {max_per_partition}")
+    if max_total is not None and max_total <= 0:
+        raise ConfigError("max_records_per_batch", f"must be > 0, got {max_total}")
+    spans: dict[TopicPartition, int] = {}
+    for key, start in stored.items():
+        if key not in ends:
+            raise ConfigError("partition", f"{key[0]}[{key[1]}] has a stored offset but no end offset")
+        end = ends[key]
+        # end < start happens when the LSO is behind a stored offset (e.g. a reset to 'latest' seen
+        # under read_uncommitted): nothing to read, never a negative range.
+        span = max(0, end - start)
+        if max_per_partition is not None:
+            span = min(span, max_per_partition)
+        spans[key] = span
+    if max_total is not None:
+        spans = fair_share(spans, max_total)
+    return sorted(
+        OffsetRange(topic, part, stored[(topic, part)], stored[(topic, part)] + span)
+        for (topic, part), span in spans.items()
+        if span > 0
+    )
