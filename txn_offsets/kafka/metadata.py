@@ -1,0 +1,124 @@
+"""Driver-side Kafka metadata: partitions of topics, watermarks (at the readers' isolation level),
+offsets for a timestamp. Every call is bounded by a timeout and fails with one of our errors."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable
+from concurrent.futures import Future
+from typing import Any
+
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._listoffsets import ListOffsetsResultInfo, OffsetSpec
+
+from txn_offsets.config import KafkaSettings
+from txn_offsets.errors import ConfigError, ServiceUnavailable
+from txn_offsets.ranges import TopicPartition as TP
+
+__all__ = ["offsets_for_time", "partitions_for", "topics_matching", "watermarks"]
+
+logger = logging.getLogger(__name__)
+
+
+def admin_client(kafka: KafkaSettings) -> AdminClient:
+    return AdminClient(kafka.client_config())
+
+
+def _topics_metadata(kafka: KafkaSettings, timeout_s: float, topic: str | None = None) -> Any:
+    try:
+        return admin_client(kafka).list_topics(topic=topic, timeout=timeout_s)
+    except KafkaException as exc:
+        raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, _describe(exc)) from None
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        err: KafkaError = exc.args[0]
+        return f"{err.name()}: {err.str()}"
+    return str(exc)
+
+
+def partitions_for(kafka: KafkaSettings, topic: str, *, timeout_s: float = 10.0) -> list[int]:
+    """The partition ids of `topic`; a missing topic is a ConfigError that names it."""
+    meta = _topics_metadata(kafka, timeout_s, topic)
+    info = meta.topics.get(topic)
+    if info is None or info.error is not None:
+        code = info.error.code() if info is not None and info.error is not None else None
+        if code in (None, KafkaError.UNKNOWN_TOPIC_OR_PART):
+            raise ConfigError("topics", f"topic {topic!r} does not exist on {kafka.bootstrap_servers}")
+        raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, f"metadata for {topic!r}: {info.error}")
+    return sorted(info.partitions)
+
+
+def topics_matching(kafka: KafkaSettings, pattern: str, *, timeout_s: float = 10.0) -> list[str]:
+    """Topics whose whole name matches the regex `pattern` (internal topics excluded)."""
+    try:
+        regex = re.compile(pattern)
+    except re.error as exc:
+        raise ConfigError("topic_pattern", f"{pattern!r} is not a valid regular expression: {exc}") from None
+    meta = _topics_metadata(kafka, timeout_s)
+    return sorted(t for t in meta.topics if not t.startswith("_") and regex.fullmatch(t))
+
+
+def _list_offsets(
+    kafka: KafkaSettings, specs: dict[TopicPartition, OffsetSpec], timeout_s: float
+) -> dict[TP, ListOffsetsResultInfo]:
+    if not specs:
+        return {}
+    # AdminClient.list_offsets defaults to read_uncommitted: always pass the readers' level, or the
+    # planner could hand out ranges past the LSO that read_committed readers can never finish.
+    level = (
+        IsolationLevel.READ_COMMITTED
+        if kafka.isolation_level == "read_committed"
+        else IsolationLevel.READ_UNCOMMITTED
+    )
+    futures: dict[TopicPartition, Future[ListOffsetsResultInfo]] = admin_client(kafka).list_offsets(
+        specs, isolation_level=level, request_timeout=timeout_s
+    )
+    out: dict[TP, ListOffsetsResultInfo] = {}
+    for tp, fut in futures.items():
+        try:
+            out[(tp.topic, tp.partition)] = fut.result(timeout=timeout_s + 5)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise ConfigError(
+                    "topics", f"{tp.topic}[{tp.partition}] does not exist on {kafka.bootstrap_servers}"
+                ) from None
+            raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, _describe(exc)) from None
+        except TimeoutError:
+            raise ServiceUnavailable(
+                "Kafka", kafka.bootstrap_servers, f"no offsets for {tp.topic}[{tp.partition}] in {timeout_s}s"
+            ) from None
+    return out
+
+
+def watermarks(
+    kafka: KafkaSettings, partitions: Iterable[TP], *, timeout_s: float = 10.0
+) -> dict[TP, tuple[int, int]]:
+    """(log start, end) per partition; the end is the LSO under read_committed, the high watermark
+    under read_uncommitted (the same level the readers use)."""
+    parts = sorted(set(partitions))
+    earliest: OffsetSpec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+    latest: OffsetSpec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+    low = _list_offsets(kafka, {TopicPartition(t, p): earliest for t, p in parts}, timeout_s)
+    high = _list_offsets(kafka, {TopicPartition(t, p): latest for t, p in parts}, timeout_s)
+    return {key: (low[key].offset, high[key].offset) for key in parts}
+
+
+def offsets_for_time(
+    kafka: KafkaSettings, partitions: Iterable[TP], timestamp_ms: int, *, timeout_s: float = 10.0
+) -> dict[TP, int]:
+    """Per partition, the first offset whose timestamp is >= `timestamp_ms`, or the end offset if
+    there is none (so a start "at a time in the future" reads only what arrives later)."""
+    if timestamp_ms < 0:
+        raise ConfigError("timestamp", f"must be >= 0 milliseconds since the epoch, got {timestamp_ms}")
+    parts = sorted(set(partitions))
+    found = _list_offsets(
+        kafka, {TopicPartition(t, p): OffsetSpec.for_timestamp(timestamp_ms) for t, p in parts}, timeout_s
+    )
+    missing = [key for key in parts if found[key].offset < 0]
+    ends = watermarks(kafka, missing, timeout_s=timeout_s) if missing else {}
+    return {key: (ends[key][1] if key in ends else found[key].offset) for key in parts}
