@@ -74,7 +74,9 @@ def _list_offsets(
         if kafka.isolation_level == "read_committed"
         else IsolationLevel.READ_UNCOMMITTED
     )
-    futures: dict[TopicPartition, Future[ListOffsetsResultInfo]] = admin_client(kafka).list_offsets(
+    # keep the client referenced until the futures resolve: a collected client never answers
+    admin = admin_client(kafka)
+    futures: dict[TopicPartition, Future[ListOffsetsResultInfo]] = admin.list_offsets(
         specs, isolation_level=level, request_timeout=timeout_s
     )
     out: dict[TP, ListOffsetsResultInfo] = {}
