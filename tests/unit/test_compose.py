@@ -1,0 +1,64 @@
+"""docker-compose.yml cannot run here (no Docker engine), so check its shape: services, versions,
+healthchecks, loopback ports and the migrate-before-job ordering."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from txn_offsets.devstack import kafka as local_kafka
+
+COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())
+    return data
+
+
+def test_services_present(compose: dict[str, Any]) -> None:
+    assert set(compose["services"]) == {"postgres", "kafka", "migrate", "job"}
+
+
+def test_same_major_versions_as_the_local_stack(compose: dict[str, Any]) -> None:
+    assert compose["services"]["postgres"]["image"].split(":")[1].split(".")[0] == "15"
+    kafka_tag = compose["services"]["kafka"]["image"]
+    assert kafka_tag.startswith("apache/kafka:")
+    assert kafka_tag.split(":")[1].split(".")[0] == local_kafka.KAFKA_VERSION.split(".")[0]
+
+
+@pytest.mark.parametrize("name", ["postgres", "kafka"])
+def test_services_have_healthchecks_and_loopback_ports(compose: dict[str, Any], name: str) -> None:
+    svc = compose["services"][name]
+    assert svc["healthcheck"]["test"][0] in ("CMD", "CMD-SHELL")
+    assert int(svc["healthcheck"]["retries"]) > 0
+    for port in svc["ports"]:
+        assert port.startswith("127.0.0.1:"), f"{name} publishes {port} beyond loopback"
+
+
+def test_kafka_single_node_kraft_with_replication_one(compose: dict[str, Any]) -> None:
+    env = compose["services"]["kafka"]["environment"]
+    assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
+    assert env["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"] == 1
+    assert env["KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR"] == 1
+
+
+def test_migrate_runs_before_the_job(compose: dict[str, Any]) -> None:
+    migrate = compose["services"]["migrate"]
+    assert migrate["command"][:3] == ["txn-offsets", "db", "upgrade"]
+    assert migrate["depends_on"]["postgres"]["condition"] == "service_healthy"
+    job_deps = compose["services"]["job"]["depends_on"]
+    assert job_deps["migrate"]["condition"] == "service_completed_successfully"
+    assert job_deps["kafka"]["condition"] == "service_healthy"
+    assert job_deps["postgres"]["condition"] == "service_healthy"
+
+
+def test_job_and_migrate_share_the_connection_settings(compose: dict[str, Any]) -> None:
+    job_env = compose["services"]["job"]["environment"]
+    assert job_env == compose["services"]["migrate"]["environment"]
+    assert job_env["TXN_OFFSETS_DATABASE_URL"].startswith("postgresql+psycopg://")
+    assert job_env["TXN_OFFSETS_KAFKA_BOOTSTRAP"] == "kafka:19092"
