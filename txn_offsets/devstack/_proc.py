@@ -7,12 +7,22 @@ import logging
 import os
 import signal
 import socket
+import subprocess
 import time
 from pathlib import Path
 
 from txn_offsets.errors import StackError
 
 logger = logging.getLogger(__name__)
+
+# Services we started from this interpreter. Holding the Popen objects keeps Python from warning that
+# a child "is still running" when the object is collected, and lets stop_pid reap the exit status.
+_children: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def adopt(proc: subprocess.Popen[bytes]) -> None:
+    """Remember a long-running child so it can be reaped when stopped."""
+    _children[proc.pid] = proc
 
 
 def pid_alive(pid: int) -> bool:
@@ -94,6 +104,16 @@ def require_port_free(service: str, port: int, setting: str) -> None:
 
 def stop_pid(pid: int, *, timeout_s: float = 30.0) -> None:
     """SIGTERM the process and wait; SIGKILL it if it does not exit in time."""
+    try:
+        _stop(pid, timeout_s)
+    finally:
+        child = _children.pop(pid, None)
+        if child is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=5)
+
+
+def _stop(pid: int, timeout_s: float) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from txn_offsets._java import find_java
-from txn_offsets.devstack._proc import pid_alive, port_free, read_pid, require_port_free, stop_pid
+from txn_offsets.devstack._proc import adopt, pid_alive, port_free, read_pid, require_port_free, stop_pid
 from txn_offsets.errors import JavaNotFound, StackError
 
 logger = logging.getLogger(__name__)
@@ -258,6 +258,7 @@ def start(node: KafkaNode) -> None:
                 start_new_session=True,  # survives the shell that ran `make stack-up`
                 cwd=node.home,
             )
+        adopt(proc)
         node.pid_file.write_text(f"{proc.pid}\n")
         logger.info("kafka starting (pid %d, port %d)", proc.pid, node.port)
         pid = proc.pid

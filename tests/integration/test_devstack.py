@@ -1,0 +1,80 @@
+"""The embedded stack in a private directory: up is idempotent, down leaves nothing of ours running,
+stale pid files and busy ports give errors that say what to do."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from txn_offsets.devstack import Stack
+from txn_offsets.devstack._proc import pick_free_port, pid_alive
+from txn_offsets.devstack.readiness import kafka_round_trip
+from txn_offsets.errors import StackError
+
+
+@pytest.fixture
+def private_stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
+    for var in ("TXN_OFFSETS_PG_PORT", "TXN_OFFSETS_KAFKA_PORT", "TXN_OFFSETS_KAFKA_CONTROLLER_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    stack = Stack(tmp_path / "stack")
+    yield stack
+    stack.down()
+    from txn_offsets.devstack import postgres
+
+    data_base = postgres.cluster_for(stack.dir, 1).data_dir.parent
+    if not str(data_base).startswith(str(tmp_path)):
+        shutil.rmtree(data_base.parent, ignore_errors=True)
+
+
+def test_up_twice_then_down(private_stack: Stack) -> None:
+    first = private_stack.up()
+    second = private_stack.up()  # harmless: same processes, same ports
+    assert (first.postgres_pid, first.kafka_pid) == (second.postgres_pid, second.kafka_pid)
+    assert first.postgres_pid and first.kafka_pid
+    env = private_stack.env()
+    kafka_round_trip(env["TXN_OFFSETS_KAFKA_BOOTSTRAP"])
+    url = env["TXN_OFFSETS_DATABASE_URL"].replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT current_user").fetchone() == ("txn_offsets",)
+    assert oct(private_stack.env_file.stat().st_mode & 0o777) == "0o600"
+    assert sorted(private_stack.down()) == ["kafka", "postgres"]
+    assert not pid_alive(first.postgres_pid)
+    assert not pid_alive(first.kafka_pid)
+    assert private_stack.down() == []  # nothing left to stop
+    status = private_stack.status()
+    assert (status.postgres_pid, status.kafka_pid) == (None, None)
+
+
+def test_stale_pid_files(private_stack: Stack) -> None:
+    private_stack.dir.mkdir(parents=True)
+    dead = pick_free_port()  # any number that is not a live pid is fine; find one
+    while pid_alive(dead):
+        dead += 1
+    (private_stack.dir / "kafka.pid").write_text(f"{dead}\n")
+    # a dead pid is cleaned up by itself and the stack starts
+    assert private_stack.status().kafka_pid is None
+    assert not (private_stack.dir / "kafka.pid").exists()
+    # a live pid that is not ours is never signalled: clear error naming the file to remove
+    (private_stack.dir / "kafka.pid").write_text(f"{os.getpid()}\n")
+    with pytest.raises(StackError, match=r"kafka.pid.*stale|stale.*kafka.pid"):
+        private_stack.down()
+    assert pid_alive(os.getpid())
+    (private_stack.dir / "kafka.pid").unlink()
+
+
+def test_busy_port_is_named(private_stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        monkeypatch.setenv("TXN_OFFSETS_KAFKA_PORT", str(port))
+        with pytest.raises(
+            StackError, match=rf"port 127.0.0.1:{port} is already in use.*TXN_OFFSETS_KAFKA_PORT"
+        ):
+            private_stack.up()
