@@ -10,6 +10,7 @@ BIN := $(VENV)/bin
 # exports the local stack's connection settings (written by `make stack-up`)
 WITH_ENV := set -a; . $(STACK_DIR)/env; set +a;
 PYTEST_ARGS ?=
+LINT_PATHS := $(wildcard txn_offsets tests examples migrations benchmarks)
 
 .PHONY: help install stack-up stack-down stack-status lint test test-unit demo chaos bench clean
 
@@ -41,8 +42,8 @@ stack-status: install
 	$(BIN)/txn-offsets dev status --stack-dir $(STACK_DIR)
 
 lint: install
-	$(BIN)/ruff check txn_offsets tests examples migrations
-	$(BIN)/ruff format --check txn_offsets tests examples migrations
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/mypy txn_offsets
 
 test: install stack-up lint
