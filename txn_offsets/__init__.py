@@ -3,12 +3,14 @@
 from importlib.metadata import PackageNotFoundError, version
 
 from txn_offsets.errors import (
+    CommitNotApplied,
     ConfigError,
     DataLoss,
     Fenced,
     JavaNotFound,
     JobAlreadyRunning,
     KafkaReadError,
+    MigrationError,
     OffsetConflict,
     RecordRejected,
     SchemaMissing,
@@ -24,12 +26,14 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree wi
     __version__ = "0.0.0"
 
 __all__ = [
+    "CommitNotApplied",
     "ConfigError",
     "DataLoss",
     "Fenced",
     "JavaNotFound",
     "JobAlreadyRunning",
     "KafkaReadError",
+    "MigrationError",
     "OffsetConflict",
     "RecordRejected",
     "SchemaMissing",

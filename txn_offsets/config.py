@@ -22,7 +22,9 @@ __all__ = [
     "DatabaseSettings",
     "KafkaSettings",
     "Secret",
+    "database_from_env",
     "from_env",
+    "kafka_from_env",
     "redact_url",
     "validate_identifier",
 ]
@@ -191,3 +193,32 @@ def from_env(environ: Mapping[str, str] | None = None) -> tuple[DatabaseSettings
         raise ConfigError("TXN_OFFSETS_KAFKA_BOOTSTRAP", "is not set; export host:port of a Kafka broker")
     db = DatabaseSettings(Secret(url), schema=env.get("TXN_OFFSETS_SCHEMA", "txn_offsets"))
     return db, KafkaSettings(bootstrap)
+
+
+def database_from_env(
+    environ: Mapping[str, str] | None = None, *, schema: str | None = None
+) -> DatabaseSettings:
+    """Database settings from TXN_OFFSETS_DATABASE_URL and (unless `schema` is given) TXN_OFFSETS_SCHEMA.
+
+    The URL is only ever read from the environment: a password must not appear in command lines.
+    """
+    env = os.environ if environ is None else environ
+    url = env.get("TXN_OFFSETS_DATABASE_URL")
+    if not url:
+        raise ConfigError(
+            "TXN_OFFSETS_DATABASE_URL",
+            "is not set; export the postgresql+psycopg:// URL of the offsets database",
+        )
+    return DatabaseSettings(Secret(url), schema=schema or env.get("TXN_OFFSETS_SCHEMA", "txn_offsets"))
+
+
+def kafka_from_env(environ: Mapping[str, str] | None = None, *, bootstrap: str | None = None) -> KafkaSettings:
+    """Kafka settings from `bootstrap` or TXN_OFFSETS_KAFKA_BOOTSTRAP."""
+    env = os.environ if environ is None else environ
+    servers = bootstrap or env.get("TXN_OFFSETS_KAFKA_BOOTSTRAP")
+    if not servers:
+        raise ConfigError(
+            "TXN_OFFSETS_KAFKA_BOOTSTRAP",
+            "is not set; pass --kafka-bootstrap host:port or export TXN_OFFSETS_KAFKA_BOOTSTRAP",
+        )
+    return KafkaSettings(servers)

@@ -7,13 +7,17 @@ an error.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
+    "CommitNotApplied",
     "ConfigError",
     "DataLoss",
     "Fenced",
     "JavaNotFound",
     "JobAlreadyRunning",
     "KafkaReadError",
+    "MigrationError",
     "OffsetConflict",
     "RecordRejected",
     "SchemaMissing",
@@ -28,6 +32,18 @@ class TxnOffsetsError(Exception):
     """Root of every error raised by txn_offsets."""
 
     __module__ = "txn_offsets"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Errors cross process boundaries (Spark tasks -> driver). The default pickling calls
+        # cls(*args) with the message only, which our keyword-rich constructors reject.
+        return (_restore, (type(self), self.args, dict(self.__dict__)))
+
+
+def _restore(cls: type[TxnOffsetsError], args: tuple[Any, ...], state: dict[str, Any]) -> TxnOffsetsError:
+    obj = cls.__new__(cls)
+    Exception.__init__(obj, *args)
+    obj.__dict__.update(state)
+    return obj
 
 
 class ConfigError(TxnOffsetsError, ValueError):
@@ -201,3 +217,30 @@ class RecordRejected(TxnOffsetsError):
             f"record {topic}[{partition}]@{offset} was rejected by the decoder: {detail}. "
             f"Fix the decoder or enable the dead-letter table."
         )
+
+
+class CommitNotApplied(TxnOffsetsError):
+    """A batch's transaction did not commit and the stored offsets are unchanged: safe to retry."""
+
+    __module__ = "txn_offsets"
+
+    def __init__(self, job: str, ranges: str, detail: str) -> None:
+        self.job = job
+        self.ranges = ranges
+        self.detail = detail
+        super().__init__(
+            f"the commit of job {job!r} ranges {ranges} did not happen ({detail}); the stored offsets "
+            f"were re-read and are unchanged, so nothing was written. Retry the batch."
+        )
+
+
+class MigrationError(TxnOffsetsError):
+    """A schema migration command failed, or the tables differ from what the code expects."""
+
+    __module__ = "txn_offsets"
+
+    def __init__(self, action: str, schema: str, detail: str) -> None:
+        self.action = action
+        self.schema = schema
+        self.detail = detail
+        super().__init__(f"`txn-offsets db {action}` on schema {schema!r}: {detail}")

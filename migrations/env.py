@@ -1,0 +1,73 @@
+"""alembic environment for the txn_offsets tables.
+
+Settings come from ``Config.attributes`` when called through :mod:`txn_offsets.migrate` (the
+``txn-offsets db`` commands), else from the environment (``alembic`` run by hand): the URL only
+from TXN_OFFSETS_DATABASE_URL, the schema from ``-x schema=NAME`` or TXN_OFFSETS_SCHEMA.
+Online mode only: the tables live in a schema chosen at run time and the version table with them.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import sqlalchemy as sa
+from alembic import context
+from sqlalchemy.pool import NullPool
+
+from txn_offsets.config import DatabaseSettings, database_from_env
+from txn_offsets.database import engine_for
+from txn_offsets.errors import MigrationError
+from txn_offsets.migrate import ATTR_CREATE_SCHEMA, ATTR_DB
+from txn_offsets.schema import metadata_for
+
+logger = logging.getLogger("txn_offsets.migrations")
+
+
+def _settings() -> tuple[DatabaseSettings, bool]:
+    config = context.config
+    db = config.attributes.get(ATTR_DB)
+    if isinstance(db, DatabaseSettings):
+        return db, bool(config.attributes.get(ATTR_CREATE_SCHEMA, False))
+    schema = context.get_x_argument(as_dictionary=True).get("schema")
+    # by hand: `alembic upgrade` should work on an empty database, so create the schema
+    return database_from_env(schema=schema), True
+
+
+def run_migrations_online() -> None:
+    db, create_schema = _settings()
+    schema = db.schema
+
+    def include_name(name: str | None, type_: str, parent_names: object) -> bool:
+        # compare only our schema: other schemas of the database belong to other applications
+        if type_ == "schema":
+            return name == schema
+        return True
+
+    engine = engine_for(db, poolclass=NullPool)
+    try:
+        with engine.connect() as connection:
+            context.configure(
+                connection=connection,
+                target_metadata=metadata_for(schema),
+                version_table_schema=schema,
+                include_schemas=True,
+                include_name=include_name,
+                compare_type=True,
+            )
+            with context.begin_transaction():
+                # Two deploys migrating at once would race on CREATE SCHEMA and the version
+                # table; a transaction-scoped advisory lock serialises them.
+                connection.execute(
+                    sa.text("SELECT pg_advisory_xact_lock(hashtext(:key))"),
+                    {"key": f"txn_offsets.migrate:{schema}"},
+                )
+                if create_schema:
+                    connection.execute(sa.schema.CreateSchema(schema, if_not_exists=True))
+                context.run_migrations()
+    finally:
+        engine.dispose()
+
+
+if context.is_offline_mode():
+    raise MigrationError("--sql", "-", "offline (--sql) mode is not supported; run against a database")
+run_migrations_online()

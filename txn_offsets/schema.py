@@ -1,0 +1,116 @@
+"""The offset store's tables in SQLAlchemy Core: the one source for runtime SQL and for alembic.
+
+The Postgres schema that holds the tables is configurable (default ``txn_offsets``), so the tables
+are built per schema name by :func:`tables_for` (cached: one set of Table objects per name). The
+alembic environment uses :func:`metadata_for` as ``target_metadata`` and ``alembic check`` compares
+it with the migrations, so a change here without a migration is caught as drift.
+
+Three tables:
+
+* ``offsets``: the next offset to read per (job, topic, partition). It moves only by the guarded
+  claim of a batch (``off = :from``), or by an audited admin action.
+* ``jobs``: one row per job: the fencing ``generation`` (bumped by every new run and every reset)
+  and the lease of the live run (``run_id``, ``heartbeat_at``, ``lease_until``).
+* ``offset_audit``: every offset change that is not a normal batch commit (seed, reset, skip over
+  lost data, import), with who, when, why and the old and new value.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from txn_offsets.config import validate_identifier
+
+__all__ = ["AUDIT_ACTIONS", "DEFAULT_SCHEMA", "Tables", "metadata_for", "tables_for"]
+
+DEFAULT_SCHEMA = "txn_offsets"
+
+#: Why an offset moved outside a batch commit (a CHECK constraint keeps the column to these).
+AUDIT_ACTIONS = ("seed", "new_partition", "reset", "data_loss_skip", "import")
+
+# Explicit constraint names: migrations and downgrades refer to them, and autogenerate compares them.
+NAMING_CONVENTION = {
+    "pk": "%(table_name)s_pkey",
+    "fk": "%(table_name)s_%(column_0_name)s_fkey",
+    "ck": "%(table_name)s_%(constraint_name)s_check",
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "%(table_name)s_%(column_0_N_name)s_key",
+}
+
+_TS = sa.DateTime(timezone=True)
+
+
+@dataclass(frozen=True)
+class Tables:
+    """The three tables of one schema."""
+
+    metadata: sa.MetaData
+    jobs: sa.Table
+    offsets: sa.Table
+    audit: sa.Table
+
+
+@functools.cache
+def tables_for(schema: str = DEFAULT_SCHEMA) -> Tables:
+    """The tables in Postgres schema `schema` (validated: it is rendered as an identifier)."""
+    validate_identifier(schema, "schema")
+    md = sa.MetaData(schema=schema, naming_convention=NAMING_CONVENTION)
+    jobs = sa.Table(
+        "jobs",
+        md,
+        sa.Column("job", sa.Text, primary_key=True),
+        # Bumped by every new run and by every admin reset; a claim must carry the current value.
+        sa.Column("generation", sa.BigInteger, nullable=False, server_default=sa.text("0")),
+        sa.Column("run_id", sa.Text, nullable=True),
+        sa.Column("run_host", sa.Text, nullable=True),
+        sa.Column("lease_s", sa.Double, nullable=True),
+        sa.Column("started_at", _TS, nullable=True),
+        sa.Column("heartbeat_at", _TS, nullable=True),
+        sa.Column("lease_until", _TS, nullable=True),
+        sa.Column("created_at", _TS, nullable=False, server_default=sa.func.now()),
+        sa.CheckConstraint("generation >= 0", name="generation_nonneg"),
+        sa.CheckConstraint("job <> ''", name="job_nonempty"),
+        sa.CheckConstraint("lease_s IS NULL OR lease_s > 0", name="lease_positive"),
+    )
+    offsets = sa.Table(
+        "offsets",
+        md,
+        sa.Column("job", sa.Text, sa.ForeignKey(jobs.c.job), primary_key=True),
+        sa.Column("topic", sa.Text, primary_key=True),
+        sa.Column("part", sa.Integer, primary_key=True),
+        # The next offset to read: the end of the last applied range.
+        sa.Column("off", sa.BigInteger, nullable=False),
+        sa.Column("updated_at", _TS, nullable=False, server_default=sa.func.now()),
+        sa.CheckConstraint("off >= 0", name="off_nonneg"),
+        sa.CheckConstraint("part >= 0", name="part_nonneg"),
+        sa.CheckConstraint("topic <> ''", name="topic_nonempty"),
+    )
+    audit = sa.Table(
+        "offset_audit",
+        md,
+        sa.Column("id", sa.BigInteger, sa.Identity(always=True), primary_key=True),
+        sa.Column("job", sa.Text, nullable=False),
+        sa.Column("topic", sa.Text, nullable=False),
+        sa.Column("part", sa.Integer, nullable=False),
+        sa.Column("old_off", sa.BigInteger, nullable=True),
+        sa.Column("new_off", sa.BigInteger, nullable=False),
+        sa.Column("action", sa.Text, nullable=False),
+        sa.Column("reason", sa.Text, nullable=False),
+        sa.Column("actor", sa.Text, nullable=False),
+        sa.Column("generation", sa.BigInteger, nullable=True),
+        sa.Column("at", _TS, nullable=False, server_default=sa.func.now()),
+        sa.CheckConstraint(
+            "action IN (" + ", ".join(f"'{a}'" for a in AUDIT_ACTIONS) + ")", name="action_known"
+        ),
+        sa.CheckConstraint("new_off >= 0", name="new_off_nonneg"),
+        sa.Index("ix_offset_audit_job_at", "job", "at"),
+    )
+    return Tables(md, jobs, offsets, audit)
+
+
+def metadata_for(schema: str = DEFAULT_SCHEMA) -> sa.MetaData:
+    """The MetaData holding the tables of `schema` (alembic's ``target_metadata``)."""
+    return tables_for(schema).metadata
