@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "BatchFailed",
     "CommitNotApplied",
     "ConfigError",
     "DataLoss",
@@ -201,6 +202,21 @@ class KafkaReadError(TxnOffsetsError):
         self.until = until
         self.detail = detail
         super().__init__(f"reading {topic}[{partition}] offsets [{start}, {until}) failed: {detail}")
+
+
+class BatchFailed(TxnOffsetsError):
+    """A batch's Spark job failed (after Spark's own task retries); nothing of the failed ranges committed."""
+
+    __module__ = "txn_offsets"
+
+    def __init__(self, job: str, batch: int, detail: str) -> None:
+        self.job = job
+        self.batch = batch
+        self.detail = detail
+        super().__init__(
+            f"batch {batch} of job {job!r} failed: {detail}. Ranges that did not commit are planned "
+            f"again when the job restarts."
+        )
 
 
 class RecordRejected(TxnOffsetsError):

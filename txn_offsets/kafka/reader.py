@@ -1,0 +1,142 @@
+"""Executor side: read exactly one offset range ``[start, until)`` of one partition.
+
+The range ends when the consumer's *position* reaches ``until``, never by counting records:
+offsets inside a range are not consecutive (transaction markers, records of aborted transactions
+under read_committed, compaction). librdkafka moves the position past trailing control markers
+(confluent-kafka >= 2.13.2 fixes an EOF position bug), so a range made only of markers ends too.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+
+from txn_offsets.config import KafkaSettings
+from txn_offsets.errors import ConfigError, KafkaReadError
+from txn_offsets.ranges import OffsetRange
+
+__all__ = ["Record", "read_range"]
+
+logger = logging.getLogger(__name__)
+
+Headers = tuple[tuple[str, bytes | None], ...]
+
+
+class Record(NamedTuple):
+    """One Kafka record as the user's code sees it (cheap to pickle between Spark stages)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int | None
+    headers: Headers = ()
+
+
+def consumer_config(kafka: KafkaSettings, rng: OffsetRange) -> dict[str, Any]:
+    """Consumer properties for one range read (the user's settings first; ours win)."""
+    return {
+        **kafka.extra,
+        "bootstrap.servers": kafka.bootstrap_servers,
+        # librdkafka requires a group id even for assign(); nothing is ever committed to it
+        "group.id": kafka.extra.get("group.id", f"txn-offsets-reader-{uuid.uuid4().hex[:8]}"),
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        # a start outside the log is an error, never a silent jump to earliest/latest
+        "auto.offset.reset": "error",
+        "isolation.level": kafka.isolation_level,
+        "enable.partition.eof": False,
+    }
+
+
+def _position(consumer: Consumer, rng: OffsetRange) -> int:
+    pos = consumer.position([TopicPartition(rng.topic, rng.partition)])[0].offset
+    return int(pos) if pos is not None and pos >= 0 else rng.start
+
+
+def _record(msg: Message) -> Record:
+    ts_type, ts = msg.timestamp()
+    headers = msg.headers()
+    return Record(
+        topic=msg.topic() or "",
+        partition=msg.partition() or 0,
+        offset=msg.offset() or 0,
+        key=msg.key(),  # type: ignore[arg-type]
+        value=msg.value(),  # type: ignore[arg-type]
+        timestamp_ms=ts if ts_type != 0 and ts >= 0 else None,
+        headers=tuple((k, v) for k, v in headers) if headers else (),  # type: ignore[misc]
+    )
+
+
+def read_range(
+    kafka: KafkaSettings,
+    rng: OffsetRange,
+    *,
+    batch_size: int = 2000,
+    poll_timeout_s: float = 1.0,
+    stall_timeout_s: float = 60.0,
+) -> Iterator[Record]:
+    """Yield every visible record of ``rng`` in offset order, then stop.
+
+    Raises :class:`KafkaReadError` if a record outside the range is delivered, if Kafka reports an
+    error (e.g. the start is no longer in the log), or if the position does not move for
+    ``stall_timeout_s`` (broker gone) - never hangs.
+    """
+    if batch_size <= 0:
+        raise ConfigError("batch_size", f"must be > 0, got {batch_size}")
+    if stall_timeout_s <= 0:
+        raise ConfigError("stall_timeout_s", f"must be > 0 seconds, got {stall_timeout_s}")
+    if rng.empty:
+        return
+    consumer = Consumer(consumer_config(kafka, rng))
+    try:
+        consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
+        position = rng.start
+        last_progress = time.monotonic()
+        while position < rng.until:
+            messages = consumer.consume(num_messages=batch_size, timeout=poll_timeout_s)
+            for msg in messages:
+                err = msg.error()
+                if err is not None:
+                    raise _read_error(rng, position, err)
+                offset = msg.offset() or 0
+                if offset >= rng.until:
+                    position = rng.until
+                    break
+                if offset < position:
+                    raise KafkaReadError(
+                        rng.topic, rng.partition, rng.start, rng.until,
+                        f"offset {offset} delivered after position {position}: offsets must be monotonic",
+                    )
+                yield _record(msg)
+                position = offset + 1
+            if position < rng.until:
+                # the position moves past markers and aborted records that are never delivered
+                position = max(position, _position(consumer, rng))
+            if messages or position >= rng.until:
+                last_progress = time.monotonic()
+            elif time.monotonic() - last_progress > stall_timeout_s:
+                raise KafkaReadError(
+                    rng.topic, rng.partition, rng.start, rng.until,
+                    f"no progress for {stall_timeout_s:.0f}s at offset {position} (is the broker at "
+                    f"{kafka.bootstrap_servers} reachable? was the range planned past the end offset?)",
+                )
+    finally:
+        consumer.close()
+
+
+def _read_error(rng: OffsetRange, position: int, err: KafkaError) -> KafkaReadError:
+    if err.code() == KafkaError._AUTO_OFFSET_RESET:
+        detail = (
+            f"offset {position} is no longer in the log (deleted by retention?); the job's "
+            f"on_data_loss policy decides what happens at the next plan"
+        )
+    else:
+        detail = f"{err.name()}: {err.str()}"
+    return KafkaReadError(rng.topic, rng.partition, rng.start, rng.until, detail)

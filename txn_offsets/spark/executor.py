@@ -1,0 +1,147 @@
+"""What runs inside a Spark task: read one range, decode, aggregate, and commit it with the results.
+
+Every task handles exactly one range (partition index == position in the batch's range list).
+Records are read and reduced *before* the transaction opens, so the transaction only holds the
+claimed offset row for as long as the write takes. The SQLAlchemy engine is created once per Python
+worker (Spark reuses workers) and keyed by the database settings.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import sqlalchemy as sa
+
+from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.errors import Fenced, OffsetConflict, RecordRejected, TxnOffsetsError
+from txn_offsets.kafka.reader import Record, read_range
+from txn_offsets.ranges import OffsetRange
+from txn_offsets.runs import Run
+from txn_offsets.transaction import commit_ranges
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+A = TypeVar("A")
+
+_engines: dict[tuple[str, float], sa.Engine] = {}
+_engines_lock = threading.Lock()
+
+
+def worker_engine(db: DatabaseSettings) -> sa.Engine:
+    """One engine per Python worker process and database (Spark reuses the worker between tasks)."""
+    key = (db.url.render_as_string(hide_password=False), db.connect_timeout_s)
+    with _engines_lock:
+        engine = _engines.get(key)
+        if engine is None:
+            engine = sa.create_engine(
+                db.url,
+                pool_size=2,
+                max_overflow=2,
+                pool_pre_ping=True,
+                connect_args={"connect_timeout": int(max(1, db.connect_timeout_s))},
+            )
+            _engines[key] = engine
+        return engine
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    batch_size: int = 2000
+    stall_timeout_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class TaskReport:
+    """What a task tells the driver about its range (pickled back by collect())."""
+
+    range: OffsetRange
+    outcome: str  # committed | already_committed | conflict | fenced | rejected
+    records: int
+    error: TxnOffsetsError | None = None
+
+
+def decoded(records: Iterable[Record], decode: Callable[[Record], T]) -> Iterator[T]:
+    """Apply the user's decoder; a failure names the record (topic, partition, offset)."""
+    for rec in records:
+        try:
+            yield decode(rec)
+        except Exception as exc:  # noqa: BLE001 - any decoder failure rejects the record
+            raise RecordRejected(rec.topic, rec.partition, rec.offset, f"{type(exc).__name__}: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class PartitionTask(Generic[A]):
+    """The picklable body of a per-partition commit task."""
+
+    database: DatabaseSettings
+    kafka: KafkaSettings
+    run: Run
+    ranges: tuple[OffsetRange, ...]
+    prepare: Callable[[Iterator[Record]], A]
+    write: Callable[[sa.Connection, OffsetRange, A], None]
+    read: ReadOptions = field(default_factory=ReadOptions)
+    isolation_level: str = "READ COMMITTED"
+
+    def __call__(self, index: int, _ignored: Iterable[Any]) -> Iterator[TaskReport]:
+        rng = self.ranges[index]
+        counted = _Counting(read_range(self.kafka, rng, batch_size=self.read.batch_size,
+                                       stall_timeout_s=self.read.stall_timeout_s))
+        try:
+            prepared = self.prepare(counted)
+            for _ in counted:  # drain whatever prepare left unread: the range is read whole
+                pass
+        except RecordRejected as exc:
+            yield TaskReport(rng, "rejected", counted.n, exc)
+            return
+        engine = worker_engine(self.database)
+        try:
+            outcomes = commit_ranges(
+                engine,
+                self.database,
+                self.run,
+                [rng],
+                lambda conn: self.write(conn, rng, prepared),
+                isolation_level=self.isolation_level,
+            )
+        except OffsetConflict as exc:
+            # not retried into success: the driver raises it with its context
+            yield TaskReport(rng, "conflict", counted.n, exc)
+            return
+        except Fenced as exc:
+            yield TaskReport(rng, "fenced", counted.n, exc)
+            return
+        yield TaskReport(rng, outcomes[0].outcome.value, counted.n)
+
+
+class _Counting(Iterator[Record]):
+    """Counts the records that pass through (for the batch log line)."""
+
+    def __init__(self, inner: Iterator[Record]) -> None:
+        self._inner = inner
+        self.n = 0
+
+    def __iter__(self) -> _Counting:
+        return self
+
+    def __next__(self) -> Record:
+        rec = next(self._inner)
+        self.n += 1
+        return rec
+
+
+@dataclass(frozen=True)
+class ReadTask:
+    """The picklable body of the records RDD: partition i yields the records of range i."""
+
+    kafka: KafkaSettings
+    ranges: tuple[OffsetRange, ...]
+    read: ReadOptions = field(default_factory=ReadOptions)
+
+    def __call__(self, index: int, _ignored: Iterable[Any]) -> Iterator[Record]:
+        rng = self.ranges[index]
+        return read_range(self.kafka, rng, batch_size=self.read.batch_size, stall_timeout_s=self.read.stall_timeout_s)

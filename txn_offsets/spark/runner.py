@@ -1,0 +1,175 @@
+"""The micro-batch runner: plan -> run -> collect outcomes, until stopped.
+
+A new run of a job fences every older run (generation + lease). The loop stops between batches on
+SIGTERM/SIGINT, after ``max_batches``, or (``until_caught_up``) when a plan finds nothing to read.
+One log line per batch: ranges, records, outcomes, duration and the lag left.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.database import engine_for
+from txn_offsets.errors import BatchFailed, ConfigError, TxnOffsetsError
+from txn_offsets.kafka.start import StartPolicy
+from txn_offsets.planner import Limits, TopicSelection, plan_batch
+from txn_offsets.runs import Run, end_run, heartbeat, start_run
+from txn_offsets.spark.batch import Batch
+from txn_offsets.spark.executor import ReadOptions, TaskReport
+from txn_offsets.spark.writers import Writer
+
+__all__ = ["JobSummary", "run_job"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class JobSummary:
+    """What a run did."""
+
+    job: str
+    generation: int
+    batches: int = 0
+    records: int = 0
+    committed: int = 0
+    already_committed: int = 0
+    seconds: float = 0.0
+    stopped_by: str = ""
+    outcomes: list[TaskReport] = field(default_factory=list, repr=False)
+
+
+def run_job(
+    spark: Any,
+    *,
+    job: str,
+    kafka: KafkaSettings,
+    database: DatabaseSettings,
+    writer: Writer,
+    topics: Sequence[str] = (),
+    topic_pattern: str | None = None,
+    start: StartPolicy | None = None,
+    limits: Limits | None = None,
+    batch_interval_s: float = 5.0,
+    max_batches: int | None = None,
+    until_caught_up: bool = False,
+    on_data_loss: str = "fail",
+    force: bool = False,
+    lease_s: float = 60.0,
+    read: ReadOptions | None = None,
+    stop: threading.Event | None = None,
+) -> JobSummary:
+    """Run `job` on `spark` until stopped; returns a summary. Raises our errors with context."""
+    if not isinstance(job, str) or not job.strip() or len(job) > 200:
+        raise ConfigError("job", f"{job!r}: give a non-empty job name of at most 200 characters")
+    if batch_interval_s < 0:
+        raise ConfigError("batch_interval_s", f"must be >= 0 seconds, got {batch_interval_s}")
+    if max_batches is not None and max_batches <= 0:
+        raise ConfigError("max_batches", f"must be > 0 or None, got {max_batches}")
+    selection = TopicSelection(tuple(topics), topic_pattern)
+    limits = limits or Limits()
+    read = read or ReadOptions()
+    stop = stop or threading.Event()
+    engine = engine_for(database)
+    run = start_run(engine, database, job, force=force, lease_s=lease_s)
+    summary = JobSummary(job=job, generation=run.generation)
+    started = time.monotonic()
+    restore = _install_signal_handlers(stop)
+    try:
+        while True:
+            if stop.is_set():
+                summary.stopped_by = "signal"
+                break
+            heartbeat(engine, database, run)  # Fenced if a newer run started
+            plan = plan_batch(
+                engine, database, kafka, job=job, selection=selection, start=start, limits=limits,
+                on_data_loss=on_data_loss,
+            )
+            if plan.ranges:
+                _run_batch(spark, summary, run, plan.ranges, database, kafka, writer, read, plan.lag_after)
+                if max_batches is not None and summary.batches >= max_batches:
+                    summary.stopped_by = "max_batches"
+                    break
+                continue
+            if until_caught_up:
+                summary.stopped_by = "caught_up"
+                break
+            stop.wait(batch_interval_s)
+    finally:
+        restore()
+        end_run(engine, database, run)
+        summary.seconds = time.monotonic() - started
+        engine.dispose()
+    return summary
+
+
+def _run_batch(
+    spark: Any,
+    summary: JobSummary,
+    run: Run,
+    ranges: tuple[Any, ...],
+    database: DatabaseSettings,
+    kafka: KafkaSettings,
+    writer: Writer,
+    read: ReadOptions,
+    lag_after: int,
+) -> None:
+    number = summary.batches + 1
+    batch = Batch(number, ranges, spark, database, kafka, run, read)
+    t0 = time.monotonic()
+    try:
+        reports = writer.commit(batch)
+    except TxnOffsetsError:
+        raise
+    except Exception as exc:
+        raise BatchFailed(run.job, number, _spark_error_summary(exc)) from exc
+    for report in reports:
+        if report.error is not None:
+            raise report.error
+    records = sum(max(0, r.records) for r in reports)
+    committed = sum(1 for r in reports if r.outcome == "committed")
+    already = sum(1 for r in reports if r.outcome == "already_committed")
+    summary.batches = number
+    summary.records += records
+    summary.committed += committed
+    summary.already_committed += already
+    summary.outcomes.extend(reports)
+    logger.info(
+        "job=%r batch=%d ranges=%d records=%d committed=%d already_committed=%d seconds=%.2f lag=%d",
+        run.job, number, len(ranges), records, committed, already, time.monotonic() - t0, lag_after,
+    )
+
+
+def _spark_error_summary(exc: BaseException) -> str:
+    """The Python error inside a Spark failure, without the JVM stack trace."""
+    text = str(exc)
+    for line in reversed(text.splitlines()):
+        stripped = line.strip()
+        if stripped.startswith(("txn_offsets.", "psycopg.", "sqlalchemy.")) or "Error:" in stripped:
+            return stripped[:1000]
+    return text.splitlines()[0][:1000] if text else type(exc).__name__
+
+
+def _install_signal_handlers(stop: threading.Event) -> Any:
+    """Stop between batches on SIGTERM/SIGINT (only possible from the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        logger.info("received %s: stopping after the current batch", signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def restore() -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+    return restore
