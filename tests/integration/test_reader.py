@@ -1,0 +1,131 @@
+"""The exact range reader against the real broker: gaps from transaction markers, aborted records,
+marker-only ranges, compaction, out-of-range starts and a dead broker."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+
+from tests.fix_services import TopicFactory
+from txn_offsets.config import KafkaSettings
+from txn_offsets.errors import KafkaReadError
+from txn_offsets.kafka.metadata import watermarks
+from txn_offsets.kafka.reader import read_range
+from txn_offsets.ranges import OffsetRange
+
+
+def _tx_producer(bootstrap: str) -> Producer:
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{uuid.uuid4().hex}"})
+    producer.init_transactions(30)
+    return producer
+
+
+def _tx(producer: Producer, topic: str, values: list[bytes], *, commit: bool) -> None:
+    producer.begin_transaction()
+    for v in values:
+        producer.produce(topic, value=v, partition=0)
+    producer.flush(30)
+    if commit:
+        producer.commit_transaction(30)
+    else:
+        producer.abort_transaction(30)
+
+
+def test_transactions_with_gaps(kafka_bootstrap: str, topic_factory: TopicFactory) -> None:
+    topic = topic_factory(partitions=1)
+    kafka = KafkaSettings(kafka_bootstrap)
+    producer = _tx_producer(kafka_bootstrap)
+    _tx(producer, topic, [b"a0", b"a1", b"a2"], commit=True)  # 0-2, marker 3
+    _tx(producer, topic, [b"x0", b"x1"], commit=False)  # 4-5 aborted, marker 6
+    _tx(producer, topic, [b"b0"], commit=True)  # 7, marker 8
+    low, end = watermarks(kafka, [(topic, 0)])[(topic, 0)]
+    assert (low, end) == (0, 9)
+    whole = list(read_range(kafka, OffsetRange(topic, 0, 0, end)))
+    assert [(r.offset, r.value) for r in whole] == [(0, b"a0"), (1, b"a1"), (2, b"a2"), (7, b"b0")]
+    # ranges cut anywhere give the same records, each exactly once
+    pieces = [OffsetRange(topic, 0, a, b) for a, b in [(0, 2), (2, 4), (4, 7), (7, 9)]]
+    split = [r.offset for rng in pieces for r in read_range(kafka, rng)]
+    assert split == [0, 1, 2, 7]
+    # ranges holding only markers / aborted records end by position and yield nothing
+    assert list(read_range(kafka, OffsetRange(topic, 0, 3, 7))) == []
+    assert list(read_range(kafka, OffsetRange(topic, 0, 8, 9))) == []
+    assert list(read_range(kafka, OffsetRange(topic, 0, 5, 5))) == []
+
+
+def test_open_transaction_bounds_the_lso(kafka_bootstrap: str, topic_factory: TopicFactory) -> None:
+    topic = topic_factory(partitions=1)
+    kafka = KafkaSettings(kafka_bootstrap)
+    producer = _tx_producer(kafka_bootstrap)
+    _tx(producer, topic, [b"c0", b"c1"], commit=True)  # 0-1, marker 2
+    producer.begin_transaction()
+    producer.produce(topic, value=b"open", partition=0)
+    producer.flush(30)
+    _, lso = watermarks(kafka, [(topic, 0)])[(topic, 0)]
+    _, hwm = watermarks(KafkaSettings(kafka_bootstrap, isolation_level="read_uncommitted"), [(topic, 0)])[
+        (topic, 0)
+    ]
+    assert (lso, hwm) == (3, 4)  # the planner never plans past the open transaction
+    assert [r.value for r in read_range(kafka, OffsetRange(topic, 0, 0, lso))] == [b"c0", b"c1"]
+    producer.abort_transaction(30)
+
+
+def test_compacted_topic(kafka_bootstrap: str, topic_factory: TopicFactory) -> None:
+    topic = topic_factory(
+        partitions=1,
+        config={
+            "cleanup.policy": "compact",
+            "segment.ms": "100",
+            "min.cleanable.dirty.ratio": "0.01",
+            "delete.retention.ms": "100",
+            "min.compaction.lag.ms": "0",
+        },
+    )
+    kafka = KafkaSettings(kafka_bootstrap)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for round_ in range(20):
+        for key in range(5):
+            producer.produce(topic, key=f"k{key}".encode(), value=f"{round_}".encode())
+        producer.flush(30)
+        time.sleep(0.15)  # roll segments so the cleaner has something to compact
+    _, end = watermarks(kafka, [(topic, 0)])[(topic, 0)]
+    assert end == 100
+    deadline = time.monotonic() + 60
+    records = list(read_range(kafka, OffsetRange(topic, 0, 0, end)))
+    while len(records) == 100 and time.monotonic() < deadline:
+        time.sleep(2)
+        records = list(read_range(kafka, OffsetRange(topic, 0, 0, end)))
+    assert len(records) < 100, "the cleaner never compacted the topic"
+    offsets = [r.offset for r in records]
+    assert offsets == sorted(offsets)
+    assert all(0 <= o < end for o in offsets)
+    latest = {r.key: r.value for r in records}
+    assert latest == {f"k{k}".encode(): b"19" for k in range(5)}
+
+
+def test_deleted_start_is_an_error_not_a_jump(kafka_bootstrap: str, topic_factory: TopicFactory) -> None:
+    from confluent_kafka import TopicPartition
+
+    topic = topic_factory(partitions=1)
+    kafka = KafkaSettings(kafka_bootstrap)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(10):
+        producer.produce(topic, value=str(i).encode(), partition=0)
+    producer.flush(30)
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    for fut in admin.delete_records([TopicPartition(topic, 0, 5)]).values():
+        fut.result(30)
+    with pytest.raises(KafkaReadError, match=r"offset 0 is no longer in the log"):
+        list(read_range(kafka, OffsetRange(topic, 0, 0, 10), stall_timeout_s=20))
+    assert [r.offset for r in read_range(kafka, OffsetRange(topic, 0, 5, 10))] == [5, 6, 7, 8, 9]
+
+
+def test_unreachable_broker_stalls_into_a_clear_error() -> None:
+    kafka = KafkaSettings("127.0.0.1:1", {"socket.connection.setup.timeout.ms": 1000})
+    t0 = time.monotonic()
+    with pytest.raises(KafkaReadError, match="no progress for 3s"):
+        list(read_range(kafka, OffsetRange("nowhere", 0, 0, 10), stall_timeout_s=3, poll_timeout_s=0.5))
+    assert time.monotonic() - t0 < 30
