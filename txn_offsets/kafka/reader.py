@@ -67,11 +67,17 @@ def _record(msg: Message) -> Record:
         topic=msg.topic() or "",
         partition=msg.partition() or 0,
         offset=msg.offset() or 0,
-        key=msg.key(),  # type: ignore[arg-type]
-        value=msg.value(),  # type: ignore[arg-type]
+        key=_as_bytes(msg.key()),
+        value=_as_bytes(msg.value()),
         timestamp_ms=ts if ts_type != 0 and ts >= 0 else None,
-        headers=tuple((k, v) for k, v in headers) if headers else (),  # type: ignore[misc]
+        headers=tuple((str(h[0]), _as_bytes(h[1])) for h in headers) if headers else (),
     )
+
+
+def _as_bytes(value: object) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    return str(value).encode()
 
 
 def read_range(
@@ -111,7 +117,10 @@ def read_range(
                     break
                 if offset < position:
                     raise KafkaReadError(
-                        rng.topic, rng.partition, rng.start, rng.until,
+                        rng.topic,
+                        rng.partition,
+                        rng.start,
+                        rng.until,
                         f"offset {offset} delivered after position {position}: offsets must be monotonic",
                     )
                 yield _record(msg)
@@ -123,7 +132,10 @@ def read_range(
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > stall_timeout_s:
                 raise KafkaReadError(
-                    rng.topic, rng.partition, rng.start, rng.until,
+                    rng.topic,
+                    rng.partition,
+                    rng.start,
+                    rng.until,
                     f"no progress for {stall_timeout_s:.0f}s at offset {position} (is the broker at "
                     f"{kafka.bootstrap_servers} reachable? was the range planned past the end offset?)",
                 )

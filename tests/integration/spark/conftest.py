@@ -1,0 +1,56 @@
+"""Shared helpers for the Spark job tests: a migrated offsets schema and a producer of keyed data."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Iterator
+
+import pytest
+import sqlalchemy as sa
+from confluent_kafka import Producer
+
+from txn_offsets import migrate
+from txn_offsets.config import DatabaseSettings, KafkaSettings
+
+
+@pytest.fixture
+def db(database_url: str, pg_schema: str) -> DatabaseSettings:
+    settings = DatabaseSettings(database_url, schema=pg_schema)
+    migrate.upgrade(settings)
+    return settings
+
+
+@pytest.fixture
+def kafka(kafka_bootstrap: str) -> KafkaSettings:
+    return KafkaSettings(kafka_bootstrap)
+
+
+@pytest.fixture
+def counts_table(engine: sa.Engine, db: DatabaseSettings) -> Iterator[str]:
+    """A result table `<schema>.counts(k, n)` for counting jobs."""
+    name = f'"{db.schema}".counts'
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"CREATE TABLE {name} (k text PRIMARY KEY, n bigint NOT NULL)"))
+    yield name
+
+
+Produce = Callable[..., collections.Counter[str]]
+
+
+@pytest.fixture
+def produce(kafka_bootstrap: str) -> Produce:
+    """produce(topic, n, partitions, keys=97, start=0) -> Counter of keys produced."""
+
+    def run(topic: str, n: int, partitions: int, keys: int = 97, start: int = 0) -> collections.Counter[str]:
+        producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 10})
+        expected: collections.Counter[str] = collections.Counter()
+        for i in range(start, start + n):
+            key = f"k{(i * 7919) % keys}"
+            expected[key] += 1
+            producer.produce(topic, key=key.encode(), value=b"1", partition=i % partitions)
+            if i % 5000 == 0:
+                producer.poll(0)
+        assert producer.flush(60) == 0
+        return expected
+
+    return run
