@@ -1,0 +1,44 @@
+"""Fixtures of the offset store tests: settings for a fresh schema, migrated, and a started run."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+
+from txn_offsets import migrate
+from txn_offsets.config import DatabaseSettings, Secret
+from txn_offsets.runs import Run, start_run
+
+from .helpers import Aggregate
+
+
+@pytest.fixture
+def db(database_url: str, pg_schema: str) -> DatabaseSettings:
+    """Settings for this test's own (not yet created) schema."""
+    return DatabaseSettings(Secret(database_url), schema=pg_schema)
+
+
+@pytest.fixture
+def migrated(db: DatabaseSettings) -> DatabaseSettings:
+    """The schema, created and migrated to head."""
+    assert migrate.upgrade(db) == migrate.head()
+    return db
+
+
+@pytest.fixture
+def run(engine: sa.Engine, migrated: DatabaseSettings, job_name: str) -> Run:
+    return start_run(engine, migrated, job_name)
+
+
+@pytest.fixture
+def admin_engine(admin_database_url: str) -> Iterator[sa.Engine]:
+    eng = sa.create_engine(admin_database_url, pool_size=2)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+def aggregate(engine: sa.Engine, migrated: DatabaseSettings) -> Aggregate:
+    return Aggregate(engine, migrated.schema)

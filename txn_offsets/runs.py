@@ -1,0 +1,191 @@
+"""Runs of a job: the fencing generation and the lease of the live run.
+
+Starting a run bumps the job's generation in the same transaction that takes the lease, so every
+older run is fenced from then on: its claims carry the old generation and no longer match.
+
+Why the claim cannot slip past a new run: a claim locks the job row ``FOR KEY SHARE`` until its
+transaction ends, and everything that bumps the generation (a new run, an admin reset) first locks
+the row ``FOR UPDATE``, which conflicts with it. So the bump waits for claims already in flight,
+and claims that start later see the new generation. Heartbeats update only non-key columns, which
+does not conflict with ``FOR KEY SHARE``: a heartbeat never waits for a batch commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+from txn_offsets.config import DatabaseSettings
+from txn_offsets.database import sqlstate, translate_errors
+from txn_offsets.errors import ConfigError, Fenced, JobAlreadyRunning, UnknownJob
+from txn_offsets.schema import tables_for
+
+__all__ = ["JobState", "Run", "end_run", "heartbeat", "lock_job", "start_run", "validate_job"]
+
+logger = logging.getLogger(__name__)
+
+_MAX_JOB_NAME = 200
+
+
+def _seconds(value: object) -> sa.ColumnElement[object]:
+    """An interval of `value` seconds (a bound value or a column)."""
+    return sa.func.make_interval(0, 0, 0, 0, 0, 0, value)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of a job. Picklable: executors carry it to fence their claims."""
+
+    job: str
+    generation: int
+    run_id: str
+
+
+@dataclass(frozen=True)
+class JobState:
+    """A job row as read under lock, with the lease evaluated by the database clock."""
+
+    job: str
+    generation: int
+    run_id: str | None
+    heartbeat_at: datetime | None
+    lease_until: datetime | None
+    live: bool
+    heartbeat_age_s: float
+
+
+def validate_job(job: str) -> str:
+    """Job names are free text (they are bound values, never identifiers) but must be sane."""
+    if not isinstance(job, str) or not job.strip() or len(job) > _MAX_JOB_NAME or not job.isprintable():
+        raise ConfigError("job", f"{job!r}: give a non-empty printable name of at most {_MAX_JOB_NAME} chars")
+    return job
+
+
+def _validate_lease(lease_s: float) -> float:
+    if not lease_s > 0:
+        raise ConfigError("lease_s", f"must be > 0 seconds, got {lease_s}")
+    return float(lease_s)
+
+
+def lock_job(conn: sa.Connection, db: DatabaseSettings, job: str, *, for_update: bool = True) -> JobState:
+    """Read the job row, locked ``FOR UPDATE`` by default (waits for claims in flight)."""
+    jobs = tables_for(db.schema).jobs
+    age = sa.func.coalesce(sa.extract("epoch", sa.func.now() - jobs.c.heartbeat_at), 0.0)
+    stmt = sa.select(
+        jobs.c.job,
+        jobs.c.generation,
+        jobs.c.run_id,
+        jobs.c.heartbeat_at,
+        jobs.c.lease_until,
+        sa.and_(jobs.c.run_id.is_not(None), jobs.c.lease_until > sa.func.now()).label("live"),
+        age.label("age"),
+    ).where(jobs.c.job == job)
+    if for_update:
+        stmt = stmt.with_for_update()
+    row = conn.execute(stmt).one_or_none()
+    if row is None:
+        raise UnknownJob(job)
+    return JobState(
+        row.job, row.generation, row.run_id, row.heartbeat_at, row.lease_until, bool(row.live), float(row.age)
+    )
+
+
+def start_run(
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    job: str,
+    *,
+    force: bool = False,
+    lease_s: float = 60.0,
+    lock_timeout_s: float = 30.0,
+) -> Run:
+    """Start a run of `job`: bump the generation (fencing older runs) and take the lease.
+
+    Refuses with JobAlreadyRunning while another run's lease is live, unless `force`.
+    """
+    validate_job(job)
+    lease = _validate_lease(lease_s)
+    jobs = tables_for(db.schema).jobs
+    run_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+    with translate_errors(db), engine.begin() as conn:
+        # a claim stuck in flight must not hang the start forever (bound value: no SQL built here)
+        conn.execute(
+            sa.text("SELECT set_config('lock_timeout', :v, true)"), {"v": f"{int(lock_timeout_s * 1000)}ms"}
+        )
+        ins = pg_insert(jobs).values(job=job).on_conflict_do_nothing()
+        conn.execute(ins)
+        try:
+            with conn.begin_nested():
+                state = lock_job(conn, db, job)
+        except sa.exc.OperationalError as exc:
+            if sqlstate(exc) != "55P03":  # lock_not_available
+                raise
+            # a batch of the current run is committing and did not finish in time
+            state = lock_job(conn, db, job, for_update=False)
+            raise JobAlreadyRunning(
+                job, state.run_id or "(a transaction in flight)", state.generation, state.heartbeat_age_s
+            ) from None
+        if state.live and not force:
+            raise JobAlreadyRunning(job, state.run_id or "?", state.generation, state.heartbeat_age_s)
+        if state.live:
+            logger.warning(
+                "job %r: forcing a new run, fencing live run %r (generation %r)",
+                job,
+                state.run_id,
+                state.generation,
+            )
+        generation = conn.execute(
+            sa.update(jobs)
+            .where(jobs.c.job == job)
+            .values(
+                generation=jobs.c.generation + 1,
+                run_id=run_id,
+                run_host=socket.gethostname(),
+                lease_s=lease,
+                started_at=sa.func.now(),
+                heartbeat_at=sa.func.now(),
+                lease_until=sa.func.now() + _seconds(lease),
+            )
+            .returning(jobs.c.generation)
+        ).scalar_one()
+    logger.info("job %r: started run %r, generation %r", job, run_id, generation)
+    return Run(job, generation, run_id)
+
+
+def heartbeat(engine: sa.Engine, db: DatabaseSettings, run: Run) -> None:
+    """Extend the lease of `run`; raises Fenced if a newer run (or a reset) took the job."""
+    jobs = tables_for(db.schema).jobs
+    with translate_errors(db), engine.begin() as conn:
+        updated = conn.execute(
+            sa.update(jobs)
+            .where(jobs.c.job == run.job, jobs.c.generation == run.generation, jobs.c.run_id == run.run_id)
+            .values(
+                heartbeat_at=sa.func.now(),
+                lease_until=sa.func.now() + _seconds(sa.func.coalesce(jobs.c.lease_s, 60.0)),
+            )
+        ).rowcount
+        if updated == 1:
+            return
+        state = lock_job(conn, db, run.job, for_update=False)
+    raise Fenced(run.job, run.generation, state.generation)
+
+
+def end_run(engine: sa.Engine, db: DatabaseSettings, run: Run) -> bool:
+    """Release the lease if `run` still holds it; returns whether it did (False: fenced meanwhile)."""
+    jobs = tables_for(db.schema).jobs
+    with translate_errors(db), engine.begin() as conn:
+        released = conn.execute(
+            sa.update(jobs)
+            .where(jobs.c.job == run.job, jobs.c.generation == run.generation, jobs.c.run_id == run.run_id)
+            .values(run_id=None, lease_until=None)
+        ).rowcount
+    if released != 1:
+        logger.info("job %r: run %r no longer held the lease at its end", run.job, run.run_id)
+    return released == 1

@@ -1,0 +1,362 @@
+"""Offset rows: load, seed, the guarded claim and its classification, audited admin moves.
+
+Every function runs SQL on a Connection it is given and never commits or rolls back: the caller
+(:mod:`txn_offsets.transaction`, or an admin command) owns the transaction. The classifiers are
+pure functions, so the protocol's decisions can be property-tested without a database.
+"""
+
+from __future__ import annotations
+
+import enum
+import getpass
+import logging
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+from txn_offsets.config import DatabaseSettings
+from txn_offsets.errors import ConfigError, Fenced, OffsetConflict, UnknownJob
+from txn_offsets.ranges import OffsetRange, TopicPartition
+from txn_offsets.runs import Run, lock_job
+from txn_offsets.schema import AUDIT_ACTIONS, tables_for
+
+__all__ = [
+    "ClaimResult",
+    "OffsetChange",
+    "Settled",
+    "claim",
+    "classify_claim",
+    "classify_reread",
+    "default_actor",
+    "load_offsets",
+    "reread",
+    "reset_offsets",
+    "seed_offsets",
+    "skip_lost",
+]
+
+logger = logging.getLogger(__name__)
+
+
+class ClaimResult(enum.StrEnum):
+    """What a guarded claim did."""
+
+    CLAIMED = "claimed"  # the row moved from the range's start to its end in this transaction
+    ALREADY_COMMITTED = "already_committed"  # the row is already at the range's end
+
+
+class Settled(enum.StrEnum):
+    """Where the rows of a batch were found after its transaction ended without a clear answer."""
+
+    AT_UNTIL = "at_until"  # every range is committed (by this attempt or by a duplicate)
+    AT_START = "at_start"  # nothing of the batch was committed
+
+
+@dataclass(frozen=True)
+class OffsetChange:
+    """One audited move of a stored offset (``old`` None: the row did not exist)."""
+
+    topic: str
+    partition: int
+    old: int | None
+    new: int
+
+
+def default_actor() -> str:
+    """Who is acting, for the audit table: OS user at host."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (containers) and no LOGNAME/USER
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def classify_claim(
+    job: str, rng: OffsetRange, found_off: int | None, found_generation: int | None, my_generation: int
+) -> ClaimResult:
+    """Classify a claim that updated no row, from the row re-read afterwards.
+
+    A newer generation wins over everything (this run must stop); then ``off == until`` means
+    this exact range was committed before (a retry, a speculative copy); anything else is a
+    conflict that must not be retried into success.
+    """
+    if found_generation is None:
+        raise UnknownJob(job)
+    if found_generation != my_generation:
+        raise Fenced(job, my_generation, found_generation)
+    if found_off == rng.until:
+        return ClaimResult.ALREADY_COMMITTED
+    raise OffsetConflict(job, rng.topic, rng.partition, rng.start, found_off)
+
+
+def classify_reread(
+    job: str,
+    ranges: Sequence[OffsetRange],
+    found: Mapping[TopicPartition, int | None],
+    found_generation: int | None,
+    my_generation: int,
+) -> Settled:
+    """Classify a batch whose transaction ended without a clear answer (lost COMMIT, 40001).
+
+    All rows at their range's end means the batch is committed (a committed batch stays
+    committed even if a newer run started since); all at their start means nothing happened.
+    Anything in between is a conflict, reported on the range that explains it best.
+    """
+    if ranges and all(found.get(r.key) == r.until for r in ranges):
+        return Settled.AT_UNTIL
+    if found_generation is None:
+        raise UnknownJob(job)
+    if found_generation != my_generation:
+        raise Fenced(job, my_generation, found_generation)
+    if all(found.get(r.key) == r.start for r in ranges):
+        return Settled.AT_START
+    odd = [r for r in ranges if found.get(r.key) not in (r.start, r.until)]
+    worst = odd[0] if odd else next(r for r in ranges if found.get(r.key) != r.start)
+    raise OffsetConflict(job, worst.topic, worst.partition, worst.start, found.get(worst.key))
+
+
+def load_offsets(conn: sa.Connection, db: DatabaseSettings, job: str) -> dict[TopicPartition, int]:
+    """The stored offset of every partition of `job` (empty for a job without rows)."""
+    offsets = tables_for(db.schema).offsets
+    rows = conn.execute(
+        sa.select(offsets.c.topic, offsets.c.part, offsets.c.off)
+        .where(offsets.c.job == job)
+        .order_by(offsets.c.topic, offsets.c.part)
+    )
+    return {(r.topic, r.part): r.off for r in rows}
+
+
+def _check_offsets(offsets: Mapping[TopicPartition, int]) -> None:
+    for (topic, part), off in offsets.items():
+        if not isinstance(topic, str) or not topic:
+            raise ConfigError("topic", f"{topic!r} is not a topic name")
+        if isinstance(part, bool) or not isinstance(part, int) or part < 0:
+            raise ConfigError("partition", f"{part!r} of topic {topic!r} must be an integer >= 0")
+        if isinstance(off, bool) or not isinstance(off, int) or off < 0:
+            raise ConfigError("offset", f"{off!r} for {topic}[{part}] must be an integer >= 0")
+
+
+def _check_audit(action: str, reason: str, actor: str) -> None:
+    if action not in AUDIT_ACTIONS:
+        raise ConfigError("action", f"{action!r}: use one of {', '.join(AUDIT_ACTIONS)}")
+    if not reason or not reason.strip():
+        raise ConfigError("reason", "is empty; say why the offsets move (it goes to the audit table)")
+    if not actor or not actor.strip():
+        raise ConfigError("actor", "is empty; say who moves the offsets")
+
+
+def _audit(
+    conn: sa.Connection,
+    db: DatabaseSettings,
+    job: str,
+    changes: Sequence[OffsetChange],
+    *,
+    action: str,
+    reason: str,
+    actor: str,
+    generation: int | None,
+) -> None:
+    if not changes:
+        return
+    audit = tables_for(db.schema).audit
+    conn.execute(
+        sa.insert(audit),
+        [
+            {
+                "job": job,
+                "topic": c.topic,
+                "part": c.partition,
+                "old_off": c.old,
+                "new_off": c.new,
+                "action": action,
+                "reason": reason,
+                "actor": actor,
+                "generation": generation,
+            }
+            for c in changes
+        ],
+    )
+
+
+def seed_offsets(
+    conn: sa.Connection,
+    db: DatabaseSettings,
+    job: str,
+    offsets: Mapping[TopicPartition, int],
+    *,
+    action: str = "seed",
+    reason: str,
+    actor: str,
+) -> dict[TopicPartition, int]:
+    """Create rows for partitions that have none; returns what was inserted (existing rows win)."""
+    _check_offsets(offsets)
+    _check_audit(action, reason, actor)
+    if not offsets:
+        return {}
+    t = tables_for(db.schema)
+    state = lock_job(conn, db, job, for_update=False)
+    stmt = (
+        pg_insert(t.offsets)
+        .values(
+            [{"job": job, "topic": tp, "part": p, "off": off} for (tp, p), off in sorted(offsets.items())]
+        )
+        .on_conflict_do_nothing(index_elements=["job", "topic", "part"])
+        .returning(t.offsets.c.topic, t.offsets.c.part, t.offsets.c.off)
+    )
+    inserted = {(r.topic, r.part): r.off for r in conn.execute(stmt)}
+    changes = [OffsetChange(tp, p, None, off) for (tp, p), off in sorted(inserted.items())]
+    _audit(conn, db, job, changes, action=action, reason=reason, actor=actor, generation=state.generation)
+    if inserted:
+        logger.info("job %r: seeded %r partitions (%r)", job, len(inserted), action)
+    return inserted
+
+
+def claim(conn: sa.Connection, db: DatabaseSettings, run: Run, rng: OffsetRange) -> ClaimResult:
+    """The guarded advance ``off: start -> until`` of one range, fenced by the run's generation.
+
+    The job row is locked FOR KEY SHARE until the transaction ends, so a new run or a reset (which
+    lock it FOR UPDATE) waits for this transaction and can never be overtaken by it.
+    """
+    t = tables_for(db.schema)
+    gen = (
+        sa.select(t.jobs.c.job, t.jobs.c.generation)
+        .where(t.jobs.c.job == run.job)
+        .with_for_update(read=True, key_share=True)
+        .cte("gen")
+    )
+    o = t.offsets
+    stmt = (
+        sa.update(o)
+        .where(
+            o.c.job == run.job,
+            o.c.topic == rng.topic,
+            o.c.part == rng.partition,
+            o.c.off == rng.start,
+            o.c.job == gen.c.job,
+            gen.c.generation == run.generation,
+        )
+        .values(off=rng.until, updated_at=sa.func.now())
+    )
+    if conn.execute(stmt).rowcount == 1:
+        return ClaimResult.CLAIMED
+    found, generation = reread(conn, db, run.job, [rng.key], lock=False)
+    return classify_claim(run.job, rng, found.get(rng.key), generation, run.generation)
+
+
+def reread(
+    conn: sa.Connection, db: DatabaseSettings, job: str, keys: Sequence[TopicPartition], *, lock: bool = True
+) -> tuple[dict[TopicPartition, int | None], int | None]:
+    """The rows' offsets (None: no row) and the job's generation (None: no job).
+
+    With `lock`, the rows are read FOR UPDATE: that waits until any transaction still holding
+    them (a COMMIT whose client vanished) has ended, so the answer is final, not a guess.
+    """
+    t = tables_for(db.schema)
+    o = t.offsets
+    stmt = sa.select(o.c.topic, o.c.part, o.c.off).where(
+        o.c.job == job, sa.tuple_(o.c.topic, o.c.part).in_(list(keys))
+    )
+    if lock:
+        stmt = stmt.order_by(o.c.topic, o.c.part).with_for_update()
+    found: dict[TopicPartition, int | None] = dict.fromkeys(keys)
+    found.update({(r.topic, r.part): r.off for r in conn.execute(stmt)})
+    generation = conn.execute(sa.select(t.jobs.c.generation).where(t.jobs.c.job == job)).scalar_one_or_none()
+    return found, generation
+
+
+def skip_lost(  # noqa: PLR0917 - positional order is the planner's contract
+    conn: sa.Connection,
+    db: DatabaseSettings,
+    job: str,
+    topic: str,
+    part: int,
+    old: int,
+    new: int,
+    reason: str,
+    *,
+    actor: str | None = None,
+    generation: int | None = None,
+) -> bool:
+    """Move past offsets Kafka deleted (data-loss policy 'skip'), audited. Returns False when the
+    row was already moved to `new` (a retry); raises OffsetConflict if it is anywhere else."""
+    who = actor or default_actor()
+    _check_offsets({(topic, part): old})
+    _check_offsets({(topic, part): new})
+    _check_audit("data_loss_skip", reason, who)
+    if new < old:
+        raise ConfigError(
+            "new offset", f"{new} is below {old} for {topic}[{part}]; a skip only moves forward"
+        )
+    state = lock_job(conn, db, job, for_update=False)
+    if generation is not None and state.generation != generation:
+        raise Fenced(job, generation, state.generation)
+    o = tables_for(db.schema).offsets
+    moved = conn.execute(
+        sa.update(o)
+        .where(o.c.job == job, o.c.topic == topic, o.c.part == part, o.c.off == old)
+        .values(off=new, updated_at=sa.func.now())
+    ).rowcount
+    if moved != 1:
+        found, _ = reread(conn, db, job, [(topic, part)], lock=False)
+        if found[(topic, part)] == new:
+            return False
+        raise OffsetConflict(job, topic, part, old, found[(topic, part)])
+    change = OffsetChange(topic, part, old, new)
+    _audit(
+        conn,
+        db,
+        job,
+        [change],
+        action="data_loss_skip",
+        reason=reason,
+        actor=who,
+        generation=state.generation,
+    )
+    logger.warning("job %r: skipped lost offsets %r..%r of %s[%r]", job, old, new, topic, part)
+    return True
+
+
+def reset_offsets(
+    conn: sa.Connection,
+    db: DatabaseSettings,
+    job: str,
+    targets: Mapping[TopicPartition, int],
+    *,
+    reason: str,
+    actor: str,
+) -> list[OffsetChange]:
+    """The admin reset: set the offsets, audit each change, bump the generation and drop the lease.
+
+    The job row is locked FOR UPDATE first, so claims in flight finish before the old values are
+    read; the generation bump then fences the run that planned from them. Checking whether a live
+    run may be fenced is the caller's decision (see :mod:`txn_offsets.commands`).
+    """
+    _check_offsets(targets)
+    _check_audit("reset", reason, actor)
+    if not targets:
+        raise ConfigError("reset", "no partitions selected")
+    lock_job(conn, db, job)
+    t = tables_for(db.schema)
+    current = load_offsets(conn, db, job)
+    changes = [OffsetChange(tp, p, current.get((tp, p)), off) for (tp, p), off in sorted(targets.items())]
+    upsert = pg_insert(t.offsets).values(
+        [{"job": job, "topic": c.topic, "part": c.partition, "off": c.new} for c in changes]
+    )
+    conn.execute(
+        upsert.on_conflict_do_update(
+            index_elements=["job", "topic", "part"],
+            set_={"off": upsert.excluded.off, "updated_at": sa.func.now()},
+        )
+    )
+    generation = conn.execute(
+        sa.update(t.jobs)
+        .where(t.jobs.c.job == job)
+        .values(generation=t.jobs.c.generation + 1, run_id=None, lease_until=None)
+        .returning(t.jobs.c.generation)
+    ).scalar_one()
+    _audit(conn, db, job, changes, action="reset", reason=reason, actor=actor, generation=generation)
+    logger.warning("job %r: offsets of %r partitions reset by %r", job, len(changes), actor)
+    return changes

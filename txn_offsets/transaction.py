@@ -1,0 +1,182 @@
+"""The one owner of a batch's transaction: begin, claim every range, write, commit — or classify.
+
+Both writers (one partition per executor task, or one whole batch on the driver) call
+:func:`commit_ranges`. The ranges are claimed FIRST, in (topic, partition) order so that two
+batches touching the same partitions lock them in the same order and cannot deadlock; a duplicate
+attempt therefore blocks on the first row before it has written anything.
+
+When the transaction ends without a clear answer, the outcome is never guessed. A lost
+connection during COMMIT, a serialization failure (40001, REPEATABLE READ/SERIALIZABLE) or a
+deadlock (40P01) is resolved by re-reading the rows on a fresh connection with ``FOR UPDATE``,
+which waits for any transaction still holding them, then classifying
+(:func:`txn_offsets.store.classify_reread`).
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from txn_offsets import store
+from txn_offsets.config import DatabaseSettings
+from txn_offsets.database import is_connection_lost, is_retryable, sqlstate, translate_errors
+from txn_offsets.errors import CommitNotApplied, ConfigError, OffsetConflict
+from txn_offsets.ranges import OffsetRange
+from txn_offsets.runs import Run
+
+__all__ = ["ISOLATION_LEVELS", "Outcome", "RangeOutcome", "Writer", "commit_ranges"]
+
+logger = logging.getLogger(__name__)
+
+ISOLATION_LEVELS = ("READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE")
+
+Writer = Callable[[sa.Connection], None]
+
+
+class Outcome(enum.StrEnum):
+    """What happened to a range. Both are success: the range's records are applied exactly once."""
+
+    COMMITTED = "committed"
+    ALREADY_COMMITTED = "already_committed"
+
+
+@dataclass(frozen=True)
+class RangeOutcome:
+    range: OffsetRange
+    outcome: Outcome
+
+
+class _Retry(Exception):
+    """Internal: the attempt was rolled back by Postgres and nothing was committed."""
+
+
+def _validate(
+    run: Run, ranges: Sequence[OffsetRange], isolation_level: str, max_attempts: int
+) -> list[OffsetRange]:
+    if not isinstance(run, Run):
+        raise ConfigError("run", f"expected a txn_offsets.runs.Run, got {type(run).__name__}")
+    if isolation_level not in ISOLATION_LEVELS:
+        raise ConfigError("isolation_level", f"{isolation_level!r}: use one of {', '.join(ISOLATION_LEVELS)}")
+    if max_attempts < 1:
+        raise ConfigError("max_attempts", f"must be >= 1, got {max_attempts}")
+    if isinstance(ranges, OffsetRange) or not ranges:
+        raise ConfigError("ranges", "give a non-empty sequence of OffsetRange (empty ranges are not run)")
+    bad = [r for r in ranges if not isinstance(r, OffsetRange)]
+    if bad:
+        raise ConfigError("ranges", f"{bad[0]!r} is not an OffsetRange")
+    ordered = sorted(ranges, key=lambda r: r.key)
+    for a, b in itertools.pairwise(ordered):
+        if a.key == b.key:
+            raise ConfigError("ranges", f"{a.topic}[{a.partition}] appears twice in one batch: {a} and {b}")
+    return ordered
+
+
+def _describe(ranges: Sequence[OffsetRange]) -> str:
+    shown = ", ".join(str(r) for r in ranges[:5])
+    return shown + (f" (+{len(ranges) - 5} more)" if len(ranges) > 5 else "")
+
+
+def commit_ranges(
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    run: Run,
+    ranges: Sequence[OffsetRange],
+    write: Writer | None = None,
+    *,
+    isolation_level: str = "READ COMMITTED",
+    max_attempts: int = 3,
+) -> list[RangeOutcome]:
+    """Claim `ranges`, run `write(conn)` in the same transaction, commit; outcomes in range order.
+
+    * every range already committed: roll back, `write` is never called, all ALREADY_COMMITTED;
+    * some claimed and some already committed, or any other offset: roll back, OffsetConflict;
+    * a newer generation of the job exists: roll back, Fenced;
+    * rolled back by Postgres (40001/40P01) with nothing committed: retried up to `max_attempts`
+      in all, then CommitNotApplied; a connection lost during COMMIT: re-read, never guessed.
+    """
+    ordered = _validate(run, ranges, isolation_level, max_attempts)
+    for attempt in range(1, max_attempts + 1):
+        try:
+            outcome = _attempt(engine, db, run, ordered, write=write, isolation_level=isolation_level)
+        except _Retry as exc:
+            if attempt == max_attempts:
+                raise CommitNotApplied(run.job, _describe(ordered), str(exc)) from None
+            logger.info("job %r: attempt %r rolled back (%s); retrying", run.job, attempt, exc)
+            continue
+        return [RangeOutcome(r, outcome) for r in ranges]
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _attempt(
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    run: Run,
+    ordered: list[OffsetRange],
+    *,
+    write: Writer | None,
+    isolation_level: str,
+) -> Outcome:
+    with translate_errors(db):
+        conn = engine.connect().execution_options(isolation_level=isolation_level)
+    committing = False
+    try:
+        with conn.begin() as tx:
+            # our statements: a missing table or a dead server becomes one of our errors. The
+            # caller's write is not translated: its errors are about its own tables.
+            with translate_errors(db):
+                results = [store.claim(conn, db, run, r) for r in ordered]
+            if all(r is store.ClaimResult.ALREADY_COMMITTED for r in results):
+                tx.rollback()
+                logger.info("job %r: %s already committed; nothing written", run.job, _describe(ordered))
+                return Outcome.ALREADY_COMMITTED
+            if store.ClaimResult.ALREADY_COMMITTED in results:
+                # part of this batch was committed by a different batch: never half-apply it
+                done = ordered[results.index(store.ClaimResult.ALREADY_COMMITTED)]
+                raise OffsetConflict(run.job, done.topic, done.partition, done.start, done.until)
+            if write is not None:
+                write(conn)
+            committing = True
+        # leaving the `with` block committed the transaction
+        return Outcome.COMMITTED
+    except sa.exc.DBAPIError as exc:
+        if is_retryable(exc):
+            cause = f"rolled back by PostgreSQL, sqlstate {sqlstate(exc)}"
+            return _settle(engine, db, run, ordered, cause=cause, ours_may_have_committed=False)
+        if committing and is_connection_lost(exc):
+            logger.warning("job %r: connection lost during COMMIT; re-reading the offsets", run.job)
+            cause = "connection lost during COMMIT"
+            return _settle(engine, db, run, ordered, cause=cause, ours_may_have_committed=True)
+        raise
+    finally:
+        conn.close()
+
+
+def _settle(
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    run: Run,
+    ordered: list[OffsetRange],
+    *,
+    cause: str,
+    ours_may_have_committed: bool,
+) -> Outcome:
+    """Decide the outcome from the rows themselves, on a fresh READ COMMITTED connection."""
+    with translate_errors(db), engine.connect() as fresh:
+        conn = fresh.execution_options(isolation_level="READ COMMITTED")
+        with conn.begin():
+            found, generation = store.reread(conn, db, run.job, [r.key for r in ordered], lock=True)
+    settled = store.classify_reread(run.job, ordered, found, generation, run.generation)
+    if settled is store.Settled.AT_UNTIL:
+        # after a lost COMMIT the rows at `until` are (almost always) ours; after 40001 they are
+        # a duplicate's. Either way the records are applied exactly once.
+        outcome = Outcome.COMMITTED if ours_may_have_committed else Outcome.ALREADY_COMMITTED
+        logger.info("job %r: %s; the offsets show %r", run.job, cause, outcome)
+        return outcome
+    if ours_may_have_committed:
+        raise CommitNotApplied(run.job, _describe(ordered), cause)
+    raise _Retry(cause)
