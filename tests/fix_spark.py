@@ -12,6 +12,7 @@ import pytest
 def spark() -> Iterator[Any]:
     from txn_offsets.spark.session import local_session
 
-    session = local_session("txn-offsets-tests", master="local[2]")
+    # local[2,3]: two cores, and a failed task is retried up to 3 times (as on a cluster)
+    session = local_session("txn-offsets-tests", master="local[2,3]")
     yield session
     session.stop()

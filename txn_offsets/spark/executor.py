@@ -70,8 +70,10 @@ def decoded(records: Iterable[Record], decode: Callable[[Record], T]) -> Iterato
     for rec in records:
         try:
             yield decode(rec)
-        except Exception as exc:  # noqa: BLE001 - any decoder failure rejects the record
-            raise RecordRejected(rec.topic, rec.partition, rec.offset, f"{type(exc).__name__}: {exc}") from exc
+        except Exception as exc:  # any decoder failure rejects the record
+            raise RecordRejected(
+                rec.topic, rec.partition, rec.offset, f"{type(exc).__name__}: {exc}"
+            ) from exc
 
 
 @dataclass(frozen=True)
@@ -86,11 +88,15 @@ class PartitionTask(Generic[A]):
     write: Callable[[sa.Connection, OffsetRange, A], None]
     read: ReadOptions = field(default_factory=ReadOptions)
     isolation_level: str = "READ COMMITTED"
+    after_commit: Callable[[OffsetRange, str], None] | None = None
 
     def __call__(self, index: int, _ignored: Iterable[Any]) -> Iterator[TaskReport]:
         rng = self.ranges[index]
-        counted = _Counting(read_range(self.kafka, rng, batch_size=self.read.batch_size,
-                                       stall_timeout_s=self.read.stall_timeout_s))
+        counted = _Counting(
+            read_range(
+                self.kafka, rng, batch_size=self.read.batch_size, stall_timeout_s=self.read.stall_timeout_s
+            )
+        )
         try:
             prepared = self.prepare(counted)
             for _ in counted:  # drain whatever prepare left unread: the range is read whole
@@ -115,7 +121,12 @@ class PartitionTask(Generic[A]):
         except Fenced as exc:
             yield TaskReport(rng, "fenced", counted.n, exc)
             return
-        yield TaskReport(rng, outcomes[0].outcome.value, counted.n)
+        outcome = outcomes[0].outcome.value
+        if self.after_commit is not None:
+            # runs after COMMIT, before the task reports: an exception here makes Spark retry a
+            # task whose range is already committed (fault injection, notifications)
+            self.after_commit(rng, outcome)
+        yield TaskReport(rng, outcome, counted.n)
 
 
 class _Counting(Iterator[Record]):
@@ -144,4 +155,6 @@ class ReadTask:
 
     def __call__(self, index: int, _ignored: Iterable[Any]) -> Iterator[Record]:
         rng = self.ranges[index]
-        return read_range(self.kafka, rng, batch_size=self.read.batch_size, stall_timeout_s=self.read.stall_timeout_s)
+        return read_range(
+            self.kafka, rng, batch_size=self.read.batch_size, stall_timeout_s=self.read.stall_timeout_s
+        )

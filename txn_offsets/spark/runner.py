@@ -89,7 +89,13 @@ def run_job(
                 break
             heartbeat(engine, database, run)  # Fenced if a newer run started
             plan = plan_batch(
-                engine, database, kafka, job=job, selection=selection, start=start, limits=limits,
+                engine,
+                database,
+                kafka,
+                job=job,
+                selection=selection,
+                start=start,
+                limits=limits,
                 on_data_loss=on_data_loss,
             )
             if plan.ranges:
@@ -143,7 +149,14 @@ def _run_batch(
     summary.outcomes.extend(reports)
     logger.info(
         "job=%r batch=%d ranges=%d records=%d committed=%d already_committed=%d seconds=%.2f lag=%d",
-        run.job, number, len(ranges), records, committed, already, time.monotonic() - t0, lag_after,
+        run.job,
+        number,
+        len(ranges),
+        records,
+        committed,
+        already,
+        time.monotonic() - t0,
+        lag_after,
     )
 
 

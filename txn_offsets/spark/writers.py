@@ -46,6 +46,7 @@ class PartitionWriter(Generic[T, A]):
     decode: Callable[[Record], T] | None = None
     aggregate: Callable[[Iterator[T]], A] | None = None
     isolation_level: str = "READ COMMITTED"
+    after_commit: Callable[[OffsetRange, str], None] | None = None
 
     def prepare(self, records: Iterator[Record]) -> A:
         values: Iterator[Any] = decoded(records, self.decode) if self.decode is not None else records
@@ -64,6 +65,7 @@ class PartitionWriter(Generic[T, A]):
             write=self.write,
             read=batch.read,
             isolation_level=self.isolation_level,
+            after_commit=self.after_commit,
         )
         reports: list[TaskReport] = batch.ranges_rdd().mapPartitionsWithIndex(task).collect()
         return reports

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 import sqlalchemy as sa
@@ -42,3 +43,18 @@ def admin_engine(admin_database_url: str) -> Iterator[sa.Engine]:
 @pytest.fixture
 def aggregate(engine: sa.Engine, migrated: DatabaseSettings) -> Aggregate:
     return Aggregate(engine, migrated.schema)
+
+
+@dataclass(frozen=True)
+class Ctx:
+    """The usual four fixtures of a commit test in one (keeps test signatures short)."""
+
+    engine: sa.Engine
+    db: DatabaseSettings
+    run: Run
+    agg: Aggregate
+
+
+@pytest.fixture
+def ctx(engine: sa.Engine, migrated: DatabaseSettings, run: Run, aggregate: Aggregate) -> Ctx:
+    return Ctx(engine, migrated, run, aggregate)

@@ -25,6 +25,7 @@ from txn_offsets.ranges import OffsetRange
 from txn_offsets.runs import Run
 from txn_offsets.transaction import Outcome, commit_ranges
 
+from .conftest import Ctx
 from .helpers import Aggregate, offsets_of, seed
 
 SLEEPY_COMMIT = """
@@ -110,13 +111,9 @@ def test_backend_terminated_during_commit_is_not_applied_then_retry_commits(
 
 
 def test_acknowledgement_lost_after_server_committed_is_committed(
-    engine: sa.Engine,
-    admin_engine: sa.Engine,
-    migrated: DatabaseSettings,
-    run: Run,
-    sleepy: Aggregate,
-    caplog: pytest.LogCaptureFixture,
+    ctx: Ctx, admin_engine: sa.Engine, sleepy: Aggregate, caplog: pytest.LogCaptureFixture
 ) -> None:
+    engine, migrated, run = ctx.engine, ctx.db, ctx.run
     caplog.set_level(logging.INFO, logger="txn_offsets.transaction")
     seed(engine, migrated, run.job, {("t", 0): 0})
     rng = [OffsetRange("t", 0, 0, 10)]

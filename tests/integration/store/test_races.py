@@ -22,6 +22,7 @@ from txn_offsets.ranges import OffsetRange
 from txn_offsets.runs import Run
 from txn_offsets.transaction import Outcome, commit_ranges
 
+from .conftest import Ctx
 from .helpers import Aggregate, offsets_of, seed
 
 RangesFor = Callable[[int, int], list[OffsetRange]]
@@ -32,6 +33,7 @@ def _race(
     db: DatabaseSettings,
     run: Run,
     aggregate: Aggregate,
+    *,
     races: int,
     ranges_for: RangesFor,
     isolation_level: str,
@@ -94,17 +96,19 @@ def test_1000_races_read_committed(
 
 @pytest.mark.parametrize("isolation_level", ["REPEATABLE READ", "SERIALIZABLE"])
 def test_races_under_snapshot_isolation(
-    engine: sa.Engine,
-    migrated: DatabaseSettings,
-    run: Run,
-    aggregate: Aggregate,
-    isolation_level: str,
-    caplog: pytest.LogCaptureFixture,
+    ctx: Ctx, isolation_level: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    engine, migrated, run, aggregate = ctx.engine, ctx.db, ctx.run, ctx.agg
     seed(engine, migrated, run.job, {("t", 0): 0})
     caplog.set_level(logging.INFO, logger="txn_offsets.transaction")
     rounds = _race(
-        engine, migrated, run, aggregate, 300, lambda k, _i: [OffsetRange("t", 0, k, k + 1)], isolation_level
+        engine,
+        migrated,
+        run,
+        aggregate,
+        races=300,
+        ranges_for=lambda k, _i: [OffsetRange("t", 0, k, k + 1)],
+        isolation_level=isolation_level,
     )
     _assert_one_winner_each(rounds)
     # the races really overlapped: some losers got 40001 and were resolved by re-reading
@@ -124,7 +128,9 @@ def test_batches_listing_partitions_in_opposite_orders_do_not_deadlock(
         batch = [OffsetRange("t", p, 10 * k, 10 * k + 10) for p in parts]
         return batch if i == 0 else batch[::-1]
 
-    rounds = _race(engine, migrated, run, aggregate, 200, ranges_for, "READ COMMITTED")
+    rounds = _race(
+        engine, migrated, run, aggregate, races=200, ranges_for=ranges_for, isolation_level="READ COMMITTED"
+    )
     _assert_one_winner_each(rounds)
     assert aggregate.value() == 200
     assert offsets_of(engine, migrated, run.job) == {("t", p): 2000 for p in parts}

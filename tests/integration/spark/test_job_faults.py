@@ -1,0 +1,354 @@
+"""The Spark path under the conditions of real topics and real failures: aborted transactions,
+compaction, marker-only ranges, partitions added mid-run, deleted records, retried tasks, poison."""
+
+from __future__ import annotations
+
+import collections
+import uuid
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions
+
+from tests.fix_services import TopicFactory
+from tests.integration.spark.conftest import Produce
+from tests.integration.spark.test_counting_job import counting_writer, key_of, stored_offsets, totals
+from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.errors import DataLoss, RecordRejected
+from txn_offsets.kafka.metadata import watermarks
+from txn_offsets.kafka.reader import Record
+from txn_offsets.kafka.start import StartPolicy
+from txn_offsets.planner import Limits
+from txn_offsets.ranges import OffsetRange
+from txn_offsets.spark.runner import run_job
+from txn_offsets.spark.writers import PartitionWriter
+
+
+def ends_of(kafka: KafkaSettings, topic: str, partitions: int) -> dict[tuple[str, int], int]:
+    return {tp: end for tp, (_, end) in watermarks(kafka, [(topic, p) for p in range(partitions)]).items()}
+
+
+def test_aborted_transactions_and_marker_only_ranges(
+    spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    counts_table: str,
+    topic_factory: TopicFactory,
+    job_name: str,
+) -> None:
+    topic = topic_factory(partitions=4)
+    producer = Producer(
+        {"bootstrap.servers": kafka.bootstrap_servers, "transactional.id": f"tx-{uuid.uuid4().hex}"}
+    )
+    producer.init_transactions(30)
+    expected: collections.Counter[str] = collections.Counter()
+    for txn in range(60):
+        abort = txn % 10 == 3  # ~10% aborted
+        producer.begin_transaction()
+        for i in range(50):
+            key = f"k{(txn * 50 + i) % 13}"
+            producer.produce(topic, key=key.encode(), value=b"1", partition=(txn + i) % 4)
+            if not abort:
+                expected[key] += 1
+        if abort:
+            producer.abort_transaction(30)
+        else:
+            producer.commit_transaction(30)
+    summary = run_job(
+        spark,
+        job=job_name,
+        kafka=kafka,
+        database=db,
+        writer=counting_writer(counts_table),
+        topics=[topic],
+        start=StartPolicy.earliest(),
+        limits=Limits(max_records_per_partition=97),
+        until_caught_up=True,
+    )
+    assert totals(engine, counts_table) == dict(expected)
+    assert summary.records == sum(expected.values())
+    assert stored_offsets(engine, db, job_name) == ends_of(kafka, topic, 4)
+    # then only an aborted transaction arrives: the next range holds nothing but an aborted record
+    # and its marker, and must still commit and advance the offset
+    producer.begin_transaction()
+    producer.produce(topic, key=b"never", value=b"1", partition=0)
+    producer.flush(30)
+    producer.abort_transaction(30)
+    tail = run_job(
+        spark,
+        job=job_name,
+        kafka=kafka,
+        database=db,
+        writer=counting_writer(counts_table),
+        topics=[topic],
+        until_caught_up=True,
+    )
+    assert (tail.batches, tail.records) == (1, 0)
+    assert [(r.range.span, r.outcome) for r in tail.outcomes] == [(2, "committed")]
+    assert stored_offsets(engine, db, job_name) == ends_of(kafka, topic, 4)
+    assert totals(engine, counts_table) == dict(expected)
+
+
+def test_compacted_topic_counts_what_is_left(
+    spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    counts_table: str,
+    topic_factory: TopicFactory,
+    job_name: str,
+) -> None:
+    import time
+
+    topic = topic_factory(
+        partitions=2,
+        config={
+            "cleanup.policy": "compact",
+            "segment.ms": "100",
+            "min.cleanable.dirty.ratio": "0.01",
+            "min.compaction.lag.ms": "0",
+        },
+    )
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    for round_ in range(15):
+        for k in range(6):
+            producer.produce(topic, key=f"c{k}".encode(), value=str(round_).encode(), partition=k % 2)
+        producer.flush(30)
+        time.sleep(0.15)
+    # wait until the cleaner has compacted and the log is stable (two equal reads): the closed
+    # segments are then clean and nothing rolls without new writes
+    deadline = time.monotonic() + 90
+    previous: collections.Counter[str] = collections.Counter()
+    oracle = _oracle_from_kafka(kafka, topic, 2)
+    while time.monotonic() < deadline and (sum(oracle.values()) == 90 or oracle != previous):
+        time.sleep(2)
+        previous, oracle = oracle, _oracle_from_kafka(kafka, topic, 2)
+    assert sum(oracle.values()) < 90, "the cleaner never compacted the topic"
+    run_job(
+        spark,
+        job=job_name,
+        kafka=kafka,
+        database=db,
+        writer=counting_writer(counts_table),
+        topics=[topic],
+        start=StartPolicy.earliest(),
+        until_caught_up=True,
+    )
+    assert totals(engine, counts_table) == dict(oracle)
+    assert stored_offsets(engine, db, job_name) == ends_of(kafka, topic, 2)
+
+
+def _oracle_from_kafka(kafka: KafkaSettings, topic: str, partitions: int) -> collections.Counter[str]:
+    from txn_offsets.kafka.reader import read_range
+
+    out: collections.Counter[str] = collections.Counter()
+    for (t, p), end in ends_of(kafka, topic, partitions).items():
+        for rec in read_range(kafka, OffsetRange(t, p, 0, end)):
+            out[key_of(rec)] += 1
+    return out
+
+
+def test_partitions_added_mid_run_start_at_zero(
+    spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    counts_table: str,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    job_name: str,
+) -> None:
+    topic = topic_factory(partitions=2)
+    expected = produce(topic, 2_000, 2)
+    # start=latest for the first run: only what arrives later is counted
+    run_job(
+        spark,
+        job=job_name,
+        kafka=kafka,
+        database=db,
+        writer=counting_writer(counts_table),
+        topics=[topic],
+        start=StartPolicy.latest(),
+        until_caught_up=True,
+    )
+    assert totals(engine, counts_table) == {}
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    admin.create_partitions([NewPartitions(topic, 4)])[topic].result(30)
+    expected = produce(topic, 4_000, 4, start=10_000)
+    run_job(
+        spark,
+        job=job_name,
+        kafka=kafka,
+        database=db,
+        writer=counting_writer(counts_table),
+        topics=[topic],
+        until_caught_up=True,
+    )
+    assert totals(engine, counts_table) == dict(expected)  # new partitions read from offset 0
+    stored = stored_offsets(engine, db, job_name)
+    assert stored == ends_of(kafka, topic, 4)
+    with engine.connect() as conn:
+        seeds = conn.execute(
+            sa.text(
+                f'SELECT part, new_off FROM "{db.schema}".offset_audit WHERE job = :j AND topic = :t '
+                "AND action = 'seed' ORDER BY part"
+            ),
+            {"j": job_name, "t": topic},
+        ).all()
+    assert [(p, o) for p, o in seeds][-2:] == [(2, 0), (3, 0)]
+
+
+def test_deleted_records_fail_by_default_and_skip_when_asked(
+    spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    counts_table: str,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    job_name: str,
+) -> None:
+    topic = topic_factory(partitions=1)
+    produce(topic, 100, 1)
+    run_job(
+        spark,
+        job=job_name,
+        kafka=kafka,
+        database=db,
+        writer=counting_writer(counts_table),
+        topics=[topic],
+        start=StartPolicy.earliest(),
+        until_caught_up=True,
+    )
+    before = totals(engine, counts_table)
+    produce(topic, 100, 1, start=100)  # offsets 100..199, not yet processed
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    for fut in admin.delete_records([TopicPartition(topic, 0, 150)]).values():
+        fut.result(30)
+    with pytest.raises(DataLoss) as info:
+        run_job(
+            spark,
+            job=job_name,
+            kafka=kafka,
+            database=db,
+            writer=counting_writer(counts_table),
+            topics=[topic],
+            until_caught_up=True,
+        )
+    assert (info.value.topic, info.value.partition, info.value.stored, info.value.log_start) == (
+        topic,
+        0,
+        100,
+        150,
+    )
+    assert totals(engine, counts_table) == before  # nothing changed
+    assert stored_offsets(engine, db, job_name) == {(topic, 0): 100}
+    summary = run_job(
+        spark,
+        job=job_name,
+        kafka=kafka,
+        database=db,
+        writer=counting_writer(counts_table),
+        topics=[topic],
+        until_caught_up=True,
+        on_data_loss="skip",
+    )
+    assert summary.records == 50
+    assert sum(totals(engine, counts_table).values()) == 150
+    with engine.connect() as conn:
+        audit = conn.execute(
+            sa.text(
+                f'SELECT old_off, new_off FROM "{db.schema}".offset_audit WHERE job = :j '
+                "AND action = 'data_loss_skip'"
+            ),
+            {"j": job_name},
+        ).all()
+    assert [tuple(a) for a in audit] == [(100, 150)]
+
+
+def fail_first_attempt(rng: OffsetRange, outcome: str) -> None:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is not None and ctx.attemptNumber() == 0:
+        raise RuntimeError(f"injected failure after committing {rng} ({outcome})")
+
+
+def test_task_failing_after_commit_is_retried_into_already_committed(
+    spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    counts_table: str,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    job_name: str,
+) -> None:
+    topic = topic_factory(partitions=4)
+    expected = produce(topic, 4_000, 4)
+    base = counting_writer(counts_table)
+    writer = PartitionWriter(
+        write=base.write, decode=base.decode, aggregate=base.aggregate, after_commit=fail_first_attempt
+    )
+    summary = run_job(
+        spark,
+        job=job_name,
+        kafka=kafka,
+        database=db,
+        writer=writer,
+        topics=[topic],
+        start=StartPolicy.earliest(),
+        until_caught_up=True,
+    )
+    assert totals(engine, counts_table) == dict(expected)  # counted once despite the retries
+    assert summary.already_committed == 4
+    assert summary.committed == 0
+    assert {r.outcome for r in summary.outcomes} == {"already_committed"}
+    assert stored_offsets(engine, db, job_name) == ends_of(kafka, topic, 4)
+
+
+def test_poison_record_fails_the_batch_and_changes_nothing(
+    spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    counts_table: str,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    job_name: str,
+) -> None:
+    topic = topic_factory(partitions=2)
+    produce(topic, 1_000, 2)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    producer.produce(topic, key=None, value=b"poison", partition=1)
+    producer.flush(30)
+    poison_offset = ends_of(kafka, topic, 2)[(topic, 1)] - 1
+
+    def strict_key(record: Record) -> str:
+        if record.key is None:
+            raise ValueError("record has no key")
+        return record.key.decode()
+
+    base = counting_writer(counts_table)
+    writer = PartitionWriter(write=base.write, decode=strict_key, aggregate=base.aggregate)
+    with pytest.raises(RecordRejected) as info:
+        run_job(
+            spark,
+            job=job_name,
+            kafka=kafka,
+            database=db,
+            writer=writer,
+            topics=[topic],
+            start=StartPolicy.earliest(),
+            until_caught_up=True,
+        )
+    err = info.value
+    assert (err.topic, err.partition, err.offset) == (topic, 1, poison_offset)
+    assert "record has no key" in str(err)
+    # the other partition's range may have committed in the same batch: offsets and results agree
+    stored = stored_offsets(engine, db, job_name)
+    assert stored[(topic, 1)] == 0
+    assert sum(totals(engine, counts_table).values()) == stored[(topic, 0)]
