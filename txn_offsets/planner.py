@@ -20,8 +20,8 @@ from txn_offsets import store
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError, DataLoss
 from txn_offsets.kafka import metadata
-from txn_offsets.ranges import OffsetRange, TopicPartition, plan_ranges
 from txn_offsets.kafka.start import StartPolicy
+from txn_offsets.ranges import OffsetRange, TopicPartition, plan_ranges
 
 __all__ = ["Limits", "Plan", "TopicSelection", "plan_batch"]
 
@@ -100,35 +100,61 @@ def plan_batch(
         raise ConfigError("on_data_loss", f"{on_data_loss!r}: use 'fail' (default) or 'skip'")
     topics = selection.resolve(kafka, timeout_s)
     partitions: list[TopicPartition] = [
-        (topic, part) for topic in topics for part in metadata.partitions_for(kafka, topic, timeout_s=timeout_s)
+        (topic, part)
+        for topic in topics
+        for part in metadata.partitions_for(kafka, topic, timeout_s=timeout_s)
     ]
     marks = metadata.watermarks(kafka, partitions, timeout_s=timeout_s)
     with engine.begin() as conn:
         stored = store.load_offsets(conn, db, job)
         missing = [tp for tp in partitions if tp not in stored]
         if missing:
-            stored.update(_seed(conn, db, kafka, job, stored, missing, start, marks, timeout_s))
+            stored.update(
+                _seed(
+                    conn,
+                    db=db,
+                    kafka=kafka,
+                    job=job,
+                    stored=stored,
+                    missing=missing,
+                    start=start,
+                    marks=marks,
+                    timeout_s=timeout_s,
+                )
+            )
         for tp in partitions:
             low = marks[tp][0]
             if stored[tp] < low:
                 if on_data_loss == "fail":
                     raise DataLoss(job, tp[0], tp[1], stored[tp], low)
                 store.skip_lost(
-                    conn, db, job, tp[0], tp[1], stored[tp], low,
+                    conn,
+                    db,
+                    job,
+                    tp[0],
+                    tp[1],
+                    stored[tp],
+                    low,
                     reason=f"records [{stored[tp]}, {low}) deleted from Kafka before processing",
                 )
-                logger.warning("job %r %s[%d]: skipped lost offsets [%d, %d)", job, tp[0], tp[1], stored[tp], low)
+                logger.warning(
+                    "job %r %s[%d]: skipped lost offsets [%d, %d)", job, tp[0], tp[1], stored[tp], low
+                )
                 stored[tp] = low
     wanted = {tp: stored[tp] for tp in partitions}
     ends = {tp: marks[tp][1] for tp in partitions}
     ranges = plan_ranges(
-        wanted, ends, max_per_partition=limits.max_records_per_partition, max_total=limits.max_records_per_batch
+        wanted,
+        ends,
+        max_per_partition=limits.max_records_per_partition,
+        max_total=limits.max_records_per_batch,
     )
     return Plan(ranges=tuple(ranges), ends=ends, stored=wanted)
 
 
 def _seed(
     conn: sa.Connection,
+    *,
     db: DatabaseSettings,
     kafka: KafkaSettings,
     job: str,
@@ -147,8 +173,8 @@ def _seed(
             names = sorted({t for t, _ in new_topic})
             raise ConfigError(
                 "start",
-                f"job {job!r} has no stored offsets for {', '.join(names)}: choose where a first run "
-                f"starts with start=StartPolicy.earliest() | .latest() | .at_timestamp(ms) | .explicit({{...}})",
+                f"job {job!r} has no stored offsets for {', '.join(names)}: choose where a first run starts "
+                f"with start=StartPolicy.earliest() | .latest() | .at_timestamp(ms) | .explicit({{...}})",
             )
         seeds.update(start.resolve(kafka, new_topic, marks, timeout_s=timeout_s))
     # a partition added to a topic the job already reads starts at its beginning: every record of

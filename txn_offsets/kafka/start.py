@@ -75,8 +75,7 @@ class StartPolicy:
             return {tp: marks[tp][0] for tp in partitions}
         if self.kind == "latest":
             return {tp: marks[tp][1] for tp in partitions}
-        if self.kind == "timestamp":
-            assert self.timestamp_ms is not None  # checked in __post_init__
+        if self.kind == "timestamp" and self.timestamp_ms is not None:  # always set: __post_init__
             return metadata.offsets_for_time(kafka, partitions, self.timestamp_ms, timeout_s=timeout_s)
         out: dict[TopicPartition, int] = {}
         for tp in partitions:

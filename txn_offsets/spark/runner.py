@@ -99,7 +99,17 @@ def run_job(
                 on_data_loss=on_data_loss,
             )
             if plan.ranges:
-                _run_batch(spark, summary, run, plan.ranges, database, kafka, writer, read, plan.lag_after)
+                _run_batch(
+                    spark,
+                    summary=summary,
+                    run=run,
+                    ranges=plan.ranges,
+                    database=database,
+                    kafka=kafka,
+                    writer=writer,
+                    read=read,
+                    lag_after=plan.lag_after,
+                )
                 if max_batches is not None and summary.batches >= max_batches:
                     summary.stopped_by = "max_batches"
                     break
@@ -118,6 +128,7 @@ def run_job(
 
 def _run_batch(
     spark: Any,
+    *,
     summary: JobSummary,
     run: Run,
     ranges: tuple[Any, ...],

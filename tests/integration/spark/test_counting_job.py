@@ -37,7 +37,8 @@ def counting_writer(table: str) -> PartitionWriter[str, collections.Counter[str]
         # one statement per range, additive upsert: arrays bound as parameters, never row by row
         conn.execute(
             sa.text(
-                f"INSERT INTO {table} (k, n) SELECT * FROM unnest(CAST(:ks AS text[]), CAST(:ns AS bigint[])) "
+                f"INSERT INTO {table} (k, n) "
+                f"SELECT * FROM unnest(CAST(:ks AS text[]), CAST(:ns AS bigint[])) "
                 f"ON CONFLICT (k) DO UPDATE SET n = {table}.n + excluded.n"
             ),
             {"ks": list(counts), "ns": list(counts.values())},
@@ -48,7 +49,8 @@ def counting_writer(table: str) -> PartitionWriter[str, collections.Counter[str]
 
 def totals(engine: sa.Engine, table: str) -> dict[str, int]:
     with engine.connect() as conn:
-        return {k: n for k, n in conn.execute(sa.text(f"SELECT k, n FROM {table}"))}
+        rows = conn.execute(sa.text(f"SELECT k, n FROM {table}")).all()
+    return {str(k): int(n) for k, n in rows}
 
 
 def stored_offsets(engine: sa.Engine, db: DatabaseSettings, job: str) -> dict[tuple[str, int], int]:
