@@ -82,9 +82,9 @@ def test_1000_races_read_committed(
         migrated,
         run,
         aggregate,
-        1000,
-        lambda k, _i: [OffsetRange("t", 0, k, k + 1)],
-        "READ COMMITTED",
+        races=1000,
+        ranges_for=lambda k, _i: [OffsetRange("t", 0, k, k + 1)],
+        isolation_level="READ COMMITTED",
     )
     elapsed = time.monotonic() - started
     _assert_one_winner_each(rounds)
