@@ -1,10 +1,216 @@
-"""Sub-commands of the CLI that work on the offset store (db, offsets, jobs)."""
+"""Sub-commands of the CLI that work on the offset store: ``db``, ``offsets`` and ``jobs``.
+
+A thin layer over :mod:`txn_offsets.migrate` and :mod:`txn_offsets.commands`: parse, call, print.
+The database URL is read only from TXN_OFFSETS_DATABASE_URL, never from an argument: command
+lines end up in shell histories and process lists, and the URL holds the password.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+
+import sqlalchemy as sa
+
+from txn_offsets import commands, migrate
+from txn_offsets.config import DatabaseSettings, database_from_env, kafka_from_env
+from txn_offsets.database import engine_for
+from txn_offsets.errors import ConfigError, JobAlreadyRunning
+
+
+def _db(args: argparse.Namespace) -> DatabaseSettings:
+    return database_from_env(schema=args.schema)
+
+
+@contextmanager
+def _engine(db: DatabaseSettings) -> Iterator[sa.Engine]:
+    engine = engine_for(db)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    cells = [[str(c) for c in header], *[["-" if c is None else str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    for row in cells:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _db_cmd(args: argparse.Namespace) -> int:
+    db = _db(args)
+    if args.action == "upgrade":
+        print(f"schema {db.schema!r} is at revision {migrate.upgrade(db, args.revision or 'head')}")
+    elif args.action == "downgrade":
+        if not args.revision:
+            raise ConfigError("revision", "give the revision to go down to (`base` removes every table)")
+        print(f"schema {db.schema!r} is at revision {migrate.downgrade(db, args.revision)}")
+    elif args.action == "current":
+        rev = migrate.current(db)
+        head = migrate.head()
+        state = "not created" if rev is None else ("head" if rev == head else f"behind head {head}")
+        print(f"schema {db.schema!r}: revision {rev} ({state})")
+    else:
+        migrate.check(db)
+        print(f"schema {db.schema!r} is at head and matches the models")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    db = _db(args)
+    with _engine(db) as engine:
+        rows = commands.show_offsets(engine, db, args.job)
+    _table(
+        ["JOB", "TOPIC", "PARTITION", "OFFSET", "UPDATED"],
+        [(r.job, r.topic, r.partition, r.offset, r.updated_at.isoformat(timespec="seconds")) for r in rows],
+    )
+    return 0
+
+
+def _jobs(args: argparse.Namespace) -> int:
+    db = _db(args)
+    with _engine(db) as engine:
+        rows = commands.list_jobs(engine, db)
+    _table(
+        ["JOB", "GENERATION", "STATE", "RUN", "HEARTBEAT_AGE_S", "PARTITIONS"],
+        [
+            (
+                r.job,
+                r.generation,
+                "live" if r.live else "idle",
+                r.run_id,
+                None if r.heartbeat_age_s is None else f"{r.heartbeat_age_s:.1f}",
+                r.partitions,
+            )
+            for r in rows
+        ],
+    )
+    return 0
+
+
+def _target(args: argparse.Namespace) -> commands.ResetTarget:
+    if args.to_earliest:
+        return commands.ResetTarget("earliest")
+    if args.to_latest:
+        return commands.ResetTarget("latest")
+    if args.to_offset is not None:
+        return commands.ResetTarget("offset", value=args.to_offset)
+    if args.shift_by is not None:
+        return commands.ResetTarget("shift", value=args.shift_by)
+    try:
+        at = datetime.fromisoformat(args.to_datetime)
+    except ValueError:
+        raise ConfigError("--to-datetime", f"{args.to_datetime!r} is not an ISO 8601 datetime") from None
+    return commands.ResetTarget("datetime", at=at)
+
+
+def _reset(args: argparse.Namespace) -> int:
+    db = _db(args)
+    target = _target(args)
+    if not args.dry_run and not (args.reason and args.reason.strip()):
+        raise ConfigError("--reason", "say why the offsets move (it is written to the audit table)")
+    kafka = kafka_from_env(bootstrap=args.kafka_bootstrap) if target.needs_kafka else None
+    with _engine(db) as engine:
+        plan = commands.plan_reset(
+            engine, db, args.job, target, topic=args.topic, partitions=args.partition or (), kafka=kafka
+        )
+        print(f"reset plan for job {plan.job!r} (generation {plan.generation}):")
+        for s in plan.steps:
+            delta = "" if s.old is None else f"  ({s.new - s.old:+d})"
+            print(f"  {s.topic}[{s.partition}]  {'(none)' if s.old is None else s.old} -> {s.new}{delta}")
+        if plan.live_run is not None:
+            print(
+                f"note: live run {plan.live_run} holds the lease (heartbeat {plan.heartbeat_age_s:.1f}s "
+                f"ago); the reset {'would need' if args.dry_run else 'needs'} --force, which fences it"
+            )
+        if args.dry_run:
+            print("dry run: nothing changed")
+            return 0
+        if plan.live_run is not None and not args.force:
+            raise JobAlreadyRunning(plan.job, plan.live_run, plan.generation, plan.heartbeat_age_s)
+        generation = commands.apply_reset(engine, db, plan, reason=args.reason, force=args.force)
+    print(f"reset {len(plan.steps)} partition(s) of job {plan.job!r}; generation is now {generation}")
+    return 0
+
+
+def _history(args: argparse.Namespace) -> int:
+    db = _db(args)
+    with _engine(db) as engine:
+        rows = commands.audit_log(engine, db, args.job, limit=args.limit)
+    _table(
+        ["AT", "TOPIC", "PARTITION", "OLD", "NEW", "ACTION", "ACTOR", "REASON"],
+        [
+            (
+                r.at.isoformat(timespec="seconds"),
+                r.topic,
+                r.partition,
+                r.old,
+                r.new,
+                r.action,
+                r.actor,
+                r.reason,
+            )
+            for r in rows
+        ],
+    )
+    return 0
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the store's sub-commands to the CLI parser."""
-    del sub
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--schema",
+        default=os.environ.get("TXN_OFFSETS_SCHEMA", "txn_offsets"),
+        help="Postgres schema of the txn_offsets tables (default: $TXN_OFFSETS_SCHEMA or txn_offsets); "
+        "the database URL is read from $TXN_OFFSETS_DATABASE_URL only",
+    )
+
+    db = sub.add_parser("db", parents=[common], help="create, migrate and check the offset store's tables")
+    db.add_argument("action", choices=["upgrade", "downgrade", "current", "check"])
+    db.add_argument(
+        "revision", nargs="?", help="target revision (upgrade: default head; downgrade: required)"
+    )
+    db.set_defaults(handler=_db_cmd)
+
+    offsets = sub.add_parser("offsets", help="show or reset stored offsets").add_subparsers(
+        dest="offsets_command", required=True
+    )
+    show = offsets.add_parser("show", parents=[common], help="the stored offsets (all jobs, or --job)")
+    show.add_argument("--job")
+    show.set_defaults(handler=_show)
+
+    reset = offsets.add_parser("reset", parents=[common], help="move a job's offsets (audited)")
+    reset.add_argument("--job", required=True)
+    reset.add_argument("--topic", help="only this topic (default: every topic the job has offsets for)")
+    reset.add_argument("--partition", type=int, action="append", help="only this partition (repeatable)")
+    to = reset.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-earliest", action="store_true", help="the log start offset (asks Kafka)")
+    to.add_argument("--to-latest", action="store_true", help="the end offset, as readers see it (asks Kafka)")
+    to.add_argument("--to-datetime", metavar="ISO8601", help="first offset at/after this time (asks Kafka)")
+    to.add_argument("--to-offset", type=int, metavar="N")
+    to.add_argument("--shift-by", type=int, metavar="N", help="move by N (negative: re-process)")
+    reset.add_argument("--reason", help="why (written to the audit table; required unless --dry-run)")
+    reset.add_argument("--dry-run", action="store_true", help="print the plan and stop")
+    reset.add_argument("--force", action="store_true", help="reset even while a live run holds the lease")
+    reset.add_argument(
+        "--kafka-bootstrap",
+        default=None,
+        help="Kafka bootstrap servers (default: $TXN_OFFSETS_KAFKA_BOOTSTRAP)",
+    )
+    reset.set_defaults(handler=_reset)
+
+    history = offsets.add_parser("history", parents=[common], help="the audit log of a job, newest first")
+    history.add_argument("--job", required=True)
+    history.add_argument("--limit", type=int, default=50)
+    history.set_defaults(handler=_history)
+
+    jobs = sub.add_parser("jobs", help="jobs, their generation and live run").add_subparsers(
+        dest="jobs_command", required=True
+    )
+    listing = jobs.add_parser("list", parents=[common], help="every job of the store")
+    listing.set_defaults(handler=_jobs)
