@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import logging
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,6 +34,10 @@ MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 # Keys of Config.attributes read by migrations/env.py
 ATTR_DB = "txn_offsets.db"
 ATTR_CREATE_SCHEMA = "txn_offsets.create_schema"
+
+# alembic's `context` and `op` are process-wide proxies: two migrations in threads of one process
+# would trample each other. Processes are serialised by an advisory lock in migrations/env.py.
+_ALEMBIC_LOCK = threading.Lock()
 
 
 def alembic_config(db: DatabaseSettings, *, create_schema: bool = False) -> Config:
@@ -65,7 +70,7 @@ def _run(
 ) -> None:
     cfg = alembic_config(db, create_schema=create_schema)
     try:
-        with translate_errors(db):
+        with _ALEMBIC_LOCK, translate_errors(db):
             fn(cfg, *args)
     except CommandError as exc:
         raise MigrationError(action, db.schema, str(exc)) from None
@@ -101,4 +106,3 @@ def current(db: DatabaseSettings) -> str | None:
 def check(db: DatabaseSettings) -> None:
     """Raise MigrationError unless the database is at head and matches the models exactly."""
     _run("check", db, command.check)
-

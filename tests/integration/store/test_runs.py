@@ -1,0 +1,139 @@
+"""Runs: generation, lease, heartbeat, fencing, and why a claim can never overtake a new run."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import sqlalchemy as sa
+
+from txn_offsets import ConfigError, Fenced, JobAlreadyRunning
+from txn_offsets.config import DatabaseSettings
+from txn_offsets.ranges import OffsetRange
+from txn_offsets.runs import Run, end_run, heartbeat, lock_job, start_run
+from txn_offsets.transaction import Outcome, commit_ranges
+
+from .helpers import Aggregate, offsets_of, seed
+
+
+def _state(engine: sa.Engine, db: DatabaseSettings, job: str) -> tuple[int, str | None, bool]:
+    with engine.connect() as conn:
+        s = lock_job(conn, db, job, for_update=False)
+    return s.generation, s.run_id, s.live
+
+
+def test_start_run_bumps_generation_and_takes_the_lease(
+    engine: sa.Engine, migrated: DatabaseSettings, job_name: str
+) -> None:
+    first = start_run(engine, migrated, job_name)
+    assert first.generation == 1
+    assert _state(engine, migrated, job_name) == (1, first.run_id, True)
+
+
+def test_second_live_run_is_refused_naming_the_live_run(
+    engine: sa.Engine, migrated: DatabaseSettings, run: Run
+) -> None:
+    with pytest.raises(JobAlreadyRunning) as info:
+        start_run(engine, migrated, run.job)
+    assert info.value.run_id == run.run_id
+    assert run.run_id in str(info.value) and "--force" in str(info.value)
+    assert _state(engine, migrated, run.job) == (run.generation, run.run_id, True)  # unchanged
+
+
+def test_force_fences_the_live_run(engine: sa.Engine, migrated: DatabaseSettings, run: Run) -> None:
+    newer = start_run(engine, migrated, run.job, force=True)
+    assert newer.generation == run.generation + 1
+    with pytest.raises(Fenced):
+        heartbeat(engine, migrated, run)
+    assert end_run(engine, migrated, run) is False  # a fenced run cannot release the new lease
+    assert _state(engine, migrated, run.job) == (newer.generation, newer.run_id, True)
+
+
+def test_expired_lease_lets_a_new_run_start(
+    engine: sa.Engine, migrated: DatabaseSettings, job_name: str
+) -> None:
+    old = start_run(engine, migrated, job_name, lease_s=0.2)
+    time.sleep(0.3)
+    new = start_run(engine, migrated, job_name)
+    assert new.generation == old.generation + 1
+
+
+def test_heartbeat_extends_and_end_releases(
+    engine: sa.Engine, migrated: DatabaseSettings, job_name: str
+) -> None:
+    run = start_run(engine, migrated, job_name, lease_s=0.5)
+    for _ in range(3):
+        time.sleep(0.25)
+        heartbeat(engine, migrated, run)
+    assert _state(engine, migrated, job_name)[2] is True  # 0.75 s later, still live thanks to heartbeats
+    assert end_run(engine, migrated, run) is True
+    assert _state(engine, migrated, job_name) == (run.generation, None, False)
+    assert start_run(engine, migrated, job_name).generation == run.generation + 1
+
+
+@pytest.mark.parametrize("job", ["", "   ", "x" * 201, "bad\nname"])
+def test_bad_job_names(engine: sa.Engine, migrated: DatabaseSettings, job: str) -> None:
+    with pytest.raises(ConfigError, match="job"):
+        start_run(engine, migrated, job)
+
+
+def test_bad_lease(engine: sa.Engine, migrated: DatabaseSettings, job_name: str) -> None:
+    with pytest.raises(ConfigError, match="lease_s"):
+        start_run(engine, migrated, job_name, lease_s=0)
+
+
+def test_new_run_waits_for_a_claim_in_flight_then_fences_later_claims(
+    engine: sa.Engine, migrated: DatabaseSettings, run: Run, aggregate: Aggregate
+) -> None:
+    """A batch already claiming when a new run starts finishes first; the new run never sees a
+    half state, and the old run's next batch is fenced."""
+    seed(engine, migrated, run.job, {("t", 0): 0})
+    claimed, release = threading.Event(), threading.Event()
+    out: dict[str, object] = {}
+
+    def slow_write(conn: sa.Connection) -> None:
+        aggregate.write(conn)
+        claimed.set()
+        assert release.wait(30)
+
+    def old_batch() -> None:
+        out["old"] = commit_ranges(engine, migrated, run, [OffsetRange("t", 0, 0, 5)], slow_write)[0].outcome
+
+    def new_run() -> None:
+        out["new"] = start_run(engine, migrated, run.job, force=True)
+
+    t1 = threading.Thread(target=old_batch)
+    t1.start()
+    assert claimed.wait(30)
+    t2 = threading.Thread(target=new_run)
+    t2.start()
+    t2.join(timeout=0.5)
+    assert t2.is_alive(), "start_run did not wait for the claim in flight"
+    release.set()
+    t1.join(timeout=30)
+    t2.join(timeout=30)
+    assert out["old"] is Outcome.COMMITTED
+    newer = out["new"]
+    assert isinstance(newer, Run) and newer.generation == run.generation + 1
+    with pytest.raises(Fenced):
+        commit_ranges(engine, migrated, run, [OffsetRange("t", 0, 5, 9)], aggregate.write)
+    assert offsets_of(engine, migrated, run.job) == {("t", 0): 5}
+    assert aggregate.value() == 1
+
+
+def test_start_gives_up_on_a_stuck_claim_with_a_clear_error(
+    engine: sa.Engine, migrated: DatabaseSettings, run: Run
+) -> None:
+    seed(engine, migrated, run.job, {("t", 0): 0})
+    with engine.connect() as stuck:
+        # hold the claim's lock as a batch stuck before COMMIT would
+        from txn_offsets import store
+
+        with stuck.begin():
+            assert store.claim(stuck, migrated, run, OffsetRange("t", 0, 0, 1)) is store.ClaimResult.CLAIMED
+            with pytest.raises(JobAlreadyRunning) as info:
+                start_run(engine, migrated, run.job, force=True, lock_timeout_s=0.3)
+            assert info.value.run_id == run.run_id
+            stuck.rollback()
+    assert _state(engine, migrated, run.job)[0] == run.generation  # nothing changed
