@@ -156,7 +156,7 @@ def cluster_for(stack_dir: Path, port: int) -> PgCluster:
         # not loosen permissions on directories that are not ours. Keep the data beside it instead.
         digest = hashlib.sha256(str(stack_dir).encode()).hexdigest()[:12]
         base = Path("/var/lib/txn-offsets") / digest / "postgres"
-        logger.info("%s is not reachable by OS user %r; cluster data goes to %s", stack_dir, user, base)
+        logger.debug("%s is not reachable by OS user %r; cluster data goes to %s", stack_dir, user, base)
     return PgCluster(
         data_dir=base / "data",
         log_file=base / "postgres.log",

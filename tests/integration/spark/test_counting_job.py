@@ -17,6 +17,7 @@ from txn_offsets.kafka.reader import Record
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits
 from txn_offsets.ranges import OffsetRange
+from txn_offsets.sinks import upsert_add
 from txn_offsets.spark.runner import run_job
 from txn_offsets.spark.writers import PartitionWriter
 
@@ -30,19 +31,24 @@ def count_keys(keys: Iterator[str]) -> collections.Counter[str]:
     return collections.Counter(keys)
 
 
+def counts_table_of(name: str) -> sa.Table:
+    """`"schema".counts` as a Core table (the fixture creates it)."""
+    schema, table = (part.strip('"') for part in name.split("."))
+    return sa.Table(
+        table,
+        sa.MetaData(),
+        sa.Column("k", sa.Text, primary_key=True),
+        sa.Column("n", sa.BigInteger),
+        schema=schema,
+    )
+
+
 def counting_writer(table: str) -> PartitionWriter[str, collections.Counter[str]]:
+    target = counts_table_of(table)
+
     def write(conn: sa.Connection, rng: OffsetRange, counts: collections.Counter[str]) -> None:
-        if not counts:
-            return
-        # one statement per range, additive upsert: arrays bound as parameters, never row by row
-        conn.execute(
-            sa.text(
-                f"INSERT INTO {table} (k, n) "
-                f"SELECT * FROM unnest(CAST(:ks AS text[]), CAST(:ns AS bigint[])) "
-                f"ON CONFLICT (k) DO UPDATE SET n = {table}.n + excluded.n"
-            ),
-            {"ks": list(counts), "ns": list(counts.values())},
-        )
+        # one additive upsert per range: arrays bound as parameters, never row by row
+        upsert_add(conn, target, [{"k": k, "n": n} for k, n in counts.items()], keys=["k"], add=["n"])
 
     return PartitionWriter(write=write, decode=key_of, aggregate=count_keys)
 
