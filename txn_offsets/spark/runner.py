@@ -11,7 +11,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
@@ -26,9 +26,23 @@ from txn_offsets.spark.batch import Batch
 from txn_offsets.spark.executor import ReadOptions, TaskReport
 from txn_offsets.spark.writers import Writer
 
-__all__ = ["JobSummary", "run_job"]
+__all__ = ["BatchReport", "JobSummary", "run_job"]
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    """One committed batch, as passed to ``on_batch`` (progress displays, metrics)."""
+
+    job: str
+    number: int
+    ranges: int
+    records: int
+    committed: int
+    already_committed: int
+    seconds: float
+    lag: int
 
 
 @dataclass
@@ -65,6 +79,7 @@ def run_job(
     lease_s: float = 60.0,
     read: ReadOptions | None = None,
     stop: threading.Event | None = None,
+    on_batch: Callable[[BatchReport], None] | None = None,
 ) -> JobSummary:
     """Run `job` on `spark` until stopped; returns a summary. Raises our errors with context."""
     if not isinstance(job, str) or not job.strip() or len(job) > 200:
@@ -109,6 +124,7 @@ def run_job(
                     writer=writer,
                     read=read,
                     lag_after=plan.lag_after,
+                    on_batch=on_batch,
                 )
                 if max_batches is not None and summary.batches >= max_batches:
                     summary.stopped_by = "max_batches"
@@ -137,6 +153,7 @@ def _run_batch(
     writer: Writer,
     read: ReadOptions,
     lag_after: int,
+    on_batch: Callable[[BatchReport], None] | None,
 ) -> None:
     number = summary.batches + 1
     batch = Batch(number, ranges, spark, database, kafka, run, read)
