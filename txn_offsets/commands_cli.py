@@ -19,6 +19,7 @@ from txn_offsets import commands, migrate
 from txn_offsets.config import DatabaseSettings, database_from_env, kafka_from_env
 from txn_offsets.database import engine_for
 from txn_offsets.errors import ConfigError, JobAlreadyRunning
+from txn_offsets.schema import run_role_grants
 
 
 def _db(args: argparse.Namespace) -> DatabaseSettings:
@@ -42,6 +43,12 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
 
 
 def _db_cmd(args: argparse.Namespace) -> int:
+    if args.action == "grants":
+        if not args.role:
+            raise ConfigError("--role", "name the role the jobs run as")
+        schema = args.schema or "txn_offsets"
+        print("\n".join(f"{stmt};" for stmt in run_role_grants(schema, args.role)))
+        return 0
     db = _db(args)
     if args.action == "upgrade":
         print(f"schema {db.schema!r} is at revision {migrate.upgrade(db, args.revision or 'head')}")

@@ -24,7 +24,7 @@ import sqlalchemy as sa
 
 from txn_offsets.config import validate_identifier
 
-__all__ = ["AUDIT_ACTIONS", "DEFAULT_SCHEMA", "Tables", "metadata_for", "tables_for"]
+__all__ = ["AUDIT_ACTIONS", "DEFAULT_SCHEMA", "Tables", "metadata_for", "run_role_grants", "tables_for"]
 
 DEFAULT_SCHEMA = "txn_offsets"
 
@@ -114,3 +114,19 @@ def tables_for(schema: str = DEFAULT_SCHEMA) -> Tables:
 def metadata_for(schema: str = DEFAULT_SCHEMA) -> sa.MetaData:
     """The MetaData holding the tables of `schema` (alembic's ``target_metadata``)."""
     return tables_for(schema).metadata
+
+
+def run_role_grants(schema: str, role: str) -> list[str]:
+    """The GRANTs a job's run role needs: read and move rows, never DDL and never DELETE.
+
+    Row locks (``FOR UPDATE`` / ``FOR KEY SHARE``) need UPDATE; the audit table is append-only.
+    Both names are validated identifiers, so quoting them is enough to make the SQL safe.
+    """
+    s = f'"{validate_identifier(schema, "schema")}"'
+    r = f'"{validate_identifier(role, "role")}"'
+    return [
+        f"GRANT USAGE ON SCHEMA {s} TO {r}",
+        f"GRANT SELECT, INSERT, UPDATE ON {s}.jobs, {s}.offsets TO {r}",
+        f"GRANT SELECT, INSERT ON {s}.offset_audit TO {r}",
+        f"GRANT SELECT ON {s}.alembic_version TO {r}",
+    ]
