@@ -10,6 +10,7 @@ BIN := $(VENV)/bin
 # exports the local stack's connection settings (written by `make stack-up`)
 WITH_ENV := set -a; . $(STACK_DIR)/env; set +a;
 PYTEST_ARGS ?=
+DEMO_ARGS ?=
 LINT_PATHS := $(wildcard txn_offsets tests examples migrations benchmarks)
 
 .PHONY: help install stack-up stack-down stack-status lint test test-unit demo chaos bench clean
@@ -53,7 +54,7 @@ test-unit: install
 	$(BIN)/pytest -m unit $(PYTEST_ARGS)
 
 demo: install stack-up
-	$(WITH_ENV) $(BIN)/python examples/quickstart.py
+	$(WITH_ENV) $(BIN)/python -m examples.demo $(DEMO_ARGS)
 
 chaos:
 	@echo "make chaos: not yet (issue 6, the chaos suite, has not landed)"; exit 2

@@ -1,8 +1,15 @@
-"""txn_offsets: exactly-once processing from Apache Kafka into PostgreSQL for PySpark jobs."""
+"""txn_offsets: exactly-once processing from Apache Kafka into PostgreSQL for PySpark jobs.
+
+The public API: settings (:class:`DatabaseSettings`, :class:`KafkaSettings`, :func:`from_env`),
+the job runner (:func:`run_job` with a :class:`PartitionWriter` or :class:`BatchWriter`), start
+policies and limits, the set-based sink helper :func:`upsert_add`, and the error classes.
+"""
 
 from importlib.metadata import PackageNotFoundError, version
 
+from txn_offsets.config import DatabaseSettings, KafkaSettings, Secret, from_env
 from txn_offsets.errors import (
+    BatchFailed,
     CommitNotApplied,
     ConfigError,
     DataLoss,
@@ -19,6 +26,14 @@ from txn_offsets.errors import (
     TxnOffsetsError,
     UnknownJob,
 )
+from txn_offsets.kafka.reader import Record
+from txn_offsets.kafka.start import StartPolicy
+from txn_offsets.planner import Limits
+from txn_offsets.ranges import OffsetRange
+from txn_offsets.sinks import upsert_add
+from txn_offsets.spark.runner import BatchReport, JobSummary, run_job
+from txn_offsets.spark.session import local_session
+from txn_offsets.spark.writers import BatchWriter, PartitionWriter
 
 try:
     __version__ = version("txn-offsets")
@@ -26,20 +41,36 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree wi
     __version__ = "0.0.0"
 
 __all__ = [
+    "BatchFailed",
+    "BatchReport",
+    "BatchWriter",
     "CommitNotApplied",
     "ConfigError",
     "DataLoss",
+    "DatabaseSettings",
     "Fenced",
     "JavaNotFound",
     "JobAlreadyRunning",
+    "JobSummary",
     "KafkaReadError",
+    "KafkaSettings",
+    "Limits",
     "MigrationError",
     "OffsetConflict",
+    "OffsetRange",
+    "PartitionWriter",
+    "Record",
     "RecordRejected",
     "SchemaMissing",
+    "Secret",
     "ServiceUnavailable",
     "StackError",
+    "StartPolicy",
     "TxnOffsetsError",
     "UnknownJob",
     "__version__",
+    "from_env",
+    "local_session",
+    "run_job",
+    "upsert_add",
 ]

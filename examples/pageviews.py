@@ -1,0 +1,133 @@
+"""The examples' data: page-view events as compact JSON, keyed by user.
+
+``{"u": "user-17", "p": "/page/3", "t": <event time ms>, "d": <duration ms>}`` - users and pages
+follow a skewed (Zipf-like) distribution, event times advance with jitter, so windows and keys
+look like real traffic. :func:`produce` writes them in Kafka transactions (some aborted) and
+returns an oracle computed from the committed events only.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import json
+import random
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from confluent_kafka import Producer
+
+from txn_offsets.kafka.reader import Record
+
+WINDOW_MS = 60_000
+
+
+@dataclass(frozen=True)
+class PageView:
+    user: str
+    page: str
+    time_ms: int
+    duration_ms: int
+
+
+def decode(record: Record) -> PageView:
+    """Strict decoder: a record that is not a page view raises (and so is rejected, with its offset)."""
+    if record.value is None:
+        raise ValueError("empty value")
+    data = json.loads(record.value)
+    return PageView(str(data["u"]), str(data["p"]), int(data["t"]), int(data["d"]))
+
+
+def window_of(time_ms: int) -> int:
+    return time_ms - time_ms % WINDOW_MS
+
+
+@dataclass
+class Oracle:
+    """What the produced (committed) data says the results must be."""
+
+    messages: int = 0
+    aborted: int = 0
+    windows: collections.Counter[tuple[int, str]] = field(default_factory=collections.Counter)
+    durations: collections.Counter[tuple[int, str]] = field(default_factory=collections.Counter)
+    per_user: collections.Counter[str] = field(default_factory=collections.Counter)
+
+    def add(self, view: PageView) -> None:
+        key = (window_of(view.time_ms), view.page)
+        self.messages += 1
+        self.windows[key] += 1
+        self.durations[key] += view.duration_ms
+        self.per_user[view.user] += 1
+
+
+def _zipf_sampler(n: int, s: float, rng: random.Random) -> Callable[[int], list[int]]:
+    cum = list(itertools.accumulate(1.0 / (i + 1) ** s for i in range(n)))
+    population = list(range(n))
+    return lambda k: rng.choices(population, cum_weights=cum, k=k)
+
+
+def produce(
+    bootstrap: str,
+    topic: str,
+    messages: int,
+    *,
+    partitions: int = 8,
+    per_transaction: int = 5_000,
+    abort_every: int = 10,
+    seed: int = 7,
+    progress: Callable[[int], None] | None = None,
+) -> Oracle:
+    """Produce `messages` committed page views (plus aborted transactions) and return the oracle."""
+    rng = random.Random(seed)
+    users = _zipf_sampler(50_000, 1.1, rng)
+    pages = _zipf_sampler(2_000, 1.2, rng)
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"pageviews-{uuid.uuid4().hex}",
+            "linger.ms": 20,
+            "batch.num.messages": 10_000,
+            "compression.type": "lz4",
+        }
+    )
+    producer.init_transactions(60)
+    oracle = Oracle()
+    # Event times start an hour ago: old timestamps would put the records past the topic's
+    # time-based retention (7 days by default) and the broker would delete them at once.
+    clock = window_of(int(time.time() * 1000) - 3_600_000)
+    txn = 0
+    while oracle.messages < messages:
+        txn += 1
+        abort = abort_every > 0 and txn % abort_every == 0
+        n = per_transaction if abort else min(per_transaction, messages - oracle.messages)
+        producer.begin_transaction()
+        for u, p in zip(users(n), pages(n), strict=True):
+            clock += rng.randint(0, 12)
+            view = PageView(f"user-{u}", f"/page/{p}", clock, rng.randint(20, 4_000))
+            value = json.dumps(
+                {"u": view.user, "p": view.page, "t": view.time_ms, "d": view.duration_ms},
+                separators=(",", ":"),
+            )
+            producer.produce(
+                topic,
+                key=view.user.encode(),
+                value=value.encode(),
+                partition=u % partitions,
+                timestamp=view.time_ms,
+            )
+            if not abort:
+                oracle.add(view)
+            producer.poll(0)
+        if abort:
+            # deliver first: aborting with records still in flight can fail the producer with
+            # INVALID_TXN_STATE on Kafka 4 (the abort then races the in-flight produce requests)
+            producer.flush(60)
+            producer.abort_transaction(60)
+            oracle.aborted += n
+        else:
+            producer.commit_transaction(60)
+        if progress is not None:
+            progress(oracle.messages)
+    return oracle
