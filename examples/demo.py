@@ -33,7 +33,7 @@ PARTITIONS = 8
 
 
 def verify(
-    engine: sa.Engine, db: object, kafka: object, job: str, topic: str, oracle: pageviews.Oracle
+    engine: sa.Engine, db: object, kafka: object, *, job: str, topic: str, oracle: pageviews.Oracle
 ) -> str:
     with engine.connect() as conn:
         rows = conn.execute(
