@@ -212,7 +212,9 @@ def database_from_env(
     return DatabaseSettings(Secret(url), schema=schema or env.get("TXN_OFFSETS_SCHEMA", "txn_offsets"))
 
 
-def kafka_from_env(environ: Mapping[str, str] | None = None, *, bootstrap: str | None = None) -> KafkaSettings:
+def kafka_from_env(
+    environ: Mapping[str, str] | None = None, *, bootstrap: str | None = None
+) -> KafkaSettings:
     """Kafka settings from `bootstrap` or TXN_OFFSETS_KAFKA_BOOTSTRAP."""
     env = os.environ if environ is None else environ
     servers = bootstrap or env.get("TXN_OFFSETS_KAFKA_BOOTSTRAP")
