@@ -50,6 +50,7 @@ class Oracle:
 
     messages: int = 0
     aborted: int = 0
+    value_bytes: int = 0
     windows: collections.Counter[tuple[int, str]] = field(default_factory=collections.Counter)
     durations: collections.Counter[tuple[int, str]] = field(default_factory=collections.Counter)
     per_user: collections.Counter[str] = field(default_factory=collections.Counter)
@@ -119,6 +120,7 @@ def produce(
             )
             if not abort:
                 oracle.add(view)
+                oracle.value_bytes += len(value.encode())
             producer.poll(0)
         if abort:
             # deliver first: aborting with records still in flight can fail the producer with

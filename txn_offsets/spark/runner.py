@@ -164,9 +164,9 @@ def _run_batch(
         raise
     except Exception as exc:
         raise BatchFailed(run.job, number, _spark_error_summary(exc)) from exc
-    for report in reports:
-        if report.error is not None:
-            raise report.error
+    for task in reports:
+        if task.error is not None:
+            raise task.error
     records = sum(max(0, r.records) for r in reports)
     committed = sum(1 for r in reports if r.outcome == "committed")
     already = sum(1 for r in reports if r.outcome == "already_committed")
@@ -175,6 +175,16 @@ def _run_batch(
     summary.committed += committed
     summary.already_committed += already
     summary.outcomes.extend(reports)
+    report = BatchReport(
+        job=run.job,
+        number=number,
+        ranges=len(ranges),
+        records=records,
+        committed=committed,
+        already_committed=already,
+        seconds=time.monotonic() - t0,
+        lag=lag_after,
+    )
     logger.info(
         "job=%r batch=%d ranges=%d records=%d committed=%d already_committed=%d seconds=%.2f lag=%d",
         run.job,
@@ -183,9 +193,11 @@ def _run_batch(
         records,
         committed,
         already,
-        time.monotonic() - t0,
+        report.seconds,
         lag_after,
     )
+    if on_batch is not None:
+        on_batch(report)
 
 
 def _spark_error_summary(exc: BaseException) -> str:

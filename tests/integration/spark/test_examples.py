@@ -1,0 +1,136 @@
+"""Every example job runs on small data and its results equal the oracle of what was produced."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from examples import idempotent_events, metric_per_topic, pageviews, top_keys_per_batch, windowed_counts
+from examples import migrate as examples_migrate
+from examples.schema import events, top_keys, topic_metrics, window_counts
+from tests.fix_services import TopicFactory
+from tests.integration.spark.test_counting_job import stored_offsets
+from tests.integration.spark.test_job_faults import ends_of
+from txn_offsets import Limits, StartPolicy, run_job
+from txn_offsets.config import DatabaseSettings, KafkaSettings
+
+N = 6_000
+
+
+@pytest.fixture(scope="module")
+def examples_schema(database_url: str) -> None:
+    examples_migrate.upgrade(DatabaseSettings(database_url))
+    examples_migrate.check(DatabaseSettings(database_url))  # the models and the migration agree
+
+
+@pytest.fixture
+def data(kafka: KafkaSettings, topic_factory: TopicFactory) -> tuple[str, pageviews.Oracle]:
+    topic = topic_factory(partitions=4)
+    oracle = pageviews.produce(kafka.bootstrap_servers, topic, N, partitions=4, per_transaction=500)
+    return topic, oracle
+
+
+def _run(spark: Any, db: DatabaseSettings, kafka: KafkaSettings, job: str, topic: str, writer: Any) -> Any:
+    return run_job(
+        spark,
+        job=job,
+        kafka=kafka,
+        database=db,
+        writer=writer,
+        topics=[topic],
+        start=StartPolicy.earliest(),
+        limits=Limits(max_records_per_partition=1_000),
+        until_caught_up=True,
+    )
+
+
+def test_windowed_counts(
+    spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    examples_schema: None,
+    data: tuple[str, pageviews.Oracle],
+    job_name: str,
+) -> None:
+    topic, oracle = data
+    assert oracle.aborted > 0
+    summary = _run(spark, db, kafka, job_name, topic, windowed_counts.WRITER)
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(window_counts).where(window_counts.c.topic == topic)).all()
+    views = {(int(r.window_start.timestamp() * 1000), r.page): r.views for r in rows}
+    durations = {(int(r.window_start.timestamp() * 1000), r.page): r.duration_ms for r in rows}
+    assert views == dict(oracle.windows)
+    assert durations == dict(oracle.durations)
+    assert summary.records == N
+    assert stored_offsets(engine, db, job_name) == ends_of(kafka, topic, 4)
+
+
+def test_metric_per_topic(
+    spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    examples_schema: None,
+    data: tuple[str, pageviews.Oracle],
+    job_name: str,
+) -> None:
+    topic, oracle = data
+    _run(spark, db, kafka, job_name, topic, metric_per_topic.WRITER)
+    with engine.connect() as conn:
+        row = conn.execute(sa.select(topic_metrics).where(topic_metrics.c.topic == topic)).one()
+    assert (row.records, row.bytes) == (N, oracle.value_bytes)
+
+
+def test_top_keys_per_batch(
+    spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    examples_schema: None,
+    data: tuple[str, pageviews.Oracle],
+    job_name: str,
+) -> None:
+    topic, oracle = data
+    # one batch holding everything: its ranking must be the ranking of the whole data set
+    summary = run_job(
+        spark,
+        job=job_name,
+        kafka=kafka,
+        database=db,
+        writer=top_keys_per_batch.make_writer(job_name),
+        topics=[topic],
+        start=StartPolicy.earliest(),
+        until_caught_up=True,
+    )
+    assert summary.batches == 1
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(top_keys).where(top_keys.c.job == job_name).order_by(top_keys.c.rank)
+        ).all()
+    expected = sorted(oracle.per_user.items(), key=lambda kv: (-kv[1], kv[0]))[: top_keys_per_batch.TOP]
+    assert [(r.key, r.n) for r in rows] == expected
+    assert {r.records for r in rows} == {N}
+
+
+def test_idempotent_events(
+    spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    examples_schema: None,
+    data: tuple[str, pageviews.Oracle],
+    job_name: str,
+) -> None:
+    topic, oracle = data
+    _run(spark, db, kafka, job_name, topic, idempotent_events.WRITER)
+    with engine.connect() as conn:
+        count, users = conn.execute(
+            sa.select(sa.func.count(), sa.func.count(sa.distinct(events.c.key))).where(
+                events.c.topic == topic
+            )
+        ).one()
+    assert count == N
+    assert users == len(oracle.per_user)
