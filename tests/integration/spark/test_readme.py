@@ -1,0 +1,60 @@
+"""The README's usage example runs as written (with a fresh topic, job and table name)."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from confluent_kafka import Producer
+
+from tests.fix_services import REPO, TopicFactory
+from txn_offsets.config import DatabaseSettings
+
+
+def readme_example() -> str:
+    text = (REPO / "README.md").read_text()
+    match = re.search(r"<!-- usage-example[^>]*-->\s*```python\n(.*?)```", text, re.DOTALL)
+    assert match, "README.md lost its usage example block"
+    return match.group(1)
+
+
+def test_readme_usage_example_runs(
+    spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    topic_factory: TopicFactory,
+    kafka_bootstrap: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    database_url: str,
+) -> None:
+    topic = topic_factory(partitions=3)
+    table = f"word_counts_{uuid.uuid4().hex[:8]}"
+    job = f"word-count-{uuid.uuid4().hex[:8]}"
+    sentences = ["the quick brown fox", "jumps over the lazy dog", "the end"] * 50
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i, sentence in enumerate(sentences):
+        producer.produce(topic, value=sentence.encode(), partition=i % 3)
+    assert producer.flush(30) == 0
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(f'CREATE TABLE "{db.schema}".{table} (word text PRIMARY KEY, n bigint NOT NULL)')
+        )
+    code = readme_example()
+    code = code.replace('"sentences"', repr(topic)).replace('job="word-count"', f"job={job!r}")
+    code = code.replace(
+        'sa.Table("word_counts", sa.MetaData(),', f"sa.Table({table!r}, sa.MetaData(schema={db.schema!r}),"
+    )
+    monkeypatch.setenv("TXN_OFFSETS_DATABASE_URL", database_url)
+    monkeypatch.setenv("TXN_OFFSETS_KAFKA_BOOTSTRAP", kafka_bootstrap)
+    monkeypatch.setenv("TXN_OFFSETS_SCHEMA", db.schema)
+    exec(compile(code, str(Path("README.md")), "exec"), {"__name__": "readme_example"})  # noqa: S102
+    assert f"{len(sentences)} records counted exactly once" in capsys.readouterr().out
+    with engine.connect() as conn:
+        counts = dict(conn.execute(sa.text(f'SELECT word, n FROM "{db.schema}".{table}')).all())
+    assert counts["the"] == 150  # once in each of the three sentences, 50 times over
+    assert sum(counts.values()) == sum(len(s.split()) for s in sentences)
