@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import logging
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -29,7 +30,17 @@ __all__ = ["MIGRATIONS_DIR", "alembic_config", "check", "current", "downgrade", 
 
 logger = logging.getLogger(__name__)
 
-MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+
+
+def _find_migrations() -> Path:
+    """The repository's migrations/ (source tree, editable install), else the copy a wheel
+    installs under <prefix>/share/txn-offsets/migrations (pyproject data-files)."""
+    source = Path(__file__).resolve().parent.parent / "migrations"
+    installed = Path(sys.prefix) / "share" / "txn-offsets" / "migrations"
+    return source if (source / "env.py").is_file() or not (installed / "env.py").is_file() else installed
+
+
+MIGRATIONS_DIR = _find_migrations()
 
 # Keys of Config.attributes read by migrations/env.py
 ATTR_DB = "txn_offsets.db"
