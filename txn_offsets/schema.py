@@ -13,6 +13,9 @@ Three tables:
   and the lease of the live run (``run_id``, ``heartbeat_at``, ``lease_until``).
 * ``offset_audit``: every offset change that is not a normal batch commit (seed, reset, skip over
   lost data, import), with who, when, why and the old and new value.
+* ``dead_letters``: records a decoder rejected, when the writer keeps them instead of failing the
+  batch; written in the same transaction as the range's results and offset, so results plus dead
+  letters always account for every record exactly once.
 """
 
 from __future__ import annotations
@@ -45,12 +48,13 @@ _TS = sa.DateTime(timezone=True)
 
 @dataclass(frozen=True)
 class Tables:
-    """The three tables of one schema."""
+    """The tables of one schema."""
 
     metadata: sa.MetaData
     jobs: sa.Table
     offsets: sa.Table
     audit: sa.Table
+    dead_letters: sa.Table
 
 
 @functools.cache
@@ -108,7 +112,19 @@ def tables_for(schema: str = DEFAULT_SCHEMA) -> Tables:
         sa.CheckConstraint("new_off >= 0", name="new_off_nonneg"),
         sa.Index("ix_offset_audit_job_at", "job", "at"),
     )
-    return Tables(md, jobs, offsets, audit)
+    dead_letters = sa.Table(
+        "dead_letters",
+        md,
+        sa.Column("job", sa.Text, primary_key=True),
+        sa.Column("topic", sa.Text, primary_key=True),
+        sa.Column("part", sa.Integer, primary_key=True),
+        sa.Column("off", sa.BigInteger, primary_key=True),
+        sa.Column("key", sa.LargeBinary, nullable=True),
+        sa.Column("value", sa.LargeBinary, nullable=True),
+        sa.Column("error", sa.Text, nullable=False),
+        sa.Column("at", _TS, nullable=False, server_default=sa.func.now()),
+    )
+    return Tables(md, jobs, offsets, audit, dead_letters)
 
 
 def metadata_for(schema: str = DEFAULT_SCHEMA) -> sa.MetaData:
@@ -128,5 +144,6 @@ def run_role_grants(schema: str, role: str) -> list[str]:
         f"GRANT USAGE ON SCHEMA {s} TO {r}",
         f"GRANT SELECT, INSERT, UPDATE ON {s}.jobs, {s}.offsets TO {r}",
         f"GRANT SELECT, INSERT ON {s}.offset_audit TO {r}",
+        f"GRANT SELECT, INSERT ON {s}.dead_letters TO {r}",
         f"GRANT SELECT ON {s}.alembic_version TO {r}",
     ]

@@ -12,7 +12,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import sqlalchemy as sa
 
@@ -21,6 +21,7 @@ from txn_offsets.errors import Fenced, OffsetConflict, RecordRejected, TxnOffset
 from txn_offsets.kafka.reader import Record, read_range
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.runs import Run
+from txn_offsets.schema import tables_for
 from txn_offsets.transaction import commit_ranges
 
 logger = logging.getLogger(__name__)
@@ -65,15 +66,48 @@ class TaskReport:
     error: TxnOffsetsError | None = None
 
 
-def decoded(records: Iterable[Record], decode: Callable[[Record], T]) -> Iterator[T]:
-    """Apply the user's decoder; a failure names the record (topic, partition, offset)."""
+class DeadLetter(NamedTuple):
+    """A record the decoder rejected, kept (in dead-letter mode) instead of failing the batch."""
+
+    record: Record
+    error: str
+
+
+def decoded(
+    records: Iterable[Record], decode: Callable[[Record], T], dead: list[DeadLetter] | None = None
+) -> Iterator[T]:
+    """Apply the user's decoder. A failure rejects the batch naming the record (topic, partition,
+    offset), or, when `dead` is a list, is appended to it and the record is skipped."""
     for rec in records:
         try:
             yield decode(rec)
         except Exception as exc:  # any decoder failure rejects the record
-            raise RecordRejected(
-                rec.topic, rec.partition, rec.offset, f"{type(exc).__name__}: {exc}"
-            ) from exc
+            detail = f"{type(exc).__name__}: {exc}"
+            if dead is None:
+                raise RecordRejected(rec.topic, rec.partition, rec.offset, detail) from exc
+            dead.append(DeadLetter(rec, detail[:2000]))
+
+
+def write_dead_letters(conn: sa.Connection, db: DatabaseSettings, job: str, dead: list[DeadLetter]) -> None:
+    """Insert a range's dead letters in the range's transaction (one multi-row statement)."""
+    if not dead:
+        return
+    table = tables_for(db.schema).dead_letters
+    conn.execute(
+        sa.insert(table),
+        [
+            {
+                "job": job,
+                "topic": d.record.topic,
+                "part": d.record.partition,
+                "off": d.record.offset,
+                "key": d.record.key,
+                "value": d.record.value,
+                "error": d.error,
+            }
+            for d in dead
+        ],
+    )
 
 
 @dataclass(frozen=True)
@@ -84,11 +118,12 @@ class PartitionTask(Generic[A]):
     kafka: KafkaSettings
     run: Run
     ranges: tuple[OffsetRange, ...]
-    prepare: Callable[[Iterator[Record]], A]
+    prepare: Callable[[Iterator[Record], list[DeadLetter] | None], A]
     write: Callable[[sa.Connection, OffsetRange, A], None]
     read: ReadOptions = field(default_factory=ReadOptions)
     isolation_level: str = "READ COMMITTED"
     after_commit: Callable[[OffsetRange, str], None] | None = None
+    dead_letters: bool = False
 
     def __call__(self, index: int, _ignored: Iterable[Any]) -> Iterator[TaskReport]:
         rng = self.ranges[index]
@@ -98,7 +133,8 @@ class PartitionTask(Generic[A]):
             )
         )
         try:
-            prepared = self.prepare(counted)
+            dead: list[DeadLetter] | None = [] if self.dead_letters else None
+            prepared = self.prepare(counted, dead)
             for _ in counted:  # drain whatever prepare left unread: the range is read whole
                 pass
         except RecordRejected as exc:
@@ -111,7 +147,7 @@ class PartitionTask(Generic[A]):
                 self.database,
                 self.run,
                 [rng],
-                lambda conn: self.write(conn, rng, prepared),
+                lambda conn: self._write(conn, rng, prepared, dead),
                 isolation_level=self.isolation_level,
             )
         except OffsetConflict as exc:
@@ -127,6 +163,13 @@ class PartitionTask(Generic[A]):
             # task whose range is already committed (fault injection, notifications)
             self.after_commit(rng, outcome)
         yield TaskReport(rng, outcome, counted.n)
+
+    def _write(
+        self, conn: sa.Connection, rng: OffsetRange, prepared: A, dead: list[DeadLetter] | None
+    ) -> None:
+        self.write(conn, rng, prepared)
+        if dead:
+            write_dead_letters(conn, self.database, self.run.job, dead)
 
 
 class _Counting(Iterator[Record]):

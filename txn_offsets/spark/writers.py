@@ -19,7 +19,7 @@ from txn_offsets.errors import Fenced, OffsetConflict
 from txn_offsets.kafka.reader import Record
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark.batch import Batch
-from txn_offsets.spark.executor import PartitionTask, TaskReport, decoded, worker_engine
+from txn_offsets.spark.executor import DeadLetter, PartitionTask, TaskReport, decoded, worker_engine
 from txn_offsets.transaction import commit_ranges
 
 __all__ = ["BatchWriter", "PartitionWriter", "Writer"]
@@ -39,7 +39,9 @@ class PartitionWriter(Generic[T, A]):
 
     ``decode`` (default: the Record itself) turns a record into the user's value; a failure rejects
     the batch with the record's topic/partition/offset. ``aggregate`` (default: ``list``) reduces a
-    range's values to what ``write`` needs, before the transaction opens.
+    range's values to what ``write`` needs, before the transaction opens. With
+    ``dead_letters=True`` a record the decoder rejects is not fatal: it goes to the schema's
+    ``dead_letters`` table in the same transaction as the range's results and offset.
     """
 
     write: Callable[[sa.Connection, OffsetRange, A], None]
@@ -47,9 +49,10 @@ class PartitionWriter(Generic[T, A]):
     aggregate: Callable[[Iterator[T]], A] | None = None
     isolation_level: str = "READ COMMITTED"
     after_commit: Callable[[OffsetRange, str], None] | None = None
+    dead_letters: bool = False
 
-    def prepare(self, records: Iterator[Record]) -> A:
-        values: Iterator[Any] = decoded(records, self.decode) if self.decode is not None else records
+    def prepare(self, records: Iterator[Record], dead: list[DeadLetter] | None = None) -> A:
+        values: Iterator[Any] = decoded(records, self.decode, dead) if self.decode is not None else records
         if self.aggregate is not None:
             return self.aggregate(values)
         result: Any = list(values)
@@ -66,6 +69,7 @@ class PartitionWriter(Generic[T, A]):
             read=batch.read,
             isolation_level=self.isolation_level,
             after_commit=self.after_commit,
+            dead_letters=self.dead_letters,
         )
         reports: list[TaskReport] = batch.ranges_rdd().mapPartitionsWithIndex(task).collect()
         return reports

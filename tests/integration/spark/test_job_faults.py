@@ -352,3 +352,50 @@ def test_poison_record_fails_the_batch_and_changes_nothing(
     stored = stored_offsets(engine, db, job_name)
     assert stored[(topic, 1)] == 0
     assert sum(totals(engine, counts_table).values()) == stored[(topic, 0)]
+
+
+def test_dead_letter_mode_keeps_totals_plus_dead_letters_equal_to_produced(
+    spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    counts_table: str,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    job_name: str,
+) -> None:
+    topic = topic_factory(partitions=2)
+    produce(topic, 2_000, 2)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    for i in range(7):
+        producer.produce(topic, key=None, value=f"poison-{i}".encode(), partition=i % 2)
+    produce(topic, 1_000, 2, start=2_000)
+    producer.flush(30)
+
+    def strict_key(record: Record) -> str:
+        if record.key is None:
+            raise ValueError("record has no key")
+        return record.key.decode()
+
+    base = counting_writer(counts_table)
+    writer = PartitionWriter(write=base.write, decode=strict_key, aggregate=base.aggregate, dead_letters=True)
+    summary = run_job(
+        spark,
+        job=job_name,
+        kafka=kafka,
+        database=db,
+        writer=writer,
+        topics=[topic],
+        start=StartPolicy.earliest(),
+        limits=Limits(max_records_per_partition=400),
+        until_caught_up=True,
+    )
+    with engine.connect() as conn:
+        dead = conn.execute(
+            sa.text(f'SELECT topic, part, off, value, error FROM "{db.schema}".dead_letters WHERE job = :j'),
+            {"j": job_name},
+        ).all()
+    assert sum(totals(engine, counts_table).values()) + len(dead) == 3_007 == summary.records
+    assert sorted(row.value for row in dead) == [f"poison-{i}".encode() for i in range(7)]
+    assert all("record has no key" in row.error for row in dead)
+    assert stored_offsets(engine, db, job_name) == ends_of(kafka, topic, 2)

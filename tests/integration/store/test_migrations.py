@@ -23,7 +23,13 @@ def _tables(engine: sa.Engine, schema: str) -> set[str]:
 def test_upgrade_downgrade_upgrade(engine: sa.Engine, db: DatabaseSettings) -> None:
     assert migrate.current(db) is None  # schema does not even exist yet
     assert migrate.upgrade(db) == migrate.head()
-    assert _tables(engine, db.schema) == {"jobs", "offsets", "offset_audit", "alembic_version"}
+    assert _tables(engine, db.schema) == {
+        "jobs",
+        "offsets",
+        "offset_audit",
+        "dead_letters",
+        "alembic_version",
+    }
     migrate.check(db)
 
     assert migrate.downgrade(db, "base") is None
@@ -31,7 +37,13 @@ def test_upgrade_downgrade_upgrade(engine: sa.Engine, db: DatabaseSettings) -> N
     assert _tables(engine, db.schema) == {"alembic_version"}
 
     assert migrate.upgrade(db) == migrate.head()
-    assert _tables(engine, db.schema) == {"jobs", "offsets", "offset_audit", "alembic_version"}
+    assert _tables(engine, db.schema) == {
+        "jobs",
+        "offsets",
+        "offset_audit",
+        "dead_letters",
+        "alembic_version",
+    }
     migrate.check(db)
     # upgrading at head is a no-op
     assert migrate.upgrade(db) == migrate.head()
