@@ -110,6 +110,27 @@ def write_dead_letters(conn: sa.Connection, db: DatabaseSettings, job: str, dead
     )
 
 
+def commit_reporting(
+    db: DatabaseSettings,
+    run: Run,
+    ranges: list[OffsetRange],
+    write: Callable[[sa.Connection], None],
+    *,
+    isolation_level: str,
+    records: int,
+) -> list[TaskReport]:
+    """commit_ranges on this worker's engine, with a conflict or a fencing turned into reports:
+    nothing was written, and the driver raises the error with its context (a Spark retry of the
+    task could never succeed)."""
+    try:
+        outcomes = commit_ranges(worker_engine(db), db, run, ranges, write, isolation_level=isolation_level)
+    except OffsetConflict as exc:
+        return [TaskReport(r, "conflict", records, exc) for r in ranges]
+    except Fenced as exc:
+        return [TaskReport(r, "fenced", records, exc) for r in ranges]
+    return [TaskReport(o.range, o.outcome.value, records) for o in outcomes]
+
+
 @dataclass(frozen=True)
 class PartitionTask(Generic[A]):
     """The picklable body of a per-partition commit task."""
@@ -140,24 +161,18 @@ class PartitionTask(Generic[A]):
         except RecordRejected as exc:
             yield TaskReport(rng, "rejected", counted.n, exc)
             return
-        engine = worker_engine(self.database)
-        try:
-            outcomes = commit_ranges(
-                engine,
-                self.database,
-                self.run,
-                [rng],
-                lambda conn: self._write(conn, rng, prepared, dead),
-                isolation_level=self.isolation_level,
-            )
-        except OffsetConflict as exc:
-            # not retried into success: the driver raises it with its context
-            yield TaskReport(rng, "conflict", counted.n, exc)
+        (report,) = commit_reporting(
+            self.database,
+            self.run,
+            [rng],
+            lambda conn: self._write(conn, rng, prepared, dead),
+            isolation_level=self.isolation_level,
+            records=counted.n,
+        )
+        if report.error is not None:
+            yield report  # conflict / fenced: not retried into success, the driver raises it
             return
-        except Fenced as exc:
-            yield TaskReport(rng, "fenced", counted.n, exc)
-            return
-        outcome = outcomes[0].outcome.value
+        outcome = report.outcome
         if self.after_commit is not None:
             # runs after COMMIT, before the task reports: an exception here makes Spark retry a
             # task whose range is already committed (fault injection, notifications)

@@ -15,12 +15,10 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import sqlalchemy as sa
 
-from txn_offsets.errors import Fenced, OffsetConflict
 from txn_offsets.kafka.reader import Record
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark.batch import Batch
-from txn_offsets.spark.executor import DeadLetter, PartitionTask, TaskReport, decoded, worker_engine
-from txn_offsets.transaction import commit_ranges
+from txn_offsets.spark.executor import DeadLetter, PartitionTask, TaskReport, commit_reporting, decoded
 
 __all__ = ["BatchWriter", "PartitionWriter", "Writer"]
 
@@ -89,18 +87,11 @@ class BatchWriter(Generic[R]):
 
     def commit(self, batch: Batch) -> list[TaskReport]:
         result = self.compute(batch.records())
-        engine = worker_engine(batch.database)
-        try:
-            outcomes = commit_ranges(
-                engine,
-                batch.database,
-                batch.run,
-                list(batch.ranges),
-                lambda conn: self.write(conn, batch.ranges, result),
-                isolation_level=self.isolation_level,
-            )
-        except OffsetConflict as exc:
-            return [TaskReport(r, "conflict", -1, exc) for r in batch.ranges]
-        except Fenced as exc:
-            return [TaskReport(r, "fenced", -1, exc) for r in batch.ranges]
-        return [TaskReport(o.range, o.outcome.value, -1) for o in outcomes]
+        return commit_reporting(
+            batch.database,
+            batch.run,
+            list(batch.ranges),
+            lambda conn: self.write(conn, batch.ranges, result),
+            isolation_level=self.isolation_level,
+            records=-1,  # unknown per range: compute() saw the batch as a whole
+        )

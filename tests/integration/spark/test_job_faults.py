@@ -269,6 +269,13 @@ def test_deleted_records_fail_by_default_and_skip_when_asked(
     assert [tuple(a) for a in audit] == [(100, 150)]
 
 
+def strict_key(record: Record) -> str:
+    """The counting decoder, refusing records without a key (the poison of these tests)."""
+    if record.key is None:
+        raise ValueError("record has no key")
+    return record.key.decode()
+
+
 def fail_first_attempt(rng: OffsetRange, outcome: str) -> None:
     from pyspark import TaskContext
 
@@ -327,11 +334,6 @@ def test_poison_record_fails_the_batch_and_changes_nothing(
     producer.flush(30)
     poison_offset = ends_of(kafka, topic, 2)[(topic, 1)] - 1
 
-    def strict_key(record: Record) -> str:
-        if record.key is None:
-            raise ValueError("record has no key")
-        return record.key.decode()
-
     base = counting_writer(counts_table)
     writer = PartitionWriter(write=base.write, decode=strict_key, aggregate=base.aggregate)
     with pytest.raises(RecordRejected) as info:
@@ -371,11 +373,6 @@ def test_dead_letter_mode_keeps_totals_plus_dead_letters_equal_to_produced(
         producer.produce(topic, key=None, value=f"poison-{i}".encode(), partition=i % 2)
     produce(topic, 1_000, 2, start=2_000)
     producer.flush(30)
-
-    def strict_key(record: Record) -> str:
-        if record.key is None:
-            raise ValueError("record has no key")
-        return record.key.decode()
 
     base = counting_writer(counts_table)
     writer = PartitionWriter(write=base.write, decode=strict_key, aggregate=base.aggregate, dead_letters=True)
