@@ -31,7 +31,6 @@ __all__ = ["MIGRATIONS_DIR", "alembic_config", "check", "current", "downgrade", 
 logger = logging.getLogger(__name__)
 
 
-
 def _find_migrations() -> Path:
     """The repository's migrations/ (source tree, editable install), else the copy a wheel
     installs under <prefix>/share/txn-offsets/migrations (pyproject data-files)."""
