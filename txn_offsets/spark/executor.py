@@ -146,7 +146,8 @@ class PartitionTask(Generic[A]):
     after_commit: Callable[[OffsetRange, str], None] | None = None
     dead_letters: bool = False
 
-    def __call__(self, index: int, _ignored: Iterable[Any]) -> Iterator[TaskReport]:
+    def __call__(self, index: int, placeholder: Iterable[Any]) -> Iterator[TaskReport]:
+        _drain(placeholder)
         rng = self.ranges[index]
         counted = _Counting(
             read_range(
@@ -187,6 +188,13 @@ class PartitionTask(Generic[A]):
             write_dead_letters(conn, self.database, self.run.job, dead)
 
 
+def _drain(items: Iterable[Any]) -> None:
+    """Consume a task's input to the end: PySpark only reuses a Python worker whose input stream
+    was read completely (here the input is just the range's index)."""
+    for _ in items:
+        pass
+
+
 class _Counting(Iterator[Record]):
     """Counts the records that pass through (for the batch log line)."""
 
@@ -211,7 +219,8 @@ class ReadTask:
     ranges: tuple[OffsetRange, ...]
     read: ReadOptions = field(default_factory=ReadOptions)
 
-    def __call__(self, index: int, _ignored: Iterable[Any]) -> Iterator[Record]:
+    def __call__(self, index: int, placeholder: Iterable[Any]) -> Iterator[Record]:
+        _drain(placeholder)
         rng = self.ranges[index]
         return read_range(
             self.kafka, rng, batch_size=self.read.batch_size, stall_timeout_s=self.read.stall_timeout_s

@@ -20,6 +20,15 @@ def db(database_url: str, pg_schema: str) -> DatabaseSettings:
     return settings
 
 
+@pytest.fixture(scope="session")
+def examples_schema(database_url: str) -> None:
+    """The examples' result tables (their own schema and alembic history), checked for drift."""
+    from examples import migrate as examples_migrate
+
+    examples_migrate.upgrade(DatabaseSettings(database_url))
+    examples_migrate.check(DatabaseSettings(database_url))
+
+
 @pytest.fixture
 def kafka(kafka_bootstrap: str) -> KafkaSettings:
     return KafkaSettings(kafka_bootstrap)

@@ -105,3 +105,34 @@ def test_counting_job_100k_over_8_partitions(
     assert (again.batches, again.records) == (0, 0)
     assert again.generation == summary.generation + 1
     assert totals(engine, counts_table) == dict(expected)
+
+
+def test_topic_pattern_reads_every_matching_topic(
+    spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    counts_table: str,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    job_name: str,
+) -> None:
+    prefix = f"pat{job_name[-6:]}"
+    first = topic_factory(partitions=2, prefix=prefix)
+    second = topic_factory(partitions=3, prefix=prefix)
+    other = topic_factory(partitions=1)
+    expected = produce(first, 1_000, 2) + produce(second, 1_500, 3)
+    produce(other, 500, 1)
+    summary = run_job(
+        spark,
+        job=job_name,
+        kafka=kafka,
+        database=db,
+        writer=counting_writer(counts_table),
+        topic_pattern=rf"{prefix}-[0-9a-f]+",
+        start=StartPolicy.earliest(),
+        until_caught_up=True,
+    )
+    assert summary.records == 2_500
+    assert totals(engine, counts_table) == dict(expected)
+    assert {topic for topic, _ in stored_offsets(engine, db, job_name)} == {first, second}

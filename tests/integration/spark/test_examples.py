@@ -8,7 +8,6 @@ import pytest
 import sqlalchemy as sa
 
 from examples import idempotent_events, metric_per_topic, pageviews, top_keys_per_batch, windowed_counts
-from examples import migrate as examples_migrate
 from examples.schema import events, top_keys, topic_metrics, window_counts
 from tests.fix_services import TopicFactory
 from tests.integration.spark.test_counting_job import stored_offsets
@@ -17,12 +16,6 @@ from txn_offsets import Limits, StartPolicy, run_job
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 
 N = 6_000
-
-
-@pytest.fixture(scope="module")
-def examples_schema(database_url: str) -> None:
-    examples_migrate.upgrade(DatabaseSettings(database_url))
-    examples_migrate.check(DatabaseSettings(database_url))  # the models and the migration agree
 
 
 @pytest.fixture
