@@ -1,13 +1,12 @@
-"""Offset rows: load, seed, the guarded claim and its classification, audited admin moves.
+"""Offset rows: load, seed, the guarded claim, audited admin moves.
 
 Every function runs SQL on a Connection it is given and never commits or rolls back: the caller
-(:mod:`txn_offsets.transaction`, or an admin command) owns the transaction. The classifiers are
-pure functions, so the protocol's decisions can be property-tested without a database.
+(:mod:`txn_offsets.transaction`, or an admin command) owns the transaction. What a claim's
+outcome means is decided by the pure functions of :mod:`txn_offsets.classify` (re-exported here).
 """
 
 from __future__ import annotations
 
-import enum
 import getpass
 import logging
 import socket
@@ -17,8 +16,9 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
+from txn_offsets.classify import ClaimResult, Settled, classify_claim, classify_reread
 from txn_offsets.config import DatabaseSettings
-from txn_offsets.errors import ConfigError, Fenced, OffsetConflict, UnknownJob
+from txn_offsets.errors import ConfigError, Fenced, OffsetConflict
 from txn_offsets.ranges import OffsetRange, TopicPartition
 from txn_offsets.runs import Run, lock_job
 from txn_offsets.schema import AUDIT_ACTIONS, tables_for
@@ -41,20 +41,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-class ClaimResult(enum.StrEnum):
-    """What a guarded claim did."""
-
-    CLAIMED = "claimed"  # the row moved from the range's start to its end in this transaction
-    ALREADY_COMMITTED = "already_committed"  # the row is already at the range's end
-
-
-class Settled(enum.StrEnum):
-    """Where the rows of a batch were found after its transaction ended without a clear answer."""
-
-    AT_UNTIL = "at_until"  # every range is committed (by this attempt or by a duplicate)
-    AT_START = "at_start"  # nothing of the batch was committed
-
-
 @dataclass(frozen=True)
 class OffsetChange:
     """One audited move of a stored offset (``old`` None: the row did not exist)."""
@@ -72,50 +58,6 @@ def default_actor() -> str:
     except (KeyError, OSError):  # no passwd entry (containers) and no LOGNAME/USER
         user = "unknown"
     return f"{user}@{socket.gethostname()}"
-
-
-def classify_claim(
-    job: str, rng: OffsetRange, found_off: int | None, found_generation: int | None, my_generation: int
-) -> ClaimResult:
-    """Classify a claim that updated no row, from the row re-read afterwards.
-
-    A newer generation wins over everything (this run must stop); then ``off == until`` means
-    this exact range was committed before (a retry, a speculative copy); anything else is a
-    conflict that must not be retried into success.
-    """
-    if found_generation is None:
-        raise UnknownJob(job)
-    if found_generation != my_generation:
-        raise Fenced(job, my_generation, found_generation)
-    if found_off == rng.until:
-        return ClaimResult.ALREADY_COMMITTED
-    raise OffsetConflict(job, rng.topic, rng.partition, rng.start, found_off)
-
-
-def classify_reread(
-    job: str,
-    ranges: Sequence[OffsetRange],
-    found: Mapping[TopicPartition, int | None],
-    found_generation: int | None,
-    my_generation: int,
-) -> Settled:
-    """Classify a batch whose transaction ended without a clear answer (lost COMMIT, 40001).
-
-    All rows at their range's end means the batch is committed (a committed batch stays
-    committed even if a newer run started since); all at their start means nothing happened.
-    Anything in between is a conflict, reported on the range that explains it best.
-    """
-    if ranges and all(found.get(r.key) == r.until for r in ranges):
-        return Settled.AT_UNTIL
-    if found_generation is None:
-        raise UnknownJob(job)
-    if found_generation != my_generation:
-        raise Fenced(job, my_generation, found_generation)
-    if all(found.get(r.key) == r.start for r in ranges):
-        return Settled.AT_START
-    odd = [r for r in ranges if found.get(r.key) not in (r.start, r.until)]
-    worst = odd[0] if odd else next(r for r in ranges if found.get(r.key) != r.start)
-    raise OffsetConflict(job, worst.topic, worst.partition, worst.start, found.get(worst.key))
 
 
 def load_offsets(conn: sa.Connection, db: DatabaseSettings, job: str) -> dict[TopicPartition, int]:
