@@ -9,8 +9,9 @@ ENV JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64 \
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY txn_offsets ./txn_offsets
-RUN pip install --no-cache-dir .
+# the offsets migrations are installed with the package (share/txn-offsets/migrations)
 COPY migrations ./migrations
+RUN pip install --no-cache-dir .
 COPY examples ./examples
 # the job runs as an unprivileged user
 RUN useradd --create-home --uid 1000 app && chown -R app /app

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -52,6 +53,48 @@ def _docker_available() -> bool:
     return True
 
 
+@contextlib.contextmanager
+def _postgres_container() -> Iterator[Any]:
+    from testcontainers.community.postgres import PostgresContainer
+
+    with PostgresContainer("postgres:15", driver="psycopg") as pg:
+        yield pg
+
+
+@contextlib.contextmanager
+def _kafka_container() -> Iterator[str]:
+    """apache/kafka (the official image, KRaft) - the same major version as the embedded stack.
+    The advertised listener must name the host port, so the port is chosen before the start."""
+    from testcontainers.core.container import DockerContainer
+    from testcontainers.core.waiting_utils import wait_for_logs
+
+    from txn_offsets.devstack._proc import pick_free_port
+    from txn_offsets.devstack.kafka import KAFKA_VERSION
+
+    port = pick_free_port()
+    container = (
+        DockerContainer(f"apache/kafka:{KAFKA_VERSION}")
+        .with_bind_ports(9092, port)
+        .with_env("KAFKA_NODE_ID", "1")
+        .with_env("KAFKA_PROCESS_ROLES", "broker,controller")
+        .with_env("KAFKA_CONTROLLER_QUORUM_VOTERS", "1@localhost:9093")
+        .with_env("KAFKA_LISTENERS", "PLAINTEXT://:9092,CONTROLLER://:9093")
+        .with_env("KAFKA_ADVERTISED_LISTENERS", f"PLAINTEXT://127.0.0.1:{port}")
+        .with_env("KAFKA_CONTROLLER_LISTENER_NAMES", "CONTROLLER")
+        .with_env("KAFKA_LISTENER_SECURITY_PROTOCOL_MAP", "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT")
+        .with_env("KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR", "1")
+        .with_env("KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR", "1")
+        .with_env("KAFKA_TRANSACTION_STATE_LOG_MIN_ISR", "1")
+        .with_env("KAFKA_SHARE_COORDINATOR_STATE_TOPIC_REPLICATION_FACTOR", "1")
+        .with_env("KAFKA_SHARE_COORDINATOR_STATE_TOPIC_MIN_ISR", "1")
+        .with_env("KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS", "0")
+        .with_env("KAFKA_AUTO_CREATE_TOPICS_ENABLE", "false")
+    )
+    with container:
+        wait_for_logs(container, "Kafka Server started", timeout=120)
+        yield f"127.0.0.1:{port}"
+
+
 @pytest.fixture(scope="session")
 def services(request: pytest.FixtureRequest) -> Iterator[Services]:
     opt = request.config.getoption
@@ -62,15 +105,9 @@ def services(request: pytest.FixtureRequest) -> Iterator[Services]:
         yield Services(db, admin, kafka, "env")
         return
     if _docker_available():
-        from testcontainers.kafka import KafkaContainer
-        from testcontainers.postgres import PostgresContainer
-
-        with (
-            PostgresContainer("postgres:15", driver="psycopg") as pg,
-            KafkaContainer("apache/kafka:4.1.1").with_kraft() as kc,
-        ):
+        with _postgres_container() as pg, _kafka_container() as bootstrap:
             url = pg.get_connection_url()
-            yield Services(url, url, kc.get_bootstrap_server(), "testcontainers")
+            yield Services(url, url, bootstrap, "testcontainers")
         return
     from txn_offsets.devstack import Stack
 
