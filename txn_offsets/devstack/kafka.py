@@ -146,12 +146,16 @@ def ensure_libs() -> Path:
             timeout=900,
         )
     if done.returncode != 0:
-        out = (done.stdout + done.stderr).strip()
-        network = re.search(r"Could not transfer|UnknownHost|Connect(ion)? (refused|timed out)|resolve", out)
+        out = re.sub(r"\x1b\[[0-9;]*m", "", done.stdout + done.stderr)
+        errors = [line.removeprefix("[ERROR]").strip() for line in out.splitlines() if "[ERROR]" in line]
+        detail = next((e for e in errors if e), out.strip()[-300:])[:400]
+        network = re.search(
+            r"Could not transfer|transfer failed|UnknownHost|Connect(ion)? (refused|timed out)", out
+        )
         problem = "Maven Central is unreachable" if network else "Maven could not assemble Kafka"
         raise StackError(
             SERVICE,
-            f"{problem}: {out[-600:]}",
+            f"{problem}: {detail}",
             "check network access to Maven Central (or a mirror in ~/.m2/settings.xml), then run "
             "`make stack-up` again",
         )
