@@ -167,7 +167,6 @@ def _seed(
     known_topics = {topic for topic, _ in stored}
     new_topic = [tp for tp in missing if tp[0] not in known_topics]
     added = [tp for tp in missing if tp[0] in known_topics]
-    seeds: dict[TopicPartition, int] = {}
     if new_topic:
         if start is None:
             names = sorted({t for t, _ in new_topic})
@@ -176,15 +175,32 @@ def _seed(
                 f"job {job!r} has no stored offsets for {', '.join(names)}: choose where a first run starts "
                 f"with start=StartPolicy.earliest() | .latest() | .at_timestamp(ms) | .explicit({{...}})",
             )
-        seeds.update(start.resolve(kafka, new_topic, marks, timeout_s=timeout_s))
-    # a partition added to a topic the job already reads starts at its beginning: every record of
-    # it is new to the job
-    seeds.update({tp: marks[tp][0] for tp in added})
-    inserted = store.seed_offsets(
-        conn, db, job, seeds, action="seed", reason="first offsets of new partitions", actor="planner"
-    )
-    if inserted:
-        logger.info("job %r: seeded %d partition(s): %s", job, len(inserted), sorted(inserted.items())[:8])
+        first = start.resolve(kafka, new_topic, marks, timeout_s=timeout_s)
+        inserted = store.seed_offsets(
+            conn,
+            db,
+            job,
+            first,
+            action="seed",
+            reason=f"first run, start policy {start.kind}",
+            actor="planner",
+        )
+        if inserted:
+            logger.info("job %r: seeded %d partition(s) (%s)", job, len(inserted), start.kind)
+    if added:
+        # a partition added to a topic the job already reads starts at its beginning: every record
+        # of it is new to the job
+        inserted = store.seed_offsets(
+            conn,
+            db,
+            job,
+            {tp: marks[tp][0] for tp in added},
+            action="new_partition",
+            reason="partition added to a topic the job reads; starts at the log start",
+            actor="planner",
+        )
+        if inserted:
+            logger.info("job %r: new partition(s) %s start at the log start", job, sorted(inserted))
     # another run may have seeded some partitions concurrently: read back what is stored now
     current = store.load_offsets(conn, db, job)
     return {tp: current[tp] for tp in missing}
