@@ -94,6 +94,7 @@ def plan_batch(
     limits: Limits,
     on_data_loss: str = "fail",
     timeout_s: float = 15.0,
+    generation: int | None = None,
 ) -> Plan:
     """Plan the next batch of `job` (seeding and data-loss skips are committed here, audited)."""
     if on_data_loss not in ON_DATA_LOSS:
@@ -136,6 +137,7 @@ def plan_batch(
                     stored[tp],
                     low,
                     reason=f"records [{stored[tp]}, {low}) deleted from Kafka before processing",
+                    generation=generation,  # a fenced run must not move offsets
                 )
                 logger.warning(
                     "job %r %s[%d]: skipped lost offsets [%d, %d)", job, tp[0], tp[1], stored[tp], low

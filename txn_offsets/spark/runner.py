@@ -112,6 +112,7 @@ def run_job(
                 start=start,
                 limits=limits,
                 on_data_loss=on_data_loss,
+                generation=run.generation,
             )
             if plan.ranges:
                 _run_batch(
