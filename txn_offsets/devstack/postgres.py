@@ -11,7 +11,6 @@ import hashlib
 import logging
 import os
 import pwd
-import re
 import shutil
 import subprocess
 import time
@@ -337,12 +336,3 @@ def restart_immediate(cluster: PgCluster, admin_password: str) -> None:
     pid = _postmaster_pid(cluster)
     cluster.pid_file.write_text(f"{pid}\n")
     _wait_ready(cluster, admin_password)
-
-
-_VERSION_RE = re.compile(r"(\d+)")
-
-
-def server_version(cluster: PgCluster) -> int:
-    done = cluster.run("postgres", "--version")
-    match = _VERSION_RE.search(done.stdout)
-    return int(match.group(1)) if match else 0
