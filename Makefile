@@ -11,6 +11,7 @@ BIN := $(VENV)/bin
 WITH_ENV := set -a; . $(STACK_DIR)/env; set +a;
 PYTEST_ARGS ?=
 DEMO_ARGS ?=
+BENCH_ARGS ?=
 LINT_PATHS := $(wildcard txn_offsets tests examples migrations benchmarks)
 
 .PHONY: help install stack-up stack-down stack-status lint test test-unit demo chaos bench clean
@@ -22,7 +23,7 @@ help:
 	@echo "make stack-up    start PostgreSQL + Kafka on loopback (idempotent); settings in $(STACK_DIR)/env"
 	@echo "make stack-down  stop exactly the processes stack-up started"
 	@echo "make chaos       the full fault-injection suite (slow)"
-	@echo "make bench       benchmarks"
+	@echo "make bench       exactly-once vs at-least-once vs per-record rows (BENCH_MESSAGES=500000)"
 
 $(BIN)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "txn_offsets needs Python >= 3.11; set PYTHON=python3.11 (or newer)")'
@@ -59,8 +60,8 @@ demo: install stack-up
 chaos:
 	@echo "make chaos: not yet (issue 6, the chaos suite, has not landed)"; exit 2
 
-bench:
-	@echo "make bench: not yet (the benchmark issue has not landed)"; exit 2
+bench: install stack-up
+	$(WITH_ENV) $(BIN)/python -m benchmarks.bench $(BENCH_ARGS)
 
 clean: stack-down
 	rm -rf $(STACK_DIR) $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
