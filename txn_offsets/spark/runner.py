@@ -16,9 +16,18 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.database import engine_for
-from txn_offsets.errors import BatchFailed, ConfigError, TxnOffsetsError
+from txn_offsets.errors import (
+    BatchFailed,
+    CommitNotApplied,
+    ConfigError,
+    KafkaReadError,
+    ServiceUnavailable,
+    TxnOffsetsError,
+)
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits, TopicSelection, plan_batch
 from txn_offsets.runs import Run, end_run, heartbeat, start_run
@@ -29,6 +38,10 @@ from txn_offsets.spark.writers import Writer
 __all__ = ["BatchReport", "JobSummary", "run_job"]
 
 logger = logging.getLogger(__name__)
+
+# Failures after which planning again from the stored offsets may succeed. Never: OffsetConflict,
+# Fenced, RecordRejected, DataLoss, ConfigError - retrying those cannot change their answer.
+TRANSIENT = (BatchFailed, CommitNotApplied, KafkaReadError, ServiceUnavailable)
 
 
 @dataclass(frozen=True)
@@ -80,14 +93,27 @@ def run_job(
     read: ReadOptions | None = None,
     stop: threading.Event | None = None,
     on_batch: Callable[[BatchReport], None] | None = None,
+    retries: int = 3,
+    retry_backoff_s: float = 1.0,
 ) -> JobSummary:
-    """Run `job` on `spark` until stopped; returns a summary. Raises our errors with context."""
+    """Run `job` on `spark` until stopped; returns a summary. Raises our errors with context.
+
+    A transient failure (a Spark job that failed after Spark's own task retries, Kafka or
+    PostgreSQL unreachable, a commit whose outcome was "not applied") is retried up to `retries`
+    times in a row by planning again from the stored offsets - the same path a restart takes, so
+    nothing is lost or applied twice. Conflicts, fencing, rejected records and data loss are
+    never retried.
+    """
     if not isinstance(job, str) or not job.strip() or len(job) > 200:
         raise ConfigError("job", f"{job!r}: give a non-empty job name of at most 200 characters")
     if batch_interval_s < 0:
         raise ConfigError("batch_interval_s", f"must be >= 0 seconds, got {batch_interval_s}")
     if max_batches is not None and max_batches <= 0:
         raise ConfigError("max_batches", f"must be > 0 or None, got {max_batches}")
+    if retries < 0 or retry_backoff_s < 0:
+        raise ConfigError(
+            "retries", f"retries ({retries}) and retry_backoff_s ({retry_backoff_s}) must be >= 0"
+        )
     selection = TopicSelection(tuple(topics), topic_pattern)
     limits = limits or Limits()
     read = read or ReadOptions()
@@ -97,36 +123,46 @@ def run_job(
     summary = JobSummary(job=job, generation=run.generation)
     started = time.monotonic()
     restore = _install_signal_handlers(stop)
+    failures = 0
     try:
         while True:
             if stop.is_set():
                 summary.stopped_by = "signal"
                 break
-            heartbeat(engine, database, run)  # Fenced if a newer run started
-            plan = plan_batch(
-                engine,
-                database,
-                kafka,
-                job=job,
-                selection=selection,
-                start=start,
-                limits=limits,
-                on_data_loss=on_data_loss,
-                generation=run.generation,
-            )
-            if plan.ranges:
-                _run_batch(
+            try:
+                worked = _step(
                     spark,
                     summary=summary,
                     run=run,
-                    ranges=plan.ranges,
+                    engine=engine,
                     database=database,
                     kafka=kafka,
                     writer=writer,
                     read=read,
-                    lag_after=plan.lag_after,
                     on_batch=on_batch,
+                    selection=selection,
+                    start=start,
+                    limits=limits,
+                    on_data_loss=on_data_loss,
                 )
+            except TRANSIENT as exc:
+                failures += 1
+                if failures > retries:
+                    raise
+                delay = min(30.0, retry_backoff_s * 2 ** (failures - 1))
+                logger.warning(
+                    "job=%r transient failure (%s); planning again from the stored offsets in %.1fs "
+                    "(retry %d of %d)",
+                    job,
+                    exc,
+                    delay,
+                    failures,
+                    retries,
+                )
+                stop.wait(delay)
+                continue
+            failures = 0
+            if worked:
                 if max_batches is not None and summary.batches >= max_batches:
                     summary.stopped_by = "max_batches"
                     break
@@ -137,10 +173,65 @@ def run_job(
             stop.wait(batch_interval_s)
     finally:
         restore()
-        end_run(engine, database, run)
+        _end_quietly(engine, database, run)
         summary.seconds = time.monotonic() - started
         engine.dispose()
     return summary
+
+
+def _step(
+    spark: Any,
+    *,
+    summary: JobSummary,
+    run: Run,
+    engine: Any,
+    database: DatabaseSettings,
+    kafka: KafkaSettings,
+    writer: Writer,
+    read: ReadOptions,
+    on_batch: Callable[[BatchReport], None] | None,
+    selection: TopicSelection,
+    start: StartPolicy | None,
+    limits: Limits,
+    on_data_loss: str,
+) -> bool:
+    """Heartbeat, plan, and run one batch if there is anything to read; True if a batch ran."""
+    heartbeat(engine, database, run)  # Fenced if a newer run started
+    plan = plan_batch(
+        engine,
+        database,
+        kafka,
+        job=run.job,
+        selection=selection,
+        start=start,
+        limits=limits,
+        on_data_loss=on_data_loss,
+        generation=run.generation,
+    )
+    if not plan.ranges:
+        return False
+    _run_batch(
+        spark,
+        summary=summary,
+        run=run,
+        ranges=plan.ranges,
+        database=database,
+        kafka=kafka,
+        writer=writer,
+        read=read,
+        lag_after=plan.lag_after,
+        on_batch=on_batch,
+    )
+    return True
+
+
+def _end_quietly(engine: Any, database: DatabaseSettings, run: Run) -> None:
+    """Release the lease; if the database is gone, say so without hiding the error in flight
+    (the lease then simply expires)."""
+    try:
+        end_run(engine, database, run)
+    except (TxnOffsetsError, SQLAlchemyError) as exc:
+        logger.warning("job=%r could not release its lease (%s); it expires by itself", run.job, exc)
 
 
 def _run_batch(

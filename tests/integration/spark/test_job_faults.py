@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ from tests.fix_services import TopicFactory
 from tests.integration.spark.conftest import Produce
 from tests.integration.spark.test_counting_job import counting_writer, key_of, stored_offsets, totals
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.errors import DataLoss, RecordRejected
+from txn_offsets.errors import BatchFailed, DataLoss, RecordRejected
 from txn_offsets.kafka.metadata import watermarks
 from txn_offsets.kafka.reader import Record
 from txn_offsets.kafka.start import StartPolicy
@@ -396,3 +397,86 @@ def test_dead_letter_mode_keeps_totals_plus_dead_letters_equal_to_produced(
     assert sorted(row.value for row in dead) == [f"poison-{i}".encode() for i in range(7)]
     assert all("record has no key" in row.error for row in dead)
     assert stored_offsets(engine, db, job_name) == ends_of(kafka, topic, 2)
+
+
+def flaky_write(counter: Path, fail_times: int, inner: Any) -> Any:
+    """A write that fails its first `fail_times` calls (across Spark worker processes)."""
+
+    def write(conn: sa.Connection, rng: OffsetRange, counts: Any) -> None:
+        with counter.open("a+") as fh:  # one line per call; appends are atomic at this size
+            fh.write("x\n")
+        if len(counter.read_text().splitlines()) <= fail_times:
+            raise RuntimeError("injected write failure")
+        inner(conn, rng, counts)
+
+    return write
+
+
+def test_failed_batch_is_planned_again_and_counted_once(
+    spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    counts_table: str,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    job_name: str,
+    tmp_path: Path,
+) -> None:
+    topic = topic_factory(partitions=2)
+    expected = produce(topic, 2_000, 2)
+    base = counting_writer(counts_table)
+    # 8 failures: more than Spark's 3 attempts of a task, so whole Spark jobs fail (BatchFailed)
+    # and the runner plans again from the stored offsets
+    writer = PartitionWriter(
+        write=flaky_write(tmp_path / "calls", 8, base.write), decode=base.decode, aggregate=base.aggregate
+    )
+    summary = run_job(
+        spark,
+        job=job_name,
+        kafka=kafka,
+        database=db,
+        writer=writer,
+        topics=[topic],
+        start=StartPolicy.earliest(),
+        until_caught_up=True,
+        retries=5,
+        retry_backoff_s=0.1,
+    )
+    assert totals(engine, counts_table) == dict(expected)
+    assert summary.records == 2_000
+    assert stored_offsets(engine, db, job_name) == ends_of(kafka, topic, 2)
+
+
+def test_permanent_failure_stops_after_the_retries(
+    spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    counts_table: str,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    job_name: str,
+    tmp_path: Path,
+) -> None:
+    topic = topic_factory(partitions=1)
+    produce(topic, 100, 1)
+    base = counting_writer(counts_table)
+    writer = PartitionWriter(
+        write=flaky_write(tmp_path / "calls", 10**6, base.write), decode=base.decode, aggregate=base.aggregate
+    )
+    with pytest.raises(BatchFailed, match="injected write failure"):
+        run_job(
+            spark,
+            job=job_name,
+            kafka=kafka,
+            database=db,
+            writer=writer,
+            topics=[topic],
+            start=StartPolicy.earliest(),
+            until_caught_up=True,
+            retries=1,
+            retry_backoff_s=0.1,
+        )
+    assert totals(engine, counts_table) == {}
+    assert stored_offsets(engine, db, job_name) == {(topic, 0): 0}
