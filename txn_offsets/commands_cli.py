@@ -178,7 +178,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
 
     db = sub.add_parser("db", parents=[common], help="create, migrate and check the offset store's tables")
-    db.add_argument("action", choices=["upgrade", "downgrade", "current", "check"])
+    db.add_argument("action", choices=["upgrade", "downgrade", "current", "check", "grants"])
+    db.add_argument("--role", help="grants: the role the jobs run as (no DDL, no DELETE)")
     db.add_argument(
         "revision", nargs="?", help="target revision (upgrade: default head; downgrade: required)"
     )

@@ -1,0 +1,23 @@
+"""`txn-offsets db grants` prints the run role's GRANTs (no DDL, no DELETE) without a database."""
+
+from __future__ import annotations
+
+import pytest
+
+from txn_offsets.cli import main
+
+
+def test_grants_for_a_role(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["db", "grants", "--role", "job_runner", "--schema", "offsets_x"]) == 0
+    out = capsys.readouterr().out
+    assert 'GRANT USAGE ON SCHEMA "offsets_x" TO "job_runner";' in out
+    assert "DELETE" not in out and "CREATE" not in out
+    assert '"offsets_x".dead_letters' in out
+
+
+@pytest.mark.parametrize("argv", [["db", "grants"], ["db", "grants", "--role", "bad role;"]])
+def test_grants_need_a_valid_role(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("txn-offsets: error:") and "role" in err
+    assert len(err.strip().splitlines()) == 1
