@@ -144,6 +144,34 @@ def _reset(args: argparse.Namespace) -> int:
     return 0
 
 
+def _lag(args: argparse.Namespace) -> int:
+    db = _db(args)
+    kafka = kafka_from_env(bootstrap=args.kafka_bootstrap)
+    with _engine(db) as engine:
+        report = commands.offset_lag(engine, db, args.job, kafka)
+    _table(
+        ["TOPIC", "PARTITION", "OFFSET", "END", "LAG", "NOTE"],
+        [
+            (
+                p.topic,
+                p.partition,
+                p.offset,
+                p.end,
+                p.lag,
+                "new partition (starts at the log start)"
+                if p.offset is None
+                else (f"{p.lost} offsets deleted before processing" if p.lost else ""),
+            )
+            for p in report.partitions
+        ],
+    )
+    print(
+        f"total lag of job {report.job!r}: {report.total} offsets over {len(report.partitions)} "
+        f"partition(s) (end offsets at {report.isolation_level})"
+    )
+    return 0
+
+
 def _history(args: argparse.Namespace) -> int:
     db = _db(args)
     with _engine(db) as engine:
@@ -211,6 +239,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="Kafka bootstrap servers (default: $TXN_OFFSETS_KAFKA_BOOTSTRAP)",
     )
     reset.set_defaults(handler=_reset)
+
+    lag = offsets.add_parser(
+        "lag", parents=[common], help="per partition: stored offset, end offset (LSO) and lag"
+    )
+    lag.add_argument("--job", required=True)
+    lag.add_argument(
+        "--kafka-bootstrap",
+        default=None,
+        help="Kafka bootstrap servers (default: $TXN_OFFSETS_KAFKA_BOOTSTRAP)",
+    )
+    lag.set_defaults(handler=_lag)
 
     history = offsets.add_parser("history", parents=[common], help="the audit log of a job, newest first")
     history.add_argument("--job", required=True)

@@ -1,0 +1,148 @@
+"""`txn-offsets offsets lag` end to end, through cli.main, against real PostgreSQL and Kafka:
+the end offset is the LSO (an open transaction bounds it), partitions added later are shown, and
+bad input is one error line with exit code 1."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable
+
+import pytest
+import sqlalchemy as sa
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewPartitions
+
+from txn_offsets import cli
+from txn_offsets.config import DatabaseSettings
+from txn_offsets.runs import start_run
+
+from .helpers import seed
+
+Cli = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture
+def run_cli(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    database_url: str,
+    kafka_bootstrap: str,
+) -> Cli:
+    monkeypatch.setenv("TXN_OFFSETS_DATABASE_URL", database_url)
+    monkeypatch.setenv("TXN_OFFSETS_KAFKA_BOOTSTRAP", kafka_bootstrap)
+    monkeypatch.delenv("TXN_OFFSETS_SCHEMA", raising=False)
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        code = cli.main(list(argv))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def _produce(bootstrap: str, topic: str, counts: dict[int, int]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for part, n in counts.items():
+        for i in range(n):
+            producer.produce(topic, value=f"v{i}".encode(), partition=part)
+    assert producer.flush(30) == 0
+
+
+def _row(out: str, topic: str, part: int) -> list[str]:
+    (line,) = [ln for ln in out.splitlines() if re.match(rf"{re.escape(topic)}\s+{part}\s", ln)]
+    return line.split()
+
+
+def test_lag_per_partition_and_total_at_the_lso(
+    run_cli: Cli,
+    engine: sa.Engine,
+    migrated: DatabaseSettings,
+    job_name: str,
+    kafka_bootstrap: str,
+    kafka_admin: AdminClient,
+    topic_factory: Callable[..., str],
+) -> None:
+    s = ["--schema", migrated.schema]
+    topic = topic_factory(partitions=2)
+    _produce(kafka_bootstrap, topic, {0: 5, 1: 3})  # p0: offsets 0-4, p1: 0-2
+    start_run(engine, migrated, job_name)
+    seed(engine, migrated, job_name, {(topic, 0): 2, (topic, 1): 1})
+
+    code, out, err = run_cli("offsets", "lag", "--job", job_name, *s)
+    assert code == 0, err
+    assert out.splitlines()[0].split() == ["TOPIC", "PARTITION", "OFFSET", "END", "LAG", "NOTE"]
+    assert _row(out, topic, 0) == [topic, "0", "2", "5", "3"]
+    assert _row(out, topic, 1) == [topic, "1", "1", "3", "2"]
+    assert out.splitlines()[-1] == (
+        f"total lag of job {job_name!r}: 5 offsets over 2 partition(s) (end offsets at read_committed)"
+    )
+
+    # an open Kafka transaction on p1: read_committed readers cannot pass it, so the end is the
+    # LSO (3), not the high watermark (5) - exactly what the planner would plan to
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"tx-{uuid.uuid4().hex}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(2):
+        producer.produce(topic, value=f"open{i}".encode(), partition=1)
+    producer.flush(30)
+    code, out, _ = run_cli("offsets", "lag", "--job", job_name, *s)
+    assert code == 0
+    assert _row(out, topic, 1) == [topic, "1", "1", "3", "2"]
+    # once aborted, the end moves past the two aborted records and the abort marker (3 + 2 + 1):
+    # lag counts offsets, an upper bound on the records a reader will see
+    producer.abort_transaction(30)
+    code, out, _ = run_cli("offsets", "lag", "--job", job_name, *s)
+    assert _row(out, topic, 1) == [topic, "1", "1", "6", "5"]
+    assert "total lag" in out and ": 8 offsets over 2 partition(s)" in out
+
+    # a partition added to the topic has no row yet: shown, counted from its log start
+    kafka_admin.create_partitions([NewPartitions(topic, 3)])[topic].result(timeout=30)
+    _produce(kafka_bootstrap, topic, {2: 4})
+    code, out, _ = run_cli("offsets", "lag", "--job", job_name, "--kafka-bootstrap", kafka_bootstrap, *s)
+    assert code == 0
+    assert _row(out, topic, 2)[:5] == [topic, "2", "-", "4", "4"] and "new partition" in out
+    assert ": 12 offsets over 3 partition(s)" in out.splitlines()[-1]
+
+
+def test_lag_of_a_job_without_offsets(run_cli: Cli, engine: sa.Engine, migrated: DatabaseSettings) -> None:
+    job = f"job-{uuid.uuid4().hex[:10]}"
+    start_run(engine, migrated, job)
+    code, out, err = run_cli("offsets", "lag", "--job", job, "--schema", migrated.schema)
+    assert code == 0, err
+    assert out.splitlines()[-1] == f"total lag of job {job!r}: 0 offsets over 0 partition(s) " + (
+        "(end offsets at read_committed)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (["--job", "ghost"], {}, "unknown job 'ghost'"),
+        (["--job", "x"], {"TXN_OFFSETS_DATABASE_URL": None}, "TXN_OFFSETS_DATABASE_URL: is not set"),
+        (["--job", "x"], {"TXN_OFFSETS_KAFKA_BOOTSTRAP": None}, "TXN_OFFSETS_KAFKA_BOOTSTRAP: is not set"),
+    ],
+)
+def test_lag_errors_are_one_line(
+    run_cli: Cli,
+    monkeypatch: pytest.MonkeyPatch,
+    migrated: DatabaseSettings,
+    argv: list[str],
+    env: dict[str, str | None],
+    message: str,
+) -> None:
+    for name in env:
+        monkeypatch.delenv(name)
+    code, out, err = run_cli("offsets", "lag", *argv, "--schema", migrated.schema)
+    assert code == 1 and out == ""
+    assert err.startswith("txn-offsets: error:") and message in err and err.count("\n") == 1
+
+
+def test_lag_of_a_deleted_topic_names_it(
+    run_cli: Cli, engine: sa.Engine, migrated: DatabaseSettings, job_name: str
+) -> None:
+    missing = f"gone-{uuid.uuid4().hex[:8]}"
+    start_run(engine, migrated, job_name)
+    seed(engine, migrated, job_name, {(missing, 0): 0})
+    code, _, err = run_cli("offsets", "lag", "--job", job_name, "--schema", migrated.schema)
+    assert code == 1 and f"topic {missing!r} does not exist" in err and err.count("\n") == 1
