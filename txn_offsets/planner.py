@@ -18,6 +18,7 @@ import sqlalchemy as sa
 
 from txn_offsets import store
 from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.database import translate_errors
 from txn_offsets.errors import ConfigError, DataLoss
 from txn_offsets.kafka import metadata
 from txn_offsets.kafka.start import StartPolicy
@@ -106,7 +107,9 @@ def plan_batch(
         for part in metadata.partitions_for(kafka, topic, timeout_s=timeout_s)
     ]
     marks = metadata.watermarks(kafka, partitions, timeout_s=timeout_s)
-    with engine.begin() as conn:
+    # a missing offsets table or an unreachable server is one of our errors (SchemaMissing,
+    # ServiceUnavailable: retried by the runner), never a raw driver error
+    with translate_errors(db), engine.begin() as conn:
         stored = store.load_offsets(conn, db, job)
         missing = [tp for tp in partitions if tp not in stored]
         if missing:

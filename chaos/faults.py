@@ -1,0 +1,244 @@
+"""Fault injectors that run inside the job: the counting writer and where it breaks on purpose.
+
+Everything here is pickled to Spark's Python workers, so the injectors are frozen dataclasses
+defined at module level. Which range a fault hits is a pure function of (seed, range): a run is
+reproducible from its seed, and a Spark retry of the same range sees the same decision. Executor
+faults (F2) fire on the first attempt of a task only, so Spark's own retry (``local[2,3]``: up to 3
+attempts) is what has to recover; driver kills (F1) are counted across worker processes through
+a file, because Python workers share nothing else.
+
+Fault points, in the order a range lives through them::
+
+    read -> prepare (decode, aggregate)  [before_write]
+         -> transaction: claim           [after_claim, crash_after_claim]
+         -> the user's write             [after_write]
+         -> COMMIT                       [commit: the driver is killed just before]
+         -> after_commit hook            [after_commit]
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import os
+import random
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from txn_offsets.kafka.reader import Record
+from txn_offsets.ranges import OffsetRange
+from txn_offsets.sinks import upsert_add
+
+Key = tuple[str, int, int]  # (topic, partition, offset): what a fault decision is keyed by
+Decoded = tuple[str, int, int, str]  # (topic, partition, offset, user)
+
+__all__ = [
+    "EXECUTOR_POINTS",
+    "KILL_POINTS",
+    "AfterCommit",
+    "CountUsers",
+    "CountWrite",
+    "FaultPlan",
+    "decode_user",
+    "tables",
+]
+
+# F2: where an executor task fails on its first attempt
+EXECUTOR_POINTS = ("before_write", "after_claim", "crash_after_claim", "after_write", "after_commit")
+# F1: where the driver is killed (-9); "timer" and "plan" are driven from outside / the driver
+KILL_POINTS = ("timer", "plan", "read", "after_claim", "commit", "after_commit")
+
+
+class InjectedFault(RuntimeError):
+    """A failure the chaos harness caused on purpose (never a library error)."""
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """What to break in one job process. The default breaks nothing."""
+
+    seed: int = 0
+    # F2: fraction of ranges whose first attempt fails, at one of `executor_points` (seeded)
+    executor_rate: float = 0.0
+    executor_points: tuple[str, ...] = ()
+    # F1: kill the driver (pid) with SIGKILL at the `kill_after`-th range event at `kill_point`
+    kill_point: str = ""
+    kill_after: int = 0
+    driver_pid: int = 0
+    run_dir: str = ""
+    # F3/F5/F6: widen windows so external faults land inside transactions and COMMITs
+    write_sleep_s: float = 0.0
+    commit_probe: bool = False
+    # F6: every n-th range (seeded) is slow before its transaction, a straggler for speculation
+    straggler_rate: float = 0.0
+    straggler_s: float = 0.0
+
+    def _rng(self, key: Key, what: str) -> random.Random:
+        return random.Random(f"{self.seed}:{what}:{key[0]}:{key[1]}:{key[2]}")
+
+    def executor_point(self, key: Key) -> str | None:
+        """The F2 point the range at `key` fails at on its first attempt (None: it does not)."""
+        if not self.executor_points or self.executor_rate <= 0:
+            return None
+        r = self._rng(key, "f2")
+        if r.random() >= self.executor_rate:
+            return None
+        return r.choice(self.executor_points)
+
+    def at(self, point: str, key: Key) -> None:
+        """Called by the job at each fault point; `key` = (topic, partition, first offset)."""
+        if point == self.kill_point and self.driver_pid:
+            self._maybe_kill_driver(point, key)
+        if self.executor_point(key) == point and _first_attempt():
+            if point == "crash_after_claim":
+                # the Python worker dies with the transaction open: Postgres rolls it back when
+                # the socket closes, Spark sees a lost worker and retries the task
+                os._exit(17)
+            raise InjectedFault(f"chaos F2: {point} of {key} (first attempt)")
+
+    def _maybe_kill_driver(self, point: str, key: Key) -> None:
+        log = Path(self.run_dir) / "range-events"
+        with log.open("a") as fh:  # one short line per event: appends of this size are atomic
+            fh.write(f"{point} {key}\n")
+        if len(log.read_text().splitlines()) == self.kill_after:
+            (Path(self.run_dir) / "killed-at").write_text(f"{point} {key}\n")
+            os.kill(self.driver_pid, signal.SIGKILL)
+            # give the kill time to land before the task goes on (at "commit": the COMMIT then
+            # races the driver's death, which is the point)
+            time.sleep(0.2)
+
+    def straggle(self, key: Key) -> None:
+        if self.straggler_rate > 0 and self._rng(key, "f6").random() < self.straggler_rate:
+            time.sleep(self.straggler_s)
+
+
+def _first_attempt() -> bool:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return ctx is None or ctx.attemptNumber() == 0
+
+
+def decode_user(record: Record) -> Decoded:
+    """The page view's user (its JSON ``u``) with the record's coordinates; anything else is
+    poison and rejects the range."""
+    from examples.pageviews import decode
+
+    return record.topic, record.partition, record.offset, decode(record).user
+
+
+@dataclass(frozen=True)
+class Tables:
+    counts: sa.Table
+    applied: sa.Table
+    probe: sa.Table
+
+
+@functools.cache
+def tables(schema: str) -> Tables:
+    """The harness's result tables in `schema` (beside the library's offsets tables)."""
+    md = sa.MetaData(schema=schema)
+    counts = sa.Table(
+        "chaos_counts",
+        md,
+        sa.Column("topic", sa.Text, primary_key=True),
+        sa.Column("k", sa.Text, primary_key=True),
+        sa.Column("n", sa.BigInteger, nullable=False),
+    )
+    # one row per applied range, written in the range's transaction: no key, so an applied-twice
+    # range shows up as two rows instead of being hidden by a constraint error
+    applied = sa.Table(
+        "chaos_applied",
+        md,
+        sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+        sa.Column("topic", sa.Text, nullable=False),
+        sa.Column("part", sa.Integer, nullable=False),
+        sa.Column("start_off", sa.BigInteger, nullable=False),
+        sa.Column("until_off", sa.BigInteger, nullable=False),
+        sa.Column("records", sa.BigInteger, nullable=False),
+    )
+    # F3: a deferred constraint trigger on this table sleeps at COMMIT time, so a COMMIT can be
+    # caught in flight by pg_terminate_backend
+    probe = sa.Table(
+        "chaos_commit_probe",
+        md,
+        sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+        sa.Column("topic", sa.Text, nullable=False),
+        sa.Column("part", sa.Integer, nullable=False),
+        sa.Column("start_off", sa.BigInteger, nullable=False),
+    )
+    return Tables(counts, applied, probe)
+
+
+@dataclass(frozen=True)
+class CountWrite:
+    """The job's write: add the range's per-user counts, log the range, with faults in between."""
+
+    schema: str
+    plan: FaultPlan = field(default_factory=FaultPlan)
+
+    def __call__(self, conn: sa.Connection, rng: OffsetRange, counts: collections.Counter[str]) -> None:
+        t = tables(self.schema)
+        self.plan.at("after_claim", _key(rng))  # commit_ranges claims before it calls the write
+        self.plan.at("crash_after_claim", _key(rng))
+        rows = [{"topic": rng.topic, "k": k, "n": n} for k, n in counts.items()]
+        upsert_add(conn, t.counts, rows, keys=["topic", "k"], add=["n"])
+        conn.execute(
+            sa.insert(t.applied).values(
+                topic=rng.topic,
+                part=rng.partition,
+                start_off=rng.start,
+                until_off=rng.until,
+                records=sum(counts.values()),
+            )
+        )
+        if self.plan.commit_probe:
+            conn.execute(sa.insert(t.probe).values(topic=rng.topic, part=rng.partition, start_off=rng.start))
+        if self.plan.write_sleep_s:
+            time.sleep(self.plan.write_sleep_s)  # keep the transaction open: F3 and F5 aim here
+        self.plan.at("after_write", _key(rng))
+        self.plan.at("commit", _key(rng))  # the last thing before commit_ranges COMMITs
+
+
+@dataclass(frozen=True)
+class CountUsers:
+    """``aggregate``: count users before the transaction opens (the read and before-write points).
+
+    ``aggregate`` is not told its range, so the fault key is the range's first record: the same
+    on every attempt of the range. A range of markers and aborted records only has no key and
+    no fault.
+    """
+
+    plan: FaultPlan = field(default_factory=FaultPlan)
+
+    def __call__(self, values: Iterator[Decoded]) -> collections.Counter[str]:
+        counts: collections.Counter[str] = collections.Counter()
+        key: Key | None = None
+        for topic, part, off, user in values:
+            if key is None:
+                key = (topic, part, off)
+                self.plan.at("read", key)
+            counts[user] += 1
+        if key is not None:
+            self.plan.straggle(key)
+            self.plan.at("before_write", key)
+        return counts
+
+
+@dataclass(frozen=True)
+class AfterCommit:
+    """``after_commit``: runs after COMMIT, before the task reports."""
+
+    plan: FaultPlan
+
+    def __call__(self, rng: OffsetRange, outcome: str) -> None:
+        self.plan.at("after_commit", _key(rng))
+
+
+def _key(rng: OffsetRange) -> Key:
+    return rng.topic, rng.partition, rng.start

@@ -1,0 +1,72 @@
+"""Run a set of scenarios with a seed and a message budget, and fold their results into a Report."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from chaos.report import Report, ScenarioResult
+from chaos.scenarios import SCENARIOS, Context, Services
+
+__all__ = ["FULL", "SMOKE", "budget", "run_suite"]
+
+logger = logging.getLogger(__name__)
+
+SMOKE = ("F11", "F2", "F5", "F3", "F1")
+FULL = ("F11", "F9", "F7", "F10", "F2", "F5", "F6", "F8", "F3", "F4", "F1")
+
+# share of the message budget per scenario; F1 (the driver kills) gets what is left
+_SHARE = {
+    "F2": 0.05,
+    "F3": 0.05,
+    "F4": 0.05,
+    "F5": 0.03,
+    "F6": 0.03,
+    "F7": 0.01,
+    "F8": 0.02,
+    "F9": 0.01,
+    "F10": 0.002,
+    "F11": 0.001,
+}
+_SMOKE_SHARE = {"F2": 0.18, "F3": 0.13, "F5": 0.09, "F11": 0.01}
+
+
+def budget(names: Sequence[str], messages: int) -> dict[str, int]:
+    """Messages per scenario: fixed shares with a floor, the rest to F1."""
+    share = _SMOKE_SHARE if set(names) <= set(SMOKE) else _SHARE
+    out = {n: max(2_000, int(messages * share.get(n, 0.05))) for n in names if n != "F1"}
+    if "F1" in names:
+        out["F1"] = max(10_000, messages - sum(out.values()))
+    return out
+
+
+def run_suite(
+    services: Services,
+    *,
+    seed: int,
+    names: Sequence[str],
+    messages: int,
+    kills: int,
+    work_dir: Path,
+    keep: bool = False,
+) -> Report:
+    report = Report(seed=seed)
+    ctx = Context(services, seed, work_dir, keep=keep)
+    try:
+        for name, n in budget(names, messages).items():
+            t0 = time.monotonic()
+            logger.info("chaos: %s with %d messages", name, n)
+            try:
+                result = SCENARIOS[name](ctx, n, kills)
+            except Exception as exc:  # a harness error is a failed scenario, never a pass
+                logger.exception("chaos: %s crashed", name)
+                result = ScenarioResult(name)
+                result.fail(f"{name} crashed: {type(exc).__name__}: {exc}")
+            result.seconds = time.monotonic() - t0
+            report.scenarios.append(result)
+            logger.info("%s", result.line())
+    finally:
+        ctx.cleanup()
+    return report

@@ -1,0 +1,83 @@
+"""The chaos smoke subset inside `make test`: F1 x5, F2, F3, F5, F11 over >= 100,000 messages,
+with the real job in its own processes; it passes only if nothing was lost or duplicated and every
+invariant held (``make chaos`` runs the full suite)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from chaos.scenarios import Services as ChaosServices
+from chaos.suite import SMOKE, run_suite
+from tests.fix_services import REPO, Services
+from txn_offsets import migrate
+from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.errors import SchemaMissing
+from txn_offsets.kafka.start import StartPolicy
+from txn_offsets.planner import Limits, TopicSelection, plan_batch
+
+SMOKE_MESSAGES = 110_000
+SMOKE_KILLS = 5
+SMOKE_BUDGET_S = 480
+
+
+def _stack_dir(services: Services) -> Path | None:
+    if services.origin == "testcontainers":
+        return None  # containers are not restarted from here: F3 then skips its restart (noted)
+    return Path(os.environ.get("TXN_OFFSETS_STACK_DIR", REPO / ".stack"))
+
+
+def test_chaos_smoke(services: Services, tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    report = run_suite(
+        ChaosServices(
+            services.database_url, services.admin_database_url, services.kafka_bootstrap, _stack_dir(services)
+        ),
+        seed=int(os.environ.get("CHAOS_SEED", "1")),
+        names=SMOKE,
+        messages=SMOKE_MESSAGES,
+        kills=SMOKE_KILLS,
+        work_dir=tmp_path,
+    )
+    seconds = time.monotonic() - t0
+    details = "\n".join([*report.details(), report.summary()])
+    assert [s.name for s in report.scenarios] == list(SMOKE), details
+    assert report.lost == 0, details
+    assert report.duplicated == 0, details
+    assert report.ok, details
+    assert report.messages >= 100_000, details
+    by_name = {s.name: s for s in report.scenarios}
+    assert by_name["F1"].faults == SMOKE_KILLS, details
+    assert by_name["F3"].faults >= 6, details  # 3 mid-transaction + 3 during COMMIT (+ the restart)
+    assert by_name["F11"].faults >= 9, details
+    assert seconds < SMOKE_BUDGET_S, details
+
+
+def test_missing_offsets_table_is_schema_missing(database_url: str, kafka_bootstrap: str) -> None:
+    """Found by F11: with the schema present but its offsets table missing, planning raised a raw
+    sqlalchemy ProgrammingError (traceback, no advice) instead of SchemaMissing; a connection
+    lost while planning was likewise not a ServiceUnavailable, so the runner did not retry it."""
+    db = DatabaseSettings(database_url, schema=f"t_plan_{os.getpid()}_{int(time.time())}")
+    migrate.upgrade(db)
+    engine = sa.create_engine(database_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text(f'DROP TABLE "{db.schema}".offsets CASCADE'))
+        with pytest.raises(SchemaMissing, match="offsets"):
+            plan_batch(
+                engine,
+                db,
+                KafkaSettings(kafka_bootstrap),
+                job="j",
+                selection=TopicSelection(pattern="__no_such_topic_.*"),
+                start=StartPolicy.earliest(),
+                limits=Limits(),
+            )
+    finally:
+        with engine.begin() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{db.schema}" CASCADE'))
+        engine.dispose()
