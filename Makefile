@@ -12,6 +12,8 @@ WITH_ENV := set -a; . $(STACK_DIR)/env; set +a;
 PYTEST_ARGS ?=
 DEMO_ARGS ?=
 BENCH_ARGS ?=
+# e.g. CHAOS_ARGS="--scenarios F1,F3 --runs 10"; CHAOS_SEED / CHAOS_RUNS / CHAOS_MESSAGES in the environment
+CHAOS_ARGS ?=
 LINT_PATHS := $(wildcard txn_offsets tests examples migrations benchmarks)
 
 .PHONY: help install stack-up stack-down stack-status lint test test-unit demo chaos bench clean
@@ -57,8 +59,8 @@ test-unit: install
 demo: install stack-up
 	$(WITH_ENV) $(BIN)/python -m examples.demo $(DEMO_ARGS)
 
-chaos:
-	@echo "make chaos: not yet (issue 6, the chaos suite, has not landed)"; exit 2
+chaos: install stack-up
+	$(WITH_ENV) $(BIN)/python -m chaos $(CHAOS_ARGS)
 
 bench: install stack-up
 	$(WITH_ENV) $(BIN)/python -m benchmarks.bench $(BENCH_ARGS)

@@ -107,20 +107,22 @@ def read_log(bootstrap: str, topics: Mapping[str, int], *, timeout_s: float = 30
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the oracle could not read {sorted(todo)} to their end")
             for msg in consumer.consume(10_000, timeout=1.0):
-                tp = (msg.topic(), msg.partition())
-                if msg.error() is not None:
-                    if msg.error().code() == -191:  # _PARTITION_EOF
+                tp = (str(msg.topic()), int(msg.partition() or 0))
+                err = msg.error()
+                if err is not None:
+                    if err.code() == -191:  # _PARTITION_EOF
                         _done_if_at_end(consumer, tp, log, todo)
                         continue
-                    raise RuntimeError(f"oracle read of {tp}: {msg.error()}")
-                if msg.offset() >= log.ends[tp]:
+                    raise RuntimeError(f"oracle read of {tp}: {err}")
+                offset = int(msg.offset() or 0)
+                if offset >= log.ends[tp]:
                     continue
                 key = (msg.key() or b"").decode(errors="replace")
                 key_id = index.get(key)
                 if key_id is None:
                     key_id = index[key] = len(log.names)
                     log.names.append(key)
-                log.offsets[tp].append(msg.offset())
+                log.offsets[tp].append(offset)
                 log.keys[tp].append(key_id)
             for tp in list(todo):
                 _done_if_at_end(consumer, tp, log, todo)
@@ -274,7 +276,9 @@ def _history_violations(
     history: Iterable[Row], audits: list[Row], applied: list[tuple[str, int, int, int, int]]
 ) -> list[str]:
     out: list[str] = []
-    ranges = collections.Counter((t, p, a, b) for t, p, a, b, _ in applied)
+    ranges: collections.Counter[tuple[str, int, int | None, int | None]] = collections.Counter(
+        (t, p, a, b) for t, p, a, b, _ in applied
+    )
     admin = collections.Counter((t, p, o, n) for t, p, o, n, action in audits)
     resets = {(t, p, o, n) for t, p, o, n, action in audits if action == "reset"}
     for topic, part, old, new, op in history:
@@ -315,25 +319,25 @@ def _chain_violations(
     for topic, part, old, new, action in audits:
         if action in ("data_loss_skip", "reset") and old is not None and new is not None:
             steps[(topic, part)].append((old, new, None))
-    seeds = {(t, p): n for t, p, o, n, action in audits if o is None and n is not None}
+    seeds: dict[TP, int] = {(t, p): n for t, p, o, n, _ in audits if o is None and n is not None}
     for tp, off in stored.items():
-        position = seeds.get(tp)
-        if position is None:
+        if tp not in seeds:
             out.append(f"I3 {tp[0]}[{tp[1]}] has an offset row but no audited seed")
             continue
+        position: int = seeds[tp]
         chain = sorted(steps.get(tp, []), key=lambda s: (s[0], s[1]))
-        for a, b, records in chain:
+        for a, b, applied_records in chain:
             if a != position:
                 out.append(f"I3 {tp[0]}[{tp[1]}]: applied range [{a}, {b}) does not follow {position}")
                 break
-            if records is not None and tp in log.offsets:
+            if applied_records is not None and tp in log.offsets:
                 want = log.count_between(tp, a, b) - sum(
                     max(0, min(b, hi) - max(a, lo)) and log.count_between(tp, max(a, lo), min(b, hi))
                     for lo, hi in excluded.get(tp, [])
                 )
-                if want != records:
+                if want != applied_records:
                     out.append(
-                        f"I3 {tp[0]}[{tp[1]}] range [{a}, {b}) applied {records} records, Kafka has {want}"
+                        f"I3 {tp[0]}[{tp[1]}] range [{a}, {b}) applied {applied_records}, Kafka has {want}"
                     )
             position = b
         else:

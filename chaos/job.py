@@ -78,7 +78,7 @@ def parser() -> argparse.ArgumentParser:
 def _kill_after_plan(n: int) -> None:
     """F1 'plan': replace the runner's planner by one that dies (-9) right after the n-th plan,
     whose seeding/skips are committed, before any task of that batch has started."""
-    real = runner.plan_batch
+    real = runner.plan_batch  # type: ignore[attr-defined]
     calls = [0]
 
     def plan_then_die(*args: Any, **kwargs: Any) -> Any:
@@ -88,7 +88,7 @@ def _kill_after_plan(n: int) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         return plan
 
-    runner.plan_batch = plan_then_die  # type: ignore[assignment]
+    runner.plan_batch = plan_then_die  # type: ignore[attr-defined]
 
 
 def main(argv: list[str] | None = None) -> int:

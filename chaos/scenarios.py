@@ -23,7 +23,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka import TopicPartition as KTopicPartition
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # type: ignore[attr-defined]
 
 from chaos.faults import EXECUTOR_POINTS, KILL_POINTS, FaultPlan, tables
 from chaos.invariants import KafkaLog, check_run, install_history, read_log
