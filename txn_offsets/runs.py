@@ -12,10 +12,13 @@ does not conflict with ``FOR KEY SHARE``: a heartbeat never waits for a batch co
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
+import threading
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -27,7 +30,7 @@ from txn_offsets.database import sqlstate, translate_errors
 from txn_offsets.errors import ConfigError, Fenced, JobAlreadyRunning, UnknownJob
 from txn_offsets.schema import tables_for
 
-__all__ = ["JobState", "Run", "end_run", "heartbeat", "lock_job", "start_run", "validate_job"]
+__all__ = ["JobState", "Run", "end_run", "heartbeat", "keep_lease", "lock_job", "start_run", "validate_job"]
 
 logger = logging.getLogger(__name__)
 
@@ -189,3 +192,26 @@ def end_run(engine: sa.Engine, db: DatabaseSettings, run: Run) -> bool:
     if released != 1:
         logger.info("job %r: run %r no longer held the lease at its end", run.job, run.run_id)
     return released == 1
+
+
+@contextlib.contextmanager
+def keep_lease(engine: sa.Engine, db: DatabaseSettings, run: Run, *, every_s: float) -> Iterator[None]:
+    """Renew the lease from a background thread while a batch runs, so a batch longer than the
+    lease does not let a second run start without ``force``. A failed renewal is only logged:
+    if the run was fenced, its claims fail with Fenced anyway and nothing is written."""
+    stop = threading.Event()
+
+    def renew() -> None:
+        while not stop.wait(every_s):
+            try:
+                heartbeat(engine, db, run)
+            except Exception as exc:
+                logger.warning("job %r: lease renewal failed: %s", run.job, exc)
+
+    thread = threading.Thread(target=renew, name=f"lease-{run.job}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=every_s + 5)

@@ -30,7 +30,7 @@ from txn_offsets.errors import (
 )
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits, TopicSelection, plan_batch
-from txn_offsets.runs import Run, end_run, heartbeat, start_run
+from txn_offsets.runs import Run, end_run, heartbeat, keep_lease, start_run
 from txn_offsets.spark.batch import Batch
 from txn_offsets.spark.executor import ReadOptions, TaskReport
 from txn_offsets.spark.writers import Writer
@@ -144,6 +144,7 @@ def run_job(
                     start=start,
                     limits=limits,
                     on_data_loss=on_data_loss,
+                    lease_s=lease_s,
                 )
             except TRANSIENT as exc:
                 failures += 1
@@ -194,6 +195,7 @@ def _step(
     start: StartPolicy | None,
     limits: Limits,
     on_data_loss: str,
+    lease_s: float,
 ) -> bool:
     """Heartbeat, plan, and run one batch if there is anything to read; True if a batch ran."""
     heartbeat(engine, database, run)  # Fenced if a newer run started
@@ -210,18 +212,19 @@ def _step(
     )
     if not plan.ranges:
         return False
-    _run_batch(
-        spark,
-        summary=summary,
-        run=run,
-        ranges=plan.ranges,
-        database=database,
-        kafka=kafka,
-        writer=writer,
-        read=read,
-        lag_after=plan.lag_after,
-        on_batch=on_batch,
-    )
+    with keep_lease(engine, database, run, every_s=max(1.0, lease_s / 3)):
+        _run_batch(
+            spark,
+            summary=summary,
+            run=run,
+            ranges=plan.ranges,
+            database=database,
+            kafka=kafka,
+            writer=writer,
+            read=read,
+            lag_after=plan.lag_after,
+            on_batch=on_batch,
+        )
     return True
 
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import operator
+import threading
+import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +24,7 @@ from tests.integration.spark.test_counting_job import (
 from tests.integration.spark.test_job_faults import ends_of
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.database import engine_for
-from txn_offsets.errors import Fenced
+from txn_offsets.errors import Fenced, JobAlreadyRunning
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits, TopicSelection, plan_batch
 from txn_offsets.ranges import OffsetRange
@@ -29,7 +32,7 @@ from txn_offsets.runs import start_run
 from txn_offsets.sinks import upsert_add
 from txn_offsets.spark.batch import Batch
 from txn_offsets.spark.runner import run_job
-from txn_offsets.spark.writers import BatchWriter
+from txn_offsets.spark.writers import BatchWriter, PartitionWriter
 
 
 def shuffle_counts(records: Any) -> list[tuple[str, int]]:
@@ -147,3 +150,56 @@ def test_zombie_run_is_fenced_and_writes_nothing(
         for report in reports:
             if report.error is not None:
                 raise report.error
+
+
+def test_lease_is_renewed_during_a_long_batch(
+    spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    counts_table: str,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    job_name: str,
+    tmp_path: Path,
+) -> None:
+    topic = topic_factory(partitions=1)
+    expected = produce(topic, 100, 1)
+    started = tmp_path / "write-started"
+    base = counting_writer(counts_table)
+
+    def slow_write(conn: sa.Connection, rng: OffsetRange, counts: Any) -> None:
+        started.touch()
+        time.sleep(6)  # three times the lease below
+        base.write(conn, rng, counts)
+
+    writer = PartitionWriter(write=slow_write, decode=base.decode, aggregate=base.aggregate)
+    result: dict[str, Any] = {}
+
+    def job() -> None:
+        result["summary"] = run_job(
+            spark,
+            job=job_name,
+            kafka=kafka,
+            database=db,
+            writer=writer,
+            topics=[topic],
+            start=StartPolicy.earliest(),
+            until_caught_up=True,
+            lease_s=2,
+        )
+
+    thread = threading.Thread(target=job)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert started.exists()
+    time.sleep(3)  # past the 2 s lease: only the renewal keeps it alive
+    eng = engine_for(db)
+    with pytest.raises(JobAlreadyRunning):
+        start_run(eng, db, job_name)
+    eng.dispose()
+    thread.join(timeout=120)
+    assert result["summary"].records == 100
+    assert totals(engine, counts_table) == dict(expected)
