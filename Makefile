@@ -14,7 +14,7 @@ DEMO_ARGS ?=
 BENCH_ARGS ?=
 # e.g. CHAOS_ARGS="--scenarios F1,F3 --runs 10"; CHAOS_SEED / CHAOS_RUNS / CHAOS_MESSAGES in the environment
 CHAOS_ARGS ?=
-LINT_PATHS := $(wildcard txn_offsets tests examples migrations benchmarks)
+LINT_PATHS := $(wildcard txn_offsets tests examples migrations benchmarks chaos)
 
 .PHONY: help install stack-up stack-down stack-status lint test test-unit demo chaos bench clean
 

@@ -23,8 +23,9 @@ from txn_offsets.errors import ConfigError, DataLoss
 from txn_offsets.kafka import metadata
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.ranges import OffsetRange, TopicPartition, plan_ranges
+from txn_offsets.schema import tables_for
 
-__all__ = ["Limits", "Plan", "TopicSelection", "plan_batch"]
+__all__ = ["Limits", "Plan", "TopicSelection", "plan_batch", "preflight"]
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +83,26 @@ class Plan:
     def lag_after(self) -> int:
         """The lag left once this batch commits."""
         return self.lag - sum(r.span for r in self.ranges)
+
+
+def preflight(
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    *,
+    job: str,
+    selection: TopicSelection,
+    timeout_s: float = 15.0,
+) -> None:
+    """Fail before a run touches anything if the offsets tables are missing or unreachable, or a
+    named topic does not exist (so a misconfigured run does not even bump the job's generation)."""
+    with translate_errors(db), engine.connect() as conn:
+        store.load_offsets(conn, db, job)
+        schema = tables_for(db.schema)
+        for table in (schema.jobs, schema.audit, schema.dead_letters):
+            conn.execute(sa.select(sa.literal(1)).select_from(table).limit(1)).all()
+    for topic in selection.resolve(kafka, timeout_s):
+        metadata.partitions_for(kafka, topic, timeout_s=timeout_s)
 
 
 def plan_batch(

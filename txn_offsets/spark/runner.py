@@ -29,7 +29,7 @@ from txn_offsets.errors import (
     TxnOffsetsError,
 )
 from txn_offsets.kafka.start import StartPolicy
-from txn_offsets.planner import Limits, TopicSelection, plan_batch
+from txn_offsets.planner import ON_DATA_LOSS, Limits, TopicSelection, plan_batch, preflight
 from txn_offsets.runs import Run, end_run, heartbeat, keep_lease, start_run
 from txn_offsets.spark.batch import Batch
 from txn_offsets.spark.executor import ReadOptions, TaskReport
@@ -110,6 +110,8 @@ def run_job(
         raise ConfigError("batch_interval_s", f"must be >= 0 seconds, got {batch_interval_s}")
     if max_batches is not None and max_batches <= 0:
         raise ConfigError("max_batches", f"must be > 0 or None, got {max_batches}")
+    if on_data_loss not in ON_DATA_LOSS:
+        raise ConfigError("on_data_loss", f"{on_data_loss!r}: use 'fail' (default) or 'skip'")
     if retries < 0 or retry_backoff_s < 0:
         raise ConfigError(
             "retries", f"retries ({retries}) and retry_backoff_s ({retry_backoff_s}) must be >= 0"
@@ -119,6 +121,11 @@ def run_job(
     read = read or ReadOptions()
     stop = stop or threading.Event()
     engine = engine_for(database)
+    try:
+        preflight(engine, database, kafka, job=job, selection=selection)
+    except BaseException:
+        engine.dispose()
+        raise
     run = start_run(engine, database, job, force=force, lease_s=lease_s)
     summary = JobSummary(job=job, generation=run.generation)
     started = time.monotonic()
