@@ -139,7 +139,8 @@ def kafka_bootstrap(services: Services) -> str:
 
 @pytest.fixture(scope="session")
 def engine(database_url: str) -> Iterator[sa.Engine]:
-    eng = sa.create_engine(database_url, pool_size=10, max_overflow=20)
+    # pre-ping: the chaos smoke crash-restarts PostgreSQL, which kills pooled connections
+    eng = sa.create_engine(database_url, pool_size=10, max_overflow=20, pool_pre_ping=True)
     yield eng
     eng.dispose()
 
