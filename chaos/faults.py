@@ -113,15 +113,29 @@ class FaultPlan:
             time.sleep(0.2)
 
     def straggle(self, key: Key) -> None:
-        if self.straggler_rate > 0 and self._rng(key, "f6").random() < self.straggler_rate:
+        """F6: a seeded share of ranges is slow on its FIRST attempt only, so a speculative copy
+        (attempt >= 1, on another host) overtakes it and commits first, and the original must
+        then find its range already committed. Every attempt is logged to CHAOS_ATTEMPTS_LOG."""
+        if self.straggler_rate <= 0:
+            return
+        attempt = _attempt_number()
+        log = os.environ.get("CHAOS_ATTEMPTS_LOG")
+        if log:
+            with Path(log).open("a") as fh:  # small appends: atomic enough across processes
+                fh.write(f"{key[0]} {key[1]} {key[2]} {attempt}\n")
+        if attempt == 0 and self._rng(key, "f6").random() < self.straggler_rate:
             time.sleep(self.straggler_s)
 
 
-def _first_attempt() -> bool:
+def _attempt_number() -> int:
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
-    return ctx is None or ctx.attemptNumber() == 0
+    return 0 if ctx is None else int(ctx.attemptNumber())
+
+
+def _first_attempt() -> bool:
+    return _attempt_number() == 0
 
 
 def decode_user(record: Record) -> Decoded:

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -30,10 +31,26 @@ class StandaloneCluster:
     """``with StandaloneCluster(workdir, workers=2) as master_url: ...`` - stopped (by pid) on exit."""
 
     def __init__(
-        self, workdir: Path, *, workers: int = 2, cores_per_worker: int = 1, memory: str = "1g"
+        self,
+        workdir: Path,
+        *,
+        workers: int = 2,
+        cores_per_worker: int = 1,
+        memory: str = "1g",
+        worker_hosts: Sequence[str] | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         if workers < 1:
             raise StackError("spark", f"workers must be >= 1, got {workers}", "ask for at least one worker")
+        hosts = list(worker_hosts) if worker_hosts else ["127.0.0.1"] * workers
+        if len(hosts) != workers or not all(h.startswith("127.") for h in hosts):
+            raise StackError(
+                "spark",
+                f"worker_hosts {hosts!r} must name {workers} loopback address(es)",
+                "give one 127.x.y.z address per worker (distinct ones make Spark see distinct hosts)",
+            )
+        self.hosts = hosts
+        self.extra_env = dict(env or {})
         self.workdir = workdir
         self.workers = workers
         self.cores = cores_per_worker
@@ -56,6 +73,7 @@ class StandaloneCluster:
             # executors must import the same installed txn_offsets as the driver
             "PYSPARK_PYTHON": sys.executable,
             "SPARK_NO_DAEMONIZE": "1",
+            **self.extra_env,
         }
 
     def _spawn(self, name: str, *args: str) -> int:
@@ -93,7 +111,7 @@ class StandaloneCluster:
                 "org.apache.spark.deploy.worker.Worker",
                 self.master_url,
                 "--host",
-                "127.0.0.1",
+                self.hosts[i],
                 "--cores",
                 str(self.cores),
                 "--memory",
