@@ -8,11 +8,11 @@ from dataclasses import dataclass
 import pytest
 import sqlalchemy as sa
 
-from txn_offsets import migrate
+from txn_offsets import cli, migrate
 from txn_offsets.config import DatabaseSettings, Secret
 from txn_offsets.runs import Run, start_run
 
-from .helpers import Aggregate
+from .helpers import Aggregate, Cli
 
 
 @pytest.fixture
@@ -58,3 +58,22 @@ class Ctx:
 @pytest.fixture
 def ctx(engine: sa.Engine, migrated: DatabaseSettings, run: Run, aggregate: Aggregate) -> Ctx:
     return Ctx(engine, migrated, run, aggregate)
+
+
+@pytest.fixture
+def run_cli(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    database_url: str,
+    kafka_bootstrap: str,
+) -> Cli:
+    monkeypatch.setenv("TXN_OFFSETS_DATABASE_URL", database_url)
+    monkeypatch.setenv("TXN_OFFSETS_KAFKA_BOOTSTRAP", kafka_bootstrap)
+    monkeypatch.delenv("TXN_OFFSETS_SCHEMA", raising=False)
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        code = cli.main(list(argv))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import sqlalchemy as sa
+from confluent_kafka import Producer
 
 from txn_offsets import store
 from txn_offsets.config import DatabaseSettings
@@ -41,3 +44,15 @@ def offsets_of(engine: sa.Engine, db: DatabaseSettings, job: str) -> dict[tuple[
 def seed(engine: sa.Engine, db: DatabaseSettings, job: str, offsets: dict[tuple[str, int], int]) -> None:
     with engine.begin() as conn:
         store.seed_offsets(conn, db, job, offsets, reason="test", actor="pytest")
+
+
+Cli = Callable[..., tuple[int, str, str]]
+
+
+def produce_counts(bootstrap: str, topic: str, counts: dict[int, int]) -> None:
+    """Produce counts[partition] small records to each partition of `topic`."""
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for part, n in counts.items():
+        for i in range(n):
+            producer.produce(topic, value=f"v{i}".encode(), partition=part)
+    assert producer.flush(30) == 0

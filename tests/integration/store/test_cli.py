@@ -7,42 +7,11 @@ from collections.abc import Callable
 
 import pytest
 import sqlalchemy as sa
-from confluent_kafka import Producer
 
-from txn_offsets import cli
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.runs import lock_job, start_run
 
-from .helpers import offsets_of, seed
-
-Cli = Callable[..., tuple[int, str, str]]
-
-
-@pytest.fixture
-def run_cli(
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    database_url: str,
-    kafka_bootstrap: str,
-) -> Cli:
-    monkeypatch.setenv("TXN_OFFSETS_DATABASE_URL", database_url)
-    monkeypatch.setenv("TXN_OFFSETS_KAFKA_BOOTSTRAP", kafka_bootstrap)
-    monkeypatch.delenv("TXN_OFFSETS_SCHEMA", raising=False)
-
-    def run(*argv: str) -> tuple[int, str, str]:
-        code = cli.main(list(argv))
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
-
-
-def _produce(bootstrap: str, topic: str, counts: dict[int, int]) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap})
-    for part, n in counts.items():
-        for i in range(n):
-            producer.produce(topic, value=f"v{i}".encode(), partition=part)
-    assert producer.flush(30) == 0
+from .helpers import Cli, offsets_of, produce_counts, seed
 
 
 def test_db_commands(run_cli: Cli, db: DatabaseSettings) -> None:
@@ -68,7 +37,7 @@ def test_offsets_show_reset_and_jobs_end_to_end(
 ) -> None:
     s = ["--schema", migrated.schema]
     topic = topic_factory(partitions=2)
-    _produce(kafka_bootstrap, topic, {0: 5, 1: 3})
+    produce_counts(kafka_bootstrap, topic, {0: 5, 1: 3})
     live = start_run(engine, migrated, job_name)
     seed(engine, migrated, job_name, {(topic, 0): 0, (topic, 1): 1})
 

@@ -13,40 +13,10 @@ import sqlalchemy as sa
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from txn_offsets import cli
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.runs import start_run
 
-from .helpers import seed
-
-Cli = Callable[..., tuple[int, str, str]]
-
-
-@pytest.fixture
-def run_cli(
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    database_url: str,
-    kafka_bootstrap: str,
-) -> Cli:
-    monkeypatch.setenv("TXN_OFFSETS_DATABASE_URL", database_url)
-    monkeypatch.setenv("TXN_OFFSETS_KAFKA_BOOTSTRAP", kafka_bootstrap)
-    monkeypatch.delenv("TXN_OFFSETS_SCHEMA", raising=False)
-
-    def run(*argv: str) -> tuple[int, str, str]:
-        code = cli.main(list(argv))
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
-
-
-def _produce(bootstrap: str, topic: str, counts: dict[int, int]) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap})
-    for part, n in counts.items():
-        for i in range(n):
-            producer.produce(topic, value=f"v{i}".encode(), partition=part)
-    assert producer.flush(30) == 0
+from .helpers import Cli, produce_counts, seed
 
 
 def _row(out: str, topic: str, part: int) -> list[str]:
@@ -65,7 +35,7 @@ def test_lag_per_partition_and_total_at_the_lso(
 ) -> None:
     s = ["--schema", migrated.schema]
     topic = topic_factory(partitions=2)
-    _produce(kafka_bootstrap, topic, {0: 5, 1: 3})  # p0: offsets 0-4, p1: 0-2
+    produce_counts(kafka_bootstrap, topic, {0: 5, 1: 3})  # p0: offsets 0-4, p1: 0-2
     start_run(engine, migrated, job_name)
     seed(engine, migrated, job_name, {(topic, 0): 2, (topic, 1): 1})
 
@@ -98,7 +68,7 @@ def test_lag_per_partition_and_total_at_the_lso(
 
     # a partition added to the topic has no row yet: shown, counted from its log start
     kafka_admin.create_partitions([NewPartitions(topic, 3)])[topic].result(timeout=30)
-    _produce(kafka_bootstrap, topic, {2: 4})
+    produce_counts(kafka_bootstrap, topic, {2: 4})
     code, out, _ = run_cli("offsets", "lag", "--job", job_name, "--kafka-bootstrap", kafka_bootstrap, *s)
     assert code == 0
     assert _row(out, topic, 2)[:5] == [topic, "2", "-", "4", "4"] and "new partition" in out
