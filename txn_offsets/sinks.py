@@ -29,7 +29,8 @@ def upsert_add(
     add: Sequence[str],
 ) -> int:
     """Insert `rows`, adding the `add` columns into rows whose `keys` already exist. Returns the
-    number of rows sent. `keys` must be the columns of a unique index of `table`."""
+    number of rows sent. `keys` must be the columns of a unique index of `table`; rows are sent in
+    key order so that concurrent writers of overlapping keys cannot deadlock."""
     if not rows:
         return 0
     columns = [*keys, *add]
@@ -50,11 +51,12 @@ def upsert_add(
         f"INSERT INTO {target} ({names}) SELECT * FROM unnest({arrays}) "  # noqa: S608 - identifiers quoted
         f"ON CONFLICT ({conflict}) DO UPDATE SET {sets}"
     )
-    params: dict[str, list[Any]] = {}
-    for i, col in enumerate(columns):
-        try:
-            params[f"c{i}"] = [row[col] for row in rows]
-        except KeyError:
-            raise ConfigError("upsert_add", f"a row has no value for column {col!r}") from None
+    try:
+        # Rows in key order: concurrent transactions (one per range) that touch the same keys then
+        # lock them in the same order and wait for each other instead of deadlocking.
+        ordered = sorted(rows, key=lambda row: tuple((row[k] is not None, row[k]) for k in keys))
+        params = {f"c{i}": [row[col] for row in ordered] for i, col in enumerate(columns)}
+    except KeyError as exc:
+        raise ConfigError("upsert_add", f"a row has no value for column {exc.args[0]!r}") from None
     conn.execute(statement, params)
     return len(rows)
