@@ -32,13 +32,14 @@ from confluent_kafka.cimpl import NewTopic
 from examples import idempotent_events, pageviews, windowed_counts
 from examples import migrate as examples_migrate
 from examples.schema import events, window_counts
-from txn_offsets import Limits, StartPolicy, from_env, local_session, migrate, run_job
+from txn_offsets import Limits, StartPolicy, from_env, local_session, run_job
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.database import engine_for
 from txn_offsets.kafka.metadata import watermarks
 from txn_offsets.kafka.reader import read_range
 from txn_offsets.ranges import OffsetRange, plan_ranges
 from txn_offsets.spark.executor import worker_engine
+from txn_offsets.store import migrate
+from txn_offsets.store.database import engine_for
 
 PARTITIONS = 8
 PER_PARTITION = 50_000

@@ -24,10 +24,10 @@ from examples import migrate as examples_migrate
 from examples import pageviews
 from examples.schema import window_counts
 from examples.windowed_counts import WRITER
-from txn_offsets import BatchReport, Limits, StartPolicy, from_env, local_session, migrate, run_job
-from txn_offsets.database import engine_for
+from txn_offsets import BatchReport, Limits, StartPolicy, from_env, local_session, run_job
 from txn_offsets.kafka.metadata import watermarks
-from txn_offsets.store import load_offsets
+from txn_offsets.store import load_offsets, migrate
+from txn_offsets.store.database import engine_for
 
 PARTITIONS = 8
 

@@ -1,6 +1,6 @@
 """alembic environment for the txn_offsets tables.
 
-Settings come from ``Config.attributes`` when called through :mod:`txn_offsets.migrate` (the
+Settings come from ``Config.attributes`` when called through :mod:`txn_offsets.store.migrate` (the
 ``txn-offsets db`` commands), else from the environment (``alembic`` run by hand): the URL only
 from TXN_OFFSETS_DATABASE_URL, the schema from ``-x schema=NAME`` or TXN_OFFSETS_SCHEMA.
 Online mode only: the tables live in a schema chosen at run time and the version table with them.
@@ -15,10 +15,10 @@ from alembic import context
 from sqlalchemy.pool import NullPool
 
 from txn_offsets.config import DatabaseSettings, database_from_env
-from txn_offsets.database import engine_for
 from txn_offsets.errors import MigrationError
-from txn_offsets.migrate import ATTR_CREATE_SCHEMA, ATTR_DB
-from txn_offsets.schema import metadata_for
+from txn_offsets.store.database import engine_for
+from txn_offsets.store.migrate import ATTR_CREATE_SCHEMA, ATTR_DB
+from txn_offsets.store.schema import metadata_for
 
 logger = logging.getLogger("txn_offsets.migrations")
 
@@ -59,7 +59,7 @@ def run_migrations_online() -> None:
                 # table; a transaction-scoped advisory lock serialises them.
                 connection.execute(
                     sa.text("SELECT pg_advisory_xact_lock(hashtext(:key))"),
-                    {"key": f"txn_offsets.migrate:{schema}"},
+                    {"key": f"txn_offsets.store.migrate:{schema}"},
                 )
                 if create_schema:
                     connection.execute(sa.schema.CreateSchema(schema, if_not_exists=True))

@@ -16,14 +16,14 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from txn_offsets import store
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.database import translate_errors
 from txn_offsets.errors import ConfigError, DataLoss
 from txn_offsets.kafka import metadata
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.ranges import OffsetRange, TopicPartition, plan_ranges
-from txn_offsets.schema import tables_for
+from txn_offsets.store import offset_rows
+from txn_offsets.store.database import translate_errors
+from txn_offsets.store.schema import tables_for
 
 __all__ = ["Limits", "Plan", "TopicSelection", "plan_batch", "preflight"]
 
@@ -97,7 +97,7 @@ def preflight(
     """Fail before a run touches anything if the offsets tables are missing or unreachable, or a
     named topic does not exist (so a misconfigured run does not even bump the job's generation)."""
     with translate_errors(db), engine.connect() as conn:
-        store.load_offsets(conn, db, job)
+        offset_rows.load_offsets(conn, db, job)
         schema = tables_for(db.schema)
         for table in (schema.jobs, schema.audit, schema.dead_letters):
             conn.execute(sa.select(sa.literal(1)).select_from(table).limit(1)).all()
@@ -131,7 +131,7 @@ def plan_batch(
     # a missing offsets table or an unreachable server is one of our errors (SchemaMissing,
     # ServiceUnavailable: retried by the runner), never a raw driver error
     with translate_errors(db), engine.begin() as conn:
-        stored = store.load_offsets(conn, db, job)
+        stored = offset_rows.load_offsets(conn, db, job)
         missing = [tp for tp in partitions if tp not in stored]
         if missing:
             stored.update(
@@ -152,7 +152,7 @@ def plan_batch(
             if stored[tp] < low:
                 if on_data_loss == "fail":
                     raise DataLoss(job, tp[0], tp[1], stored[tp], low)
-                store.skip_lost(
+                offset_rows.skip_lost(
                     conn,
                     db,
                     job,
@@ -202,7 +202,7 @@ def _seed(
                 f"with start=StartPolicy.earliest() | .latest() | .at_timestamp(ms) | .explicit({{...}})",
             )
         first = start.resolve(kafka, new_topic, marks, timeout_s=timeout_s)
-        inserted = store.seed_offsets(
+        inserted = offset_rows.seed_offsets(
             conn,
             db,
             job,
@@ -216,7 +216,7 @@ def _seed(
     if added:
         # a partition added to a topic the job already reads starts at its beginning: every record
         # of it is new to the job
-        inserted = store.seed_offsets(
+        inserted = offset_rows.seed_offsets(
             conn,
             db,
             job,
@@ -228,5 +228,5 @@ def _seed(
         if inserted:
             logger.info("job %r: new partition(s) %s start at the log start", job, sorted(inserted))
     # another run may have seeded some partitions concurrently: read back what is stored now
-    current = store.load_offsets(conn, db, job)
+    current = offset_rows.load_offsets(conn, db, job)
     return {tp: current[tp] for tp in missing}

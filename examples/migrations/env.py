@@ -12,7 +12,7 @@ from sqlalchemy.pool import NullPool
 
 from examples.schema import SCHEMA, metadata
 from txn_offsets.config import database_from_env
-from txn_offsets.database import engine_for
+from txn_offsets.store.database import engine_for
 
 db = context.config.attributes.get("db") or database_from_env()
 engine = engine_for(db, poolclass=NullPool)

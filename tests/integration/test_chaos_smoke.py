@@ -14,11 +14,11 @@ import sqlalchemy as sa
 from chaos.scenarios import Services as ChaosServices
 from chaos.suite import SMOKE, run_suite
 from tests.fix_services import REPO, Services
-from txn_offsets import migrate
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import SchemaMissing
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits, TopicSelection, plan_batch
+from txn_offsets.store import migrate
 
 SMOKE_MESSAGES = 110_000
 SMOKE_KILLS = 5

@@ -8,13 +8,13 @@ import pytest
 import sqlalchemy as sa
 
 from txn_offsets import ConfigError, SchemaMissing, ServiceUnavailable, cli
-from txn_offsets.commands import ResetTarget
+from txn_offsets.cli.commands import ResetTarget
 from txn_offsets.config import DatabaseSettings, Secret, database_from_env, kafka_from_env
-from txn_offsets.database import is_connection_lost, is_retryable, translate_errors
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.runs import Run, validate_job
-from txn_offsets.schema import metadata_for, tables_for
-from txn_offsets.transaction import commit_ranges
+from txn_offsets.store.database import is_connection_lost, is_retryable, translate_errors
+from txn_offsets.store.runs import Run, validate_job
+from txn_offsets.store.schema import metadata_for, tables_for
+from txn_offsets.store.transaction import commit_ranges
 
 DB = DatabaseSettings(Secret("postgresql+psycopg://u:pw-secret-2@db.invalid:5432/x"), schema="s1")
 

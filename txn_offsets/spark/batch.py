@@ -12,8 +12,8 @@ from typing import Any
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.runs import Run
 from txn_offsets.spark.executor import ReadOptions, ReadTask
+from txn_offsets.store.runs import Run
 
 __all__ = ["Batch"]
 

@@ -20,9 +20,9 @@ from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import Fenced, OffsetConflict, RecordRejected, TxnOffsetsError
 from txn_offsets.kafka.reader import Record, read_range
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.runs import Run
-from txn_offsets.schema import tables_for
-from txn_offsets.transaction import commit_ranges
+from txn_offsets.store.runs import Run
+from txn_offsets.store.schema import tables_for
+from txn_offsets.store.transaction import commit_ranges
 
 logger = logging.getLogger(__name__)
 

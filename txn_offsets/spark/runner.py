@@ -19,7 +19,6 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.database import engine_for
 from txn_offsets.errors import (
     BatchFailed,
     CommitNotApplied,
@@ -30,10 +29,11 @@ from txn_offsets.errors import (
 )
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import ON_DATA_LOSS, Limits, TopicSelection, plan_batch, preflight
-from txn_offsets.runs import Run, end_run, heartbeat, keep_lease, start_run
 from txn_offsets.spark.batch import Batch
 from txn_offsets.spark.executor import ReadOptions, TaskReport
 from txn_offsets.spark.writers import Writer
+from txn_offsets.store.database import engine_for
+from txn_offsets.store.runs import Run, end_run, heartbeat, keep_lease, start_run
 
 __all__ = ["BatchReport", "JobSummary", "run_job"]
 

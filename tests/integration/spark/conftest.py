@@ -9,8 +9,8 @@ import pytest
 import sqlalchemy as sa
 from confluent_kafka import Producer
 
-from txn_offsets import migrate
 from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.store import migrate
 
 
 @pytest.fixture

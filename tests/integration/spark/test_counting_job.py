@@ -10,7 +10,6 @@ import sqlalchemy as sa
 
 from tests.fix_services import TopicFactory
 from tests.integration.spark.conftest import Produce
-from txn_offsets import store
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.kafka.metadata import watermarks
 from txn_offsets.kafka.reader import Record
@@ -20,6 +19,7 @@ from txn_offsets.ranges import OffsetRange
 from txn_offsets.sinks import upsert_add
 from txn_offsets.spark.runner import run_job
 from txn_offsets.spark.writers import PartitionWriter
+from txn_offsets.store import offset_rows
 
 
 def key_of(record: Record) -> str:
@@ -61,7 +61,7 @@ def totals(engine: sa.Engine, table: str) -> dict[str, int]:
 
 def stored_offsets(engine: sa.Engine, db: DatabaseSettings, job: str) -> dict[tuple[str, int], int]:
     with engine.connect() as conn:
-        return store.load_offsets(conn, db, job)
+        return offset_rows.load_offsets(conn, db, job)
 
 
 def test_counting_job_100k_over_8_partitions(

@@ -23,16 +23,16 @@ from tests.integration.spark.test_counting_job import (
 )
 from tests.integration.spark.test_job_faults import ends_of
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.database import engine_for
 from txn_offsets.errors import Fenced, JobAlreadyRunning
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits, TopicSelection, plan_batch
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.runs import start_run
 from txn_offsets.sinks import upsert_add
 from txn_offsets.spark.batch import Batch
 from txn_offsets.spark.runner import run_job
 from txn_offsets.spark.writers import BatchWriter, PartitionWriter
+from txn_offsets.store.database import engine_for
+from txn_offsets.store.runs import start_run
 
 
 def shuffle_counts(records: Any) -> list[tuple[str, int]]:

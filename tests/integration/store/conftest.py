@@ -8,9 +8,10 @@ from dataclasses import dataclass
 import pytest
 import sqlalchemy as sa
 
-from txn_offsets import cli, migrate
+from txn_offsets import cli
 from txn_offsets.config import DatabaseSettings, Secret
-from txn_offsets.runs import Run, start_run
+from txn_offsets.store import migrate
+from txn_offsets.store.runs import Run, start_run
 
 from .helpers import Aggregate, Cli
 

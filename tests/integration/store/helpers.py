@@ -7,8 +7,8 @@ from collections.abc import Callable
 import sqlalchemy as sa
 from confluent_kafka import Producer
 
-from txn_offsets import store
 from txn_offsets.config import DatabaseSettings
+from txn_offsets.store import offset_rows
 
 
 class Aggregate:
@@ -38,12 +38,12 @@ class Aggregate:
 
 def offsets_of(engine: sa.Engine, db: DatabaseSettings, job: str) -> dict[tuple[str, int], int]:
     with engine.connect() as conn:
-        return store.load_offsets(conn, db, job)
+        return offset_rows.load_offsets(conn, db, job)
 
 
 def seed(engine: sa.Engine, db: DatabaseSettings, job: str, offsets: dict[tuple[str, int], int]) -> None:
     with engine.begin() as conn:
-        store.seed_offsets(conn, db, job, offsets, reason="test", actor="pytest")
+        offset_rows.seed_offsets(conn, db, job, offsets, reason="test", actor="pytest")
 
 
 Cli = Callable[..., tuple[int, str, str]]

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from txn_offsets import ConfigError, Fenced, OffsetConflict, UnknownJob, store
+from txn_offsets import ConfigError, Fenced, OffsetConflict, UnknownJob
 from txn_offsets.config import DatabaseSettings
-from txn_offsets.runs import Run
-from txn_offsets.schema import tables_for
+from txn_offsets.store import offset_rows
+from txn_offsets.store.runs import Run
+from txn_offsets.store.schema import tables_for
 
 from .helpers import offsets_of, seed
 
@@ -29,7 +30,7 @@ def test_seed_inserts_missing_rows_only_and_audits_them(
 ) -> None:
     seed(engine, migrated, run.job, {("t", 0): 5})
     with engine.begin() as conn:
-        inserted = store.seed_offsets(
+        inserted = offset_rows.seed_offsets(
             conn,
             migrated,
             run.job,
@@ -66,37 +67,45 @@ def test_bad_seeds_change_nothing(
 ) -> None:
     args = {"reason": "r", "actor": "me", **kwargs}
     with pytest.raises(ConfigError, match=problem), engine.begin() as conn:
-        store.seed_offsets(conn, migrated, run.job, offsets, **args)
+        offset_rows.seed_offsets(conn, migrated, run.job, offsets, **args)
     assert offsets_of(engine, migrated, run.job) == {}
     assert _audit(engine, migrated, run.job) == []
 
 
 def test_seed_for_unknown_job(engine: sa.Engine, migrated: DatabaseSettings) -> None:
     with pytest.raises(UnknownJob), engine.begin() as conn:
-        store.seed_offsets(conn, migrated, "nobody", {("t", 0): 0}, reason="r", actor="me")
+        offset_rows.seed_offsets(conn, migrated, "nobody", {("t", 0): 0}, reason="r", actor="me")
 
 
 def test_skip_lost_is_audited_and_idempotent(engine: sa.Engine, migrated: DatabaseSettings, run: Run) -> None:
     seed(engine, migrated, run.job, {("t", 0): 10})
     with engine.begin() as conn:
-        assert store.skip_lost(conn, migrated, run.job, "t", 0, 10, 50, "retention", actor="planner") is True
+        assert (
+            offset_rows.skip_lost(conn, migrated, run.job, "t", 0, 10, 50, "retention", actor="planner")
+            is True
+        )
     with engine.begin() as conn:  # a retry of the same skip
-        assert store.skip_lost(conn, migrated, run.job, "t", 0, 10, 50, "retention", actor="planner") is False
+        assert (
+            offset_rows.skip_lost(conn, migrated, run.job, "t", 0, 10, 50, "retention", actor="planner")
+            is False
+        )
     assert offsets_of(engine, migrated, run.job) == {("t", 0): 50}
     assert _audit(engine, migrated, run.job)[-1] == ("t", 0, 10, 50, "data_loss_skip", "retention", "planner")
     with pytest.raises(OffsetConflict), engine.begin() as conn:
-        store.skip_lost(conn, migrated, run.job, "t", 0, 20, 60, "retention")
+        offset_rows.skip_lost(conn, migrated, run.job, "t", 0, 20, 60, "retention")
     with pytest.raises(ConfigError, match="only moves forward"), engine.begin() as conn:
-        store.skip_lost(conn, migrated, run.job, "t", 0, 50, 40, "retention")
+        offset_rows.skip_lost(conn, migrated, run.job, "t", 0, 50, 40, "retention")
     with pytest.raises(Fenced), engine.begin() as conn:
-        store.skip_lost(conn, migrated, run.job, "t", 0, 50, 60, "retention", generation=run.generation - 1)
+        offset_rows.skip_lost(
+            conn, migrated, run.job, "t", 0, 50, 60, "retention", generation=run.generation - 1
+        )
     assert offsets_of(engine, migrated, run.job) == {("t", 0): 50}
 
 
 def test_reset_moves_audits_and_fences(engine: sa.Engine, migrated: DatabaseSettings, run: Run) -> None:
     seed(engine, migrated, run.job, {("t", 0): 10, ("t", 1): 20})
     with engine.begin() as conn:
-        changes = store.reset_offsets(
+        changes = offset_rows.reset_offsets(
             conn, migrated, run.job, {("t", 0): 0, ("u", 0): 3}, reason="replay", actor="ops"
         )
     assert [(c.topic, c.partition, c.old, c.new) for c in changes] == [("t", 0, 10, 0), ("u", 0, None, 3)]
@@ -106,7 +115,7 @@ def test_reset_moves_audits_and_fences(engine: sa.Engine, migrated: DatabaseSett
         ("u", 0, None, 3, "reset", "replay", "ops"),
     ]
     from txn_offsets.ranges import OffsetRange
-    from txn_offsets.transaction import commit_ranges
+    from txn_offsets.store.transaction import commit_ranges
 
     with pytest.raises(Fenced):  # the run that planned from the old offsets is fenced
         commit_ranges(engine, migrated, run, [OffsetRange("t", 1, 20, 30)])
@@ -115,7 +124,7 @@ def test_reset_moves_audits_and_fences(engine: sa.Engine, migrated: DatabaseSett
 def test_reset_refuses_negative_offsets(engine: sa.Engine, migrated: DatabaseSettings, run: Run) -> None:
     seed(engine, migrated, run.job, {("t", 0): 10})
     with pytest.raises(ConfigError, match="offset"), engine.begin() as conn:
-        store.reset_offsets(conn, migrated, run.job, {("t", 0): -5}, reason="x", actor="ops")
+        offset_rows.reset_offsets(conn, migrated, run.job, {("t", 0): -5}, reason="x", actor="ops")
     assert offsets_of(engine, migrated, run.job) == {("t", 0): 10}
 
 

@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings
-from txn_offsets.runs import lock_job, start_run
+from txn_offsets.store.runs import lock_job, start_run
 
 from .helpers import Cli, offsets_of, produce_counts, seed
 

@@ -14,7 +14,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from txn_offsets.config import DatabaseSettings
-from txn_offsets.runs import start_run
+from txn_offsets.store.runs import start_run
 
 from .helpers import Cli, produce_counts, seed
 

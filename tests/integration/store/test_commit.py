@@ -15,8 +15,8 @@ from txn_offsets import (
 )
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.runs import Run, start_run
-from txn_offsets.transaction import Outcome, commit_ranges
+from txn_offsets.store.runs import Run, start_run
+from txn_offsets.store.transaction import Outcome, commit_ranges
 
 from .helpers import Aggregate, offsets_of, seed
 

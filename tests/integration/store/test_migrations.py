@@ -10,9 +10,10 @@ import threading
 import pytest
 import sqlalchemy as sa
 
-from txn_offsets import MigrationError, SchemaMissing, migrate
+from txn_offsets import MigrationError, SchemaMissing
 from txn_offsets.config import DatabaseSettings
-from txn_offsets.migrate import MIGRATIONS_DIR
+from txn_offsets.store import migrate
+from txn_offsets.store.migrate import MIGRATIONS_DIR
 
 
 def _tables(engine: sa.Engine, schema: str) -> set[str]:

@@ -19,8 +19,8 @@ import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.runs import Run
-from txn_offsets.transaction import Outcome, commit_ranges
+from txn_offsets.store.runs import Run
+from txn_offsets.store.transaction import Outcome, commit_ranges
 
 from .conftest import Ctx
 from .helpers import Aggregate, offsets_of, seed
@@ -100,7 +100,7 @@ def test_races_under_snapshot_isolation(
 ) -> None:
     engine, migrated, run, aggregate = ctx.engine, ctx.db, ctx.run, ctx.agg
     seed(engine, migrated, run.job, {("t", 0): 0})
-    caplog.set_level(logging.INFO, logger="txn_offsets.transaction")
+    caplog.set_level(logging.INFO, logger="txn_offsets.store.transaction")
     rounds = _race(
         engine,
         migrated,

@@ -8,12 +8,12 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from txn_offsets import store
 from txn_offsets.config import DatabaseSettings, Secret
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.runs import end_run, heartbeat, start_run
-from txn_offsets.schema import run_role_grants
-from txn_offsets.transaction import Outcome, commit_ranges
+from txn_offsets.store import offset_rows
+from txn_offsets.store.runs import end_run, heartbeat, start_run
+from txn_offsets.store.schema import run_role_grants
+from txn_offsets.store.transaction import Outcome, commit_ranges
 
 from .helpers import offsets_of
 
@@ -41,12 +41,12 @@ def test_run_role_runs_a_job_but_cannot_delete_or_alter(
     try:
         run = start_run(role_engine, db, job_name)
         with role_engine.begin() as conn:
-            store.seed_offsets(conn, db, job_name, {("t", 0): 0}, reason="first run", actor="job")
+            offset_rows.seed_offsets(conn, db, job_name, {("t", 0): 0}, reason="first run", actor="job")
         out = commit_ranges(role_engine, db, run, [OffsetRange("t", 0, 0, 10)])
         assert out[0].outcome is Outcome.COMMITTED
         heartbeat(role_engine, db, run)
         with role_engine.begin() as conn:
-            assert store.skip_lost(conn, db, job_name, "t", 0, 10, 20, "retention", actor="job")
+            assert offset_rows.skip_lost(conn, db, job_name, "t", 0, 10, 20, "retention", actor="job")
         assert end_run(role_engine, db, run)
         assert offsets_of(engine, db, job_name) == {("t", 0): 20}
 

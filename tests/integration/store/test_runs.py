@@ -11,8 +11,8 @@ import sqlalchemy as sa
 from txn_offsets import ConfigError, Fenced, JobAlreadyRunning
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.runs import Run, end_run, heartbeat, lock_job, start_run
-from txn_offsets.transaction import Outcome, commit_ranges
+from txn_offsets.store.runs import Run, end_run, heartbeat, lock_job, start_run
+from txn_offsets.store.transaction import Outcome, commit_ranges
 
 from .helpers import Aggregate, offsets_of, seed
 
@@ -128,10 +128,13 @@ def test_start_gives_up_on_a_stuck_claim_with_a_clear_error(
     seed(engine, migrated, run.job, {("t", 0): 0})
     with engine.connect() as stuck:
         # hold the claim's lock as a batch stuck before COMMIT would
-        from txn_offsets import store
+        from txn_offsets.store import offset_rows
 
         with stuck.begin():
-            assert store.claim(stuck, migrated, run, OffsetRange("t", 0, 0, 1)) is store.ClaimResult.CLAIMED
+            assert (
+                offset_rows.claim(stuck, migrated, run, OffsetRange("t", 0, 0, 1))
+                is offset_rows.ClaimResult.CLAIMED
+            )
             with pytest.raises(JobAlreadyRunning) as info:
                 start_run(engine, migrated, run.job, force=True, lock_timeout_s=0.3)
             assert info.value.run_id == run.run_id

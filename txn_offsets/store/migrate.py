@@ -23,8 +23,8 @@ from alembic.util import CommandError
 from sqlalchemy.pool import NullPool
 
 from txn_offsets.config import DatabaseSettings
-from txn_offsets.database import engine_for, translate_errors
 from txn_offsets.errors import MigrationError
+from txn_offsets.store.database import engine_for, translate_errors
 
 __all__ = ["MIGRATIONS_DIR", "alembic_config", "check", "current", "downgrade", "head", "upgrade"]
 
@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 def _find_migrations() -> Path:
     """The repository's migrations/ (source tree, editable install), else the copy a wheel
     installs under <prefix>/share/txn-offsets/migrations (pyproject data-files)."""
-    source = Path(__file__).resolve().parent.parent / "migrations"
+    source = Path(__file__).resolve().parents[2] / "migrations"
     installed = Path(sys.prefix) / "share" / "txn-offsets" / "migrations"
     return source if (source / "env.py").is_file() or not (installed / "env.py").is_file() else installed
 

@@ -57,9 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dev.set_defaults(handler=_dev)
 
-    from txn_offsets import commands_cli
+    from txn_offsets.cli import subcommands
 
-    commands_cli.register(sub)
+    subcommands.register(sub)
     return parser
 
 
@@ -78,7 +78,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"txn-offsets: error: {exc}", file=sys.stderr)
         return 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

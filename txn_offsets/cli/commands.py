@@ -19,13 +19,13 @@ from typing import Literal
 
 import sqlalchemy as sa
 
-from txn_offsets import store
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.database import translate_errors
 from txn_offsets.errors import ConfigError, JobAlreadyRunning
 from txn_offsets.ranges import TopicPartition
-from txn_offsets.runs import lock_job, validate_job
-from txn_offsets.schema import tables_for
+from txn_offsets.store import offset_rows
+from txn_offsets.store.database import translate_errors
+from txn_offsets.store.runs import lock_job, validate_job
+from txn_offsets.store.schema import tables_for
 
 __all__ = [
     "AuditRow",
@@ -214,7 +214,7 @@ def offset_lag(
     validate_job(job)
     with translate_errors(db), engine.connect() as conn:
         lock_job(conn, db, job, for_update=False)  # UnknownJob rather than an empty report
-        stored = store.load_offsets(conn, db, job)
+        stored = offset_rows.load_offsets(conn, db, job)
     keys = set(stored)
     for topic in sorted({t for t, _ in stored}):
         keys.update((topic, p) for p in metadata.partitions_for(kafka, topic, timeout_s=timeout_s))
@@ -313,7 +313,7 @@ def plan_reset(
         _kafka(kafka, target)  # fail before touching anything
     with translate_errors(db), engine.connect() as conn:
         state = lock_job(conn, db, job, for_update=False)
-        stored = store.load_offsets(conn, db, job)
+        stored = offset_rows.load_offsets(conn, db, job)
     keys = _select(stored, target, topic=topic, partitions=partitions, kafka=kafka, timeout_s=timeout_s)
     new = _targets(keys, stored, target, kafka, timeout_s)
     steps = tuple(PlanStep(t, p, stored.get((t, p)), new[(t, p)]) for t, p in keys)
@@ -332,12 +332,12 @@ def apply_reset(
 ) -> int:
     """Carry out `plan`; returns the job's new generation. Refuses while a live run holds the
     lease (unless `force`, which fences it) and if the offsets moved since the plan was made."""
-    who = actor or store.default_actor()
+    who = actor or offset_rows.default_actor()
     with translate_errors(db), engine.begin() as conn:
         state = lock_job(conn, db, plan.job)  # FOR UPDATE: claims in flight finish first
         if state.live and not force:
             raise JobAlreadyRunning(plan.job, state.run_id or "?", state.generation, state.heartbeat_age_s)
-        current = store.load_offsets(conn, db, plan.job)
+        current = offset_rows.load_offsets(conn, db, plan.job)
         for step in plan.steps:
             now = current.get((step.topic, step.partition))
             if now != step.old:
@@ -347,7 +347,7 @@ def apply_reset(
                     f"made; run the reset again to see a fresh plan",
                 )
         targets = {(s.topic, s.partition): s.new for s in plan.steps}
-        store.reset_offsets(conn, db, plan.job, targets, reason=reason, actor=who)
+        offset_rows.reset_offsets(conn, db, plan.job, targets, reason=reason, actor=who)
         generation = lock_job(conn, db, plan.job).generation
     logger.info("job %r: reset %r partitions, generation now %r", plan.job, len(plan.steps), generation)
     return generation

@@ -1,6 +1,6 @@
 """Sub-commands of the CLI that work on the offset store: ``db``, ``offsets`` and ``jobs``.
 
-A thin layer over :mod:`txn_offsets.migrate` and :mod:`txn_offsets.commands`: parse, call, print.
+A thin layer over :mod:`txn_offsets.store.migrate` and :mod:`txn_offsets.cli.commands`: parse, call, print.
 The database URL is read only from TXN_OFFSETS_DATABASE_URL, never from an argument: command
 lines end up in shell histories and process lists, and the URL holds the password.
 """
@@ -15,11 +15,12 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from txn_offsets import commands, migrate
+from txn_offsets.cli import commands
 from txn_offsets.config import DatabaseSettings, database_from_env, kafka_from_env
-from txn_offsets.database import engine_for
 from txn_offsets.errors import ConfigError, JobAlreadyRunning
-from txn_offsets.schema import run_role_grants
+from txn_offsets.store import migrate
+from txn_offsets.store.database import engine_for
+from txn_offsets.store.schema import run_role_grants
 
 
 def _db(args: argparse.Namespace) -> DatabaseSettings:

@@ -1,8 +1,8 @@
 """Offset rows: load, seed, the guarded claim, audited admin moves.
 
 Every function runs SQL on a Connection it is given and never commits or rolls back: the caller
-(:mod:`txn_offsets.transaction`, or an admin command) owns the transaction. What a claim's
-outcome means is decided by the pure functions of :mod:`txn_offsets.classify` (re-exported here).
+(:mod:`txn_offsets.store.transaction`, or an admin command) owns the transaction. What a claim's
+outcome means is decided by the pure functions of :mod:`txn_offsets.store.classify` (re-exported here).
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from txn_offsets.classify import ClaimResult, Settled, classify_claim, classify_reread
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import ConfigError, Fenced, OffsetConflict
 from txn_offsets.ranges import OffsetRange, TopicPartition
-from txn_offsets.runs import Run, lock_job
-from txn_offsets.schema import AUDIT_ACTIONS, tables_for
+from txn_offsets.store.classify import ClaimResult, Settled, classify_claim, classify_reread
+from txn_offsets.store.runs import Run, lock_job
+from txn_offsets.store.schema import AUDIT_ACTIONS, tables_for
 
 __all__ = [
     "ClaimResult",
@@ -274,7 +274,7 @@ def reset_offsets(
 
     The job row is locked FOR UPDATE first, so claims in flight finish before the old values are
     read; the generation bump then fences the run that planned from them. Checking whether a live
-    run may be fenced is the caller's decision (see :mod:`txn_offsets.commands`).
+    run may be fenced is the caller's decision (see :mod:`txn_offsets.cli.commands`).
     """
     _check_offsets(targets)
     _check_audit("reset", reason, actor)

@@ -26,9 +26,9 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from txn_offsets.config import DatabaseSettings
-from txn_offsets.database import sqlstate, translate_errors
 from txn_offsets.errors import ConfigError, Fenced, JobAlreadyRunning, UnknownJob
-from txn_offsets.schema import tables_for
+from txn_offsets.store.database import sqlstate, translate_errors
+from txn_offsets.store.schema import tables_for
 
 __all__ = ["JobState", "Run", "end_run", "heartbeat", "keep_lease", "lock_job", "start_run", "validate_job"]
 

@@ -9,7 +9,7 @@ When the transaction ends without a clear answer, the outcome is never guessed. 
 connection during COMMIT, a serialization failure (40001, REPEATABLE READ/SERIALIZABLE) or a
 deadlock (40P01) is resolved by re-reading the rows on a fresh connection with ``FOR UPDATE``,
 which waits for any transaction still holding them, then classifying
-(:func:`txn_offsets.store.classify_reread`).
+(:func:`txn_offsets.store.offset_rows.classify_reread`).
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from txn_offsets import store
 from txn_offsets.config import DatabaseSettings
-from txn_offsets.database import is_connection_lost, is_retryable, sqlstate, translate_errors
 from txn_offsets.errors import CommitNotApplied, ConfigError, OffsetConflict
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.runs import Run
+from txn_offsets.store import offset_rows
+from txn_offsets.store.database import is_connection_lost, is_retryable, sqlstate, translate_errors
+from txn_offsets.store.runs import Run
 
 __all__ = ["ISOLATION_LEVELS", "Outcome", "RangeOutcome", "Writer", "commit_ranges"]
 
@@ -59,7 +59,7 @@ def _validate(
     run: Run, ranges: Sequence[OffsetRange], isolation_level: str, max_attempts: int
 ) -> list[OffsetRange]:
     if not isinstance(run, Run):
-        raise ConfigError("run", f"expected a txn_offsets.runs.Run, got {type(run).__name__}")
+        raise ConfigError("run", f"expected a txn_offsets.store.runs.Run, got {type(run).__name__}")
     if isolation_level not in ISOLATION_LEVELS:
         raise ConfigError("isolation_level", f"{isolation_level!r}: use one of {', '.join(ISOLATION_LEVELS)}")
     if max_attempts < 1:
@@ -129,14 +129,14 @@ def _attempt(
             # our statements: a missing table or a dead server becomes one of our errors. The
             # caller's write is not translated: its errors are about its own tables.
             with translate_errors(db):
-                results = [store.claim(conn, db, run, r) for r in ordered]
-            if all(r is store.ClaimResult.ALREADY_COMMITTED for r in results):
+                results = [offset_rows.claim(conn, db, run, r) for r in ordered]
+            if all(r is offset_rows.ClaimResult.ALREADY_COMMITTED for r in results):
                 tx.rollback()
                 logger.info("job %r: %s already committed; nothing written", run.job, _describe(ordered))
                 return Outcome.ALREADY_COMMITTED
-            if store.ClaimResult.ALREADY_COMMITTED in results:
+            if offset_rows.ClaimResult.ALREADY_COMMITTED in results:
                 # part of this batch was committed by a different batch: never half-apply it
-                done = ordered[results.index(store.ClaimResult.ALREADY_COMMITTED)]
+                done = ordered[results.index(offset_rows.ClaimResult.ALREADY_COMMITTED)]
                 raise OffsetConflict(run.job, done.topic, done.partition, done.start, done.until)
             if write is not None:
                 write(conn)
@@ -169,9 +169,9 @@ def _settle(
     with translate_errors(db), engine.connect() as fresh:
         conn = fresh.execution_options(isolation_level="READ COMMITTED")
         with conn.begin():
-            found, generation = store.reread(conn, db, run.job, [r.key for r in ordered], lock=True)
-    settled = store.classify_reread(run.job, ordered, found, generation, run.generation)
-    if settled is store.Settled.AT_UNTIL:
+            found, generation = offset_rows.reread(conn, db, run.job, [r.key for r in ordered], lock=True)
+    settled = offset_rows.classify_reread(run.job, ordered, found, generation, run.generation)
+    if settled is offset_rows.Settled.AT_UNTIL:
         # after a lost COMMIT the rows at `until` are (almost always) ours; after 40001 they are
         # a duplicate's. Either way the records are applied exactly once.
         outcome = Outcome.COMMITTED if ours_may_have_committed else Outcome.ALREADY_COMMITTED

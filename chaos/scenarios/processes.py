@@ -1,0 +1,245 @@
+"""Process faults: the driver killed (F1), executors failing (F2), a zombie run (F5), speculative
+copies (F6).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import sqlalchemy as sa
+
+from chaos.faults import EXECUTOR_POINTS, KILL_POINTS, FaultPlan, tables
+from chaos.invariants import KafkaLog
+from chaos.procs import REPO
+from chaos.report import ScenarioResult
+from chaos.scenarios.context import (
+    JOB_TIMEOUT_S,
+    Context,
+    expect_ok,
+    producer_matches,
+    scenario,
+    wait_file,
+)
+from txn_offsets.spark.cluster import StandaloneCluster
+
+logger = logging.getLogger(__name__)
+
+
+# --- F1 ------------------------------------------------------------------------------------
+@scenario("F1")
+def f1_driver_kills(ctx: Context, messages: int, kills: int) -> ScenarioResult:
+    """kill -9 of the driver at random points (timer, after planning, while reading, after the
+    claim, during COMMIT, after COMMIT), each followed by a restart (--force: the dead run's lease
+    is still live)."""
+    result = ScenarioResult("F1")
+    parts = 8
+    topic, schema, job = ctx.topic(parts), ctx.schema(), ctx.name("f1")
+    oracle = ctx.produce(topic, messages, parts)
+    result.messages = oracle.messages
+    log = ctx.log({topic: parts})
+    producer_matches(result, log, oracle)
+    # small batches: each killed run gets through a few of them, and `kills` runs fit in the data
+    mpp = max(100, messages // parts // (3 * kills + 4))
+    modes = list(KILL_POINTS)
+    ctx.rng.shuffle(modes)
+    attempts = 0
+    while result.faults < kills and attempts < kills * 2:
+        attempts += 1
+        mode = modes[result.faults % len(modes)]
+        run_dir = ctx.work_dir / "F1" / f"run-{attempts:03d}"
+        plan = FaultPlan(seed=ctx.seed)
+        extra = ["--force"]
+        if mode == "plan":
+            extra += ["--kill-at-plan", str(ctx.rng.randint(1, 3))]
+        elif mode != "timer":
+            plan = FaultPlan(
+                seed=ctx.seed, kill_point=mode, kill_after=ctx.rng.randint(1, 2 * parts), run_dir=str(run_dir)
+            )
+        jp = ctx.job(
+            run_dir, job=job, schema=schema, topics=[topic], max_per_partition=mpp, faults=plan, extra=extra
+        ).start()
+        result.runs += 1
+        if mode == "timer":
+            # after the first batch committed: the kill lands anywhere in the following ones
+            wait_file(run_dir / "batches", jp, 120)
+            time.sleep(ctx.rng.uniform(0.0, 2.0))
+            jp.kill9()
+        res = jp.wait(JOB_TIMEOUT_S)
+        if res.killed:
+            result.faults += 1
+        elif res.returncode == 0:
+            result.notes.append(f"run {attempts} ({mode}) caught up before its kill")
+            break
+        else:
+            result.fail(f"F1 run {attempts} ({mode}): exited {res.returncode}: {res.last_error()}")
+        ctx.check(
+            result, schema=schema, job=job, log=log, final=False, when=f"after kill {attempts} ({mode})"
+        )
+    final = ctx.job(
+        ctx.work_dir / "F1" / "final",
+        job=job,
+        schema=schema,
+        topics=[topic],
+        max_per_partition=mpp * 4,
+        extra=["--force"],
+    ).start()
+    result.runs += 1
+    expect_ok(result, final.wait(JOB_TIMEOUT_S), "F1 final run")
+    ctx.check(result, schema=schema, job=job, log=log, final=True, when="F1 final")
+    if result.faults < kills:
+        result.fail(f"F1: only {result.faults} of {kills} kills landed")
+    return result
+
+
+# --- F2 ------------------------------------------------------------------------------------
+@scenario("F2")
+def f2_executor_faults(ctx: Context, messages: int, _n: int) -> ScenarioResult:
+    """A task fails on its first attempt before the write, after the claim (raise, and a worker
+    crash), after the write, or after COMMIT; Spark retries it (local[2,3])."""
+    result = ScenarioResult("F2")
+    parts = 8
+    topic, schema, job = ctx.topic(parts), ctx.schema(), ctx.name("f2")
+    oracle = ctx.produce(topic, messages, parts)
+    result.messages = oracle.messages
+    log = ctx.log({topic: parts})
+    producer_matches(result, log, oracle)
+    plan = FaultPlan(seed=ctx.seed, executor_rate=0.5, executor_points=EXECUTOR_POINTS)
+    mpp = max(100, messages // parts // 5)
+    jp = ctx.job(
+        ctx.work_dir / "F2", job=job, schema=schema, topics=[topic], max_per_partition=mpp, faults=plan
+    )
+    res = jp.start().wait(JOB_TIMEOUT_S)
+    result.runs += 1
+    expect_ok(result, res, "F2 run")
+    ctx.check(result, schema=schema, job=job, log=log, final=True, when="F2")
+    # which faults fired follows from the seed and the ranges that were applied
+    hits: dict[str, int] = dict.fromkeys(EXECUTOR_POINTS, 0)
+    with ctx.engine.connect() as conn:
+        applied = conn.execute(
+            sa.select(
+                tables(schema).applied.c.topic,
+                tables(schema).applied.c.part,
+                tables(schema).applied.c.start_off,
+            )
+        ).all()
+    for t, p, start in applied:
+        first = _first_offset(log, (t, p), int(start))
+        if first is not None and plan.executor_point((t, p, first)) == "before_write":
+            hits["before_write"] += 1
+            continue
+        point = plan.executor_point((t, p, int(start)))
+        if point is not None and point != "before_write":
+            hits[point] += 1
+    result.faults = sum(hits.values())
+    result.notes.append(", ".join(f"{k}={v}" for k, v in hits.items()))
+    missing = [k for k, v in hits.items() if v == 0]
+    if missing:
+        result.fail(f"F2: no fault at {missing}: use more messages")
+    if hits["after_commit"] and "already_committed=0 stopped_by" in res.last_error():
+        result.fail("F2: after_commit faults fired but no retry reported already_committed")
+    return result
+
+
+def _first_offset(log: KafkaLog, tp: tuple[str, int], start: int) -> int | None:
+    import bisect
+
+    offs = log.offsets.get(tp)
+    if offs is None:
+        return None
+    i = bisect.bisect_left(offs, start)
+    return offs[i] if i < len(offs) else None
+
+
+# --- F5 ------------------------------------------------------------------------------------
+@scenario("F5")
+def f5_zombie(ctx: Context, messages: int, _n: int) -> ScenarioResult:
+    """An older run is left running while a new run of the same job starts (--force): the old
+    one must be fenced, with nothing of its in-flight work applied twice."""
+    result = ScenarioResult("F5")
+    parts = 4
+    topic, schema, job = ctx.topic(parts), ctx.schema(), ctx.name("f5")
+    oracle = ctx.produce(topic, messages, parts)
+    result.messages = oracle.messages
+    log = ctx.log({topic: parts})
+    producer_matches(result, log, oracle)
+    mpp = max(100, messages // parts // 10)
+    slow = FaultPlan(seed=ctx.seed, write_sleep_s=0.3)
+    old = ctx.job(
+        ctx.work_dir / "F5" / "old",
+        job=job,
+        schema=schema,
+        topics=[topic],
+        max_per_partition=mpp,
+        faults=slow,
+        extra=["--follow"],
+    ).start()
+    result.runs += 1
+    wait_file(ctx.work_dir / "F5" / "old" / "batches", old, 120)
+    new = ctx.job(
+        ctx.work_dir / "F5" / "new",
+        job=job,
+        schema=schema,
+        topics=[topic],
+        max_per_partition=mpp,
+        extra=["--follow", "--force"],
+    ).start()
+    result.runs += 1
+    result.faults += 1
+    old_res = old.wait(180)
+    if old_res.returncode != 1 or "Fenced" not in old_res.last_error():
+        result.fail(f"F5: the zombie was not fenced: exit {old_res.returncode} {old_res.last_error()!r}")
+    caught_up = ctx.wait_caught_up(new, schema, job, log.ends, 300)
+    new.terminate()
+    expect_ok(result, new.wait(120), "F5 new run")
+    if not caught_up:
+        result.fail("F5: the new run never caught up")
+    ctx.check(result, schema=schema, job=job, log=log, final=True, when="F5")
+    return result
+
+
+# --- F6 ------------------------------------------------------------------------------------
+@scenario("F6")
+def f6_speculation(ctx: Context, messages: int, _n: int) -> ScenarioResult:
+    """spark.speculation on with an aggressive quantile/multiplier, and stragglers to speculate."""
+    result = ScenarioResult("F6")
+    parts = 8
+    topic, schema, job = ctx.topic(parts), ctx.schema(), ctx.name("f6")
+    oracle = ctx.produce(topic, messages, parts)
+    result.messages = oracle.messages
+    log = ctx.log({topic: parts})
+    producer_matches(result, log, oracle)
+    plan = FaultPlan(seed=ctx.seed, straggler_rate=0.3, straggler_s=3.0)
+    mpp = max(100, messages // parts // 4)
+    # Spark never runs a speculative copy on the host of the original attempt: a standalone
+    # cluster whose two workers have distinct loopback addresses gives it a second host.
+    attempts = ctx.work_dir / "F6" / "attempts.log"
+    attempts.parent.mkdir(parents=True, exist_ok=True)
+    env = {"PYTHONPATH": str(REPO), "CHAOS_ATTEMPTS_LOG": str(attempts)}
+    with StandaloneCluster(
+        ctx.work_dir / "F6" / "spark", workers=2, worker_hosts=["127.0.0.2", "127.0.0.3"], env=env
+    ) as master:
+        res = (
+            ctx.job(
+                ctx.work_dir / "F6",
+                job=job,
+                schema=schema,
+                topics=[topic],
+                max_per_partition=mpp,
+                faults=plan,
+                extra=["--speculation", "--master", master],
+                env={"CHAOS_ATTEMPTS_LOG": str(attempts)},
+            )
+            .start()
+            .wait(JOB_TIMEOUT_S)
+        )
+    result.runs += 1
+    expect_ok(result, res, "F6 run")
+    lines = attempts.read_text().split("\n") if attempts.exists() else []
+    copies = {tuple(line.split()[:3]) for line in lines if line.strip() and line.split()[3] != "0"}
+    result.faults = len(copies)
+    result.notes.append(f"ranges with a speculative copy={len(copies)} (standalone, 2 worker hosts)")
+    if result.faults == 0:
+        result.fail("F6: Spark launched no speculative copy, so duplicate attempts were not exercised")
+    ctx.check(result, schema=schema, job=job, log=log, final=True, when="F6")
+    return result
