@@ -10,6 +10,7 @@ from importlib.metadata import PackageNotFoundError, version
 from txn_offsets.config import DatabaseSettings, KafkaSettings, Secret, from_env
 from txn_offsets.errors import (
     BatchFailed,
+    ClaimBlocked,
     CommitNotApplied,
     ConfigError,
     DataLoss,
@@ -20,11 +21,14 @@ from txn_offsets.errors import (
     MigrationError,
     OffsetConflict,
     RecordRejected,
+    RecordsNotConsumed,
     SchemaMissing,
     ServiceUnavailable,
     StackError,
+    TransactionAborted,
     TxnOffsetsError,
     UnknownJob,
+    WriteFailed,
 )
 from txn_offsets.kafka.reader import Record
 from txn_offsets.kafka.start import StartPolicy
@@ -44,6 +48,7 @@ __all__ = [
     "BatchFailed",
     "BatchReport",
     "BatchWriter",
+    "ClaimBlocked",
     "CommitNotApplied",
     "ConfigError",
     "DataLoss",
@@ -61,13 +66,16 @@ __all__ = [
     "PartitionWriter",
     "Record",
     "RecordRejected",
+    "RecordsNotConsumed",
     "SchemaMissing",
     "Secret",
     "ServiceUnavailable",
     "StackError",
     "StartPolicy",
+    "TransactionAborted",
     "TxnOffsetsError",
     "UnknownJob",
+    "WriteFailed",
     "__version__",
     "from_env",
     "local_session",

@@ -1,11 +1,13 @@
 """Settings as frozen dataclasses, validated on construction; the environment is read only in `from_env`.
 
 Secrets (the database password, Kafka SASL/SSL passwords) are held in :class:`Secret`, whose repr
-and str never show the value, and URLs are shown through :func:`redact_url`.
+and str never show the value, and URLs are shown through :func:`redact_url`, which masks the
+password and every query parameter whose name says it is a secret (``sslpassword=``, ``token=``).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -29,9 +31,20 @@ __all__ = [
     "validate_identifier",
 ]
 
-_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
-# librdkafka properties whose values must never be shown
-_SECRET_KAFKA_KEYS = re.compile(r"password|secret|sasl\.jaas|key\.pem|token", re.IGNORECASE)
+_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")  # used with fullmatch: no "$" newline loophole
+# librdkafka properties whose values must never be shown: passwords and passphrases, SASL secrets
+# (JAAS config, OAUTHBEARER config and client secret, tokens) and private key material
+# (``ssl.key.pem``, ``sasl.oauthbearer.assertion.private.key.pem``, the ``ssl_key`` object).
+# Certificates and file locations are not secret.
+_SECRET_KAFKA_KEYS = re.compile(
+    r"password|passphrase|secret|token|sasl\.jaas|oauthbearer\.config|key\.pem|^ssl[._]key$",
+    re.IGNORECASE,
+)
+# database URL query parameters whose values must never be shown (password=, sslpassword=, ...)
+_SECRET_QUERY_KEYS = re.compile(r"password|secret|token", re.IGNORECASE)
+_MASK = "***"
+# PostgreSQL's and libpq's millisecond settings are C ints
+_MAX_MS = 2**31 - 1
 
 
 class Secret:
@@ -63,7 +76,7 @@ class Secret:
 
 def validate_identifier(value: str, what: str) -> str:
     """Accept a lower-case SQL identifier (letters, digits, underscore; <= 63 chars) or raise."""
-    if not isinstance(value, str) or not _IDENTIFIER.match(value):
+    if not isinstance(value, str) or not _IDENTIFIER.fullmatch(value):
         raise ConfigError(
             what,
             f"{value!r} is not a valid identifier: use 1-63 lower-case letters, digits or underscores, "
@@ -72,20 +85,40 @@ def validate_identifier(value: str, what: str) -> str:
     return value
 
 
+def _secret_query_values(url: URL) -> list[str]:
+    values: list[str] = []
+    for key, value in url.query.items():
+        if _SECRET_QUERY_KEYS.search(key):
+            values.extend([value] if isinstance(value, str) else value)
+    return values
+
+
 def redact_url(url: str | URL) -> str:
-    """The URL with its password replaced by ***; never raises on garbage (returns a placeholder)."""
+    """The URL with its password, and the value of every query parameter whose name contains
+    ``password``, ``secret`` or ``token`` (any case), replaced by ``***``.
+
+    Never raises: garbage gives a placeholder that shows nothing of the input.
+    """
     try:
         parsed = make_url(url) if isinstance(url, str) else url
-    except ArgumentError:
+        masked = {
+            key: (_MASK if isinstance(value, str) else tuple(_MASK for _ in value))
+            for key, value in parsed.query.items()
+            if _SECRET_QUERY_KEYS.search(key)
+        }
+        if masked:
+            parsed = parsed.update_query_dict(masked)
+        # the query is rendered URL-quoted: show the mask as *** rather than %2A%2A%2A
+        return parsed.render_as_string(hide_password=True).replace("%2A%2A%2A", _MASK)
+    except Exception:
         return "<unparseable database URL>"
-    return parsed.render_as_string(hide_password=True)
 
 
 def _parse_database_url(url: str | URL | Secret) -> URL:
     raw = url.get() if isinstance(url, Secret) else url
     try:
         parsed = make_url(raw) if isinstance(raw, str) else raw
-    except ArgumentError:
+    except (ArgumentError, ValueError):  # ValueError: a non-numeric port
         raise ConfigError(
             "database_url",
             "cannot parse it; expected postgresql+psycopg://user:password@host:port/dbname",
@@ -105,29 +138,171 @@ def _parse_database_url(url: str | URL | Secret) -> URL:
     return parsed.set(drivername="postgresql+psycopg")
 
 
+def _seconds(setting: str, value: object, *, what: str) -> float:
+    """A finite, non-negative number of seconds (0 = off) that fits PostgreSQL's int milliseconds."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(setting, f"must be a number of seconds ({what}), got {value!r}")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ConfigError(setting, f"must be >= 0 seconds (0 turns {what} off), got {value!r}")
+    if seconds * 1000 > _MAX_MS:
+        raise ConfigError(
+            setting,
+            f"{value!r} seconds is too long for PostgreSQL; use at most {_MAX_MS // 1000} (or 0: off)",
+        )
+    return seconds
+
+
+def _count(setting: str, value: object, *, what: str) -> int:
+    """A non-negative whole number for a libpq keepalive setting (0 = the system default)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(setting, f"must be a whole number ({what}), got {value!r}")
+    if value < 0 or value > _MAX_MS:
+        raise ConfigError(setting, f"must be between 0 (the system default) and {_MAX_MS}, got {value!r}")
+    return value
+
+
+def _ms(seconds: float) -> int:
+    """Whole milliseconds; a positive value never rounds down to 0, which would mean "off"."""
+    return max(1, round(seconds * 1000)) if seconds > 0 else 0
+
+
 @dataclass(frozen=True, repr=False)
 class DatabaseSettings:
-    """Where the offsets live: a PostgreSQL URL and the schema of the txn_offsets tables."""
+    """Where the offsets live: a PostgreSQL URL and the schema of the txn_offsets tables.
+
+    Timeouts, all applied to every connection made through :meth:`connect_args` (and so by
+    :func:`txn_offsets.store.database.engine_for`); the ``*_timeout_s`` values are seconds, 0 turns
+    the timeout off, negative values are refused:
+
+    ``connect_timeout_s`` (10)
+        libpq ``connect_timeout``: give up connecting after this long (> 0, rounded to whole
+        seconds, at least 1).
+    ``lock_timeout_s`` (30)
+        PostgreSQL ``lock_timeout``: a statement waiting this long for a lock (a row locked
+        ``FOR UPDATE`` by a stuck transaction, a table lock) fails with SQLSTATE 55P03
+        (see :func:`txn_offsets.store.database.is_lock_timeout`) instead of waiting forever.
+    ``statement_timeout_s`` (600)
+        PostgreSQL ``statement_timeout``: a statement running this long is cancelled (SQLSTATE
+        57014, :func:`txn_offsets.store.database.is_statement_timeout`).
+    ``idle_in_transaction_timeout_s`` (120)
+        PostgreSQL ``idle_in_transaction_session_timeout``: a session left idle inside an open
+        transaction this long is terminated, releasing its locks.
+    ``tcp_keepalives_idle_s`` (30), ``tcp_keepalives_interval_s`` (10), ``tcp_keepalives_count`` (3)
+        libpq TCP keepalives (whole numbers; 0 = the operating system's default): a silently dead
+        server or network path is noticed after about idle + interval * count seconds.
+    ``tcp_user_timeout_s`` (60)
+        libpq ``tcp_user_timeout``: data left unacknowledged this long closes the connection.
+
+    The three PostgreSQL timeouts travel in the libpq ``options`` startup parameter, so the server
+    applies them when the session starts (no extra round trip). ``options`` given in the URL's
+    query are kept; ours are appended after them, so for the same setting ours win.
+
+    Settings are pickled to Spark executors: every field survives the trip (the URL, password
+    included, is a plain SQLAlchemy ``URL``).
+    """
 
     url: URL
     schema: str = "txn_offsets"
     connect_timeout_s: float = 10.0
+    lock_timeout_s: float = 30.0
+    statement_timeout_s: float = 600.0
+    idle_in_transaction_timeout_s: float = 120.0
+    tcp_keepalives_idle_s: int = 30
+    tcp_keepalives_interval_s: int = 10
+    tcp_keepalives_count: int = 3
+    tcp_user_timeout_s: float = 60.0
 
     def __init__(
-        self, url: str | URL | Secret, *, schema: str = "txn_offsets", connect_timeout_s: float = 10.0
+        self,
+        url: str | URL | Secret,
+        *,
+        schema: str = "txn_offsets",
+        connect_timeout_s: float = 10.0,
+        lock_timeout_s: float = 30.0,
+        statement_timeout_s: float = 600.0,
+        idle_in_transaction_timeout_s: float = 120.0,
+        tcp_keepalives_idle_s: int = 30,
+        tcp_keepalives_interval_s: int = 10,
+        tcp_keepalives_count: int = 3,
+        tcp_user_timeout_s: float = 60.0,
     ):
         object.__setattr__(self, "url", _parse_database_url(url))
         object.__setattr__(self, "schema", validate_identifier(schema, "schema"))
-        if connect_timeout_s <= 0:
-            raise ConfigError("connect_timeout_s", f"must be > 0 seconds, got {connect_timeout_s}")
+        if (
+            isinstance(connect_timeout_s, bool)
+            or not isinstance(connect_timeout_s, int | float)
+            or not math.isfinite(connect_timeout_s)
+            or not 0 < connect_timeout_s <= _MAX_MS // 1000
+        ):
+            raise ConfigError(
+                "connect_timeout_s",
+                f"must be > 0 seconds (e.g. 10; it cannot be turned off), got {connect_timeout_s!r}",
+            )
         object.__setattr__(self, "connect_timeout_s", connect_timeout_s)
+        for name, value, what in (
+            ("lock_timeout_s", lock_timeout_s, "PostgreSQL's lock_timeout"),
+            ("statement_timeout_s", statement_timeout_s, "PostgreSQL's statement_timeout"),
+            (
+                "idle_in_transaction_timeout_s",
+                idle_in_transaction_timeout_s,
+                "PostgreSQL's idle_in_transaction_session_timeout",
+            ),
+            ("tcp_user_timeout_s", tcp_user_timeout_s, "libpq's tcp_user_timeout"),
+        ):
+            _seconds(name, value, what=what)
+            object.__setattr__(self, name, value)
+        for name, count, what in (
+            ("tcp_keepalives_idle_s", tcp_keepalives_idle_s, "seconds before the first keepalive"),
+            ("tcp_keepalives_interval_s", tcp_keepalives_interval_s, "seconds between keepalives"),
+            ("tcp_keepalives_count", tcp_keepalives_count, "unanswered keepalives before giving up"),
+        ):
+            object.__setattr__(self, name, _count(name, count, what=what))
 
     def __repr__(self) -> str:
-        return f"DatabaseSettings(url={redact_url(self.url)!r}, schema={self.schema!r})"
+        return (
+            f"DatabaseSettings(url={redact_url(self.url)!r}, schema={self.schema!r}, "
+            f"connect_timeout_s={self.connect_timeout_s!r}, lock_timeout_s={self.lock_timeout_s!r}, "
+            f"statement_timeout_s={self.statement_timeout_s!r}, "
+            f"idle_in_transaction_timeout_s={self.idle_in_transaction_timeout_s!r}, "
+            f"tcp_keepalives_idle_s={self.tcp_keepalives_idle_s!r}, "
+            f"tcp_keepalives_interval_s={self.tcp_keepalives_interval_s!r}, "
+            f"tcp_keepalives_count={self.tcp_keepalives_count!r}, "
+            f"tcp_user_timeout_s={self.tcp_user_timeout_s!r})"
+        )
 
     @property
     def display_url(self) -> str:
         return redact_url(self.url)
+
+    def secret_values(self) -> tuple[str, ...]:
+        """Every secret string these settings hold: the URL's password and the values of its
+        secret query parameters (see :func:`redact_url`); empty ones left out. Longest first, so
+        scrubbing text with them in order never leaves part of a longer secret behind."""
+        found = [self.url.password, *_secret_query_values(self.url)]
+        return tuple(sorted({str(v) for v in found if v}, key=lambda v: (-len(v), v)))
+
+    def connect_args(self) -> dict[str, object]:
+        """The psycopg/libpq connect arguments for these settings (for ``create_engine``'s
+        ``connect_args``): connect timeout, TCP keepalives and user timeout, and ``options``
+        setting the PostgreSQL timeouts in milliseconds, after any ``options`` of the URL."""
+        server = (
+            f"-c lock_timeout={_ms(self.lock_timeout_s)} "
+            f"-c statement_timeout={_ms(self.statement_timeout_s)} "
+            f"-c idle_in_transaction_session_timeout={_ms(self.idle_in_transaction_timeout_s)}"
+        )
+        # connect_args override the URL's query, so the user's options must be carried over here
+        given = self.url.query.get("options")
+        user = " ".join(given if isinstance(given, tuple) else [given or ""]).strip()
+        return {
+            "connect_timeout": max(1, round(self.connect_timeout_s)),
+            "keepalives": 1,
+            "keepalives_idle": self.tcp_keepalives_idle_s,
+            "keepalives_interval": self.tcp_keepalives_interval_s,
+            "keepalives_count": self.tcp_keepalives_count,
+            "tcp_user_timeout": _ms(self.tcp_user_timeout_s),
+            "options": f"{user} {server}" if user else server,
+        }
 
 
 @dataclass(frozen=True, repr=False)

@@ -11,6 +11,7 @@ from typing import Any
 
 __all__ = [
     "BatchFailed",
+    "ClaimBlocked",
     "CommitNotApplied",
     "ConfigError",
     "DataLoss",
@@ -21,11 +22,14 @@ __all__ = [
     "MigrationError",
     "OffsetConflict",
     "RecordRejected",
+    "RecordsNotConsumed",
     "SchemaMissing",
     "ServiceUnavailable",
     "StackError",
+    "TransactionAborted",
     "TxnOffsetsError",
     "UnknownJob",
+    "WriteFailed",
 ]
 
 
@@ -173,20 +177,38 @@ class JobAlreadyRunning(TxnOffsetsError):
 
 
 class DataLoss(TxnOffsetsError):
-    """Records the job has not processed were deleted from Kafka (retention, delete_records)."""
+    """Records the job has not processed are gone from Kafka, or the stored offset belongs to a log
+    that no longer exists: deleted by retention (``retention``), the log truncated below the stored
+    offset (``truncated``, e.g. unclean leader election), or the topic deleted and re-created under
+    the same name (``recreated``: a new Kafka topic id)."""
 
     __module__ = "txn_offsets"
 
-    def __init__(self, job: str, topic: str, partition: int, stored: int, log_start: int) -> None:
+    def __init__(
+        self, job: str, topic: str, partition: int, stored: int, log_start: int, *, kind: str = "retention"
+    ) -> None:
         self.job = job
         self.topic = topic
         self.partition = partition
         self.stored = stored
-        self.log_start = log_start
+        self.log_start = log_start  # where an audited skip continues
+        self.kind = kind
+        what = {
+            "retention": (
+                f"offsets [{stored}, {log_start}) were deleted from Kafka before they were processed"
+            ),
+            "truncated": (
+                f"the stored offset {stored} is above the end of the log ({log_start}): the log was "
+                f"truncated or the topic re-created, and records written below {stored} would be skipped"
+            ),
+            "recreated": (
+                f"the topic was deleted and re-created (its Kafka topic id changed); the stored offset "
+                f"{stored} belongs to the old topic"
+            ),
+        }.get(kind, kind)
         super().__init__(
-            f"data loss for job {job!r} {topic}[{partition}]: offsets [{stored}, {log_start}) were deleted "
-            f"from Kafka before they were processed. Use on_data_loss='skip' (audited) to continue from "
-            f"{log_start}, or reset the offsets."
+            f"data loss for job {job!r} {topic}[{partition}]: {what}. Use on_data_loss='skip' (audited) "
+            f"to continue from {log_start}, or reset the offsets."
         )
 
 
@@ -260,3 +282,72 @@ class MigrationError(TxnOffsetsError):
         self.schema = schema
         self.detail = detail
         super().__init__(f"`txn-offsets db {action}` on schema {schema!r}: {detail}")
+
+
+class TransactionAborted(TxnOffsetsError):
+    """The user's write caught a database error: PostgreSQL aborted the transaction, so COMMIT would
+    silently roll back. Nothing was committed and the offsets did not move."""
+
+    __module__ = "txn_offsets"
+
+    def __init__(self, job: str, ranges: str) -> None:
+        self.job = job
+        self.ranges = ranges
+        super().__init__(
+            f"the transaction of job {job!r} ranges {ranges} was aborted by a database error that the "
+            f"write caught and did not re-raise; nothing was committed. Let database errors propagate "
+            f"out of write, or wrap a statement that may fail in conn.begin_nested() (a savepoint)."
+        )
+
+
+class ClaimBlocked(TxnOffsetsError):
+    """A claim waited longer than lock_timeout for an offset row another transaction holds (a frozen
+    or slow executor); nothing was written. Retryable: the holder's session ends by its own timeouts."""
+
+    __module__ = "txn_offsets"
+
+    def __init__(self, job: str, ranges: str, timeout_s: float) -> None:
+        self.job = job
+        self.ranges = ranges
+        self.timeout_s = timeout_s
+        super().__init__(
+            f"the claim of job {job!r} ranges {ranges} waited more than {timeout_s:g}s for a lock held by "
+            f"another transaction; nothing was written and the batch is planned again. If it repeats, "
+            f"look for a stuck session holding the offsets row (pg_stat_activity)."
+        )
+
+
+class RecordsNotConsumed(TxnOffsetsError):
+    """The user's ``aggregate`` returned before reading every record of its range."""
+
+    __module__ = "txn_offsets"
+
+    def __init__(self, topic: str, partition: int, start: int, until: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.start = start
+        self.until = until
+        super().__init__(
+            f"aggregate returned before reading every record of {topic}[{partition}] offsets "
+            f"[{start}, {until}); committing would skip the unread records, so nothing was committed. "
+            f"aggregate must consume its input to the end (or return a lazy iterator over all of it)."
+        )
+
+
+class WriteFailed(TxnOffsetsError):
+    """The user's write failed with a database error; nothing was committed. The message names the
+    error class, SQLSTATE and table/constraint but never values (they may be record payloads)."""
+
+    __module__ = "txn_offsets"
+
+    def __init__(self, job: str, ranges: str, error: str, sqlstate: str | None, where: str) -> None:
+        self.job = job
+        self.ranges = ranges
+        self.error = error
+        self.sqlstate = sqlstate
+        self.where = where
+        at = f" ({where})" if where else ""
+        super().__init__(
+            f"the write of job {job!r} ranges {ranges} failed: {error}, sqlstate {sqlstate or '?'}{at}; "
+            f"nothing was committed. Values are not shown (they may be record payloads)."
+        )

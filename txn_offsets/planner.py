@@ -2,10 +2,13 @@
 
 Each plan discovers the topics' partitions again, so partitions added while the job runs are
 picked up. A partition without an offset row gets one (audited): at the start policy when the job
-has never seen the topic, at the log start when the partition is new to a known topic. End offsets
-come from Kafka at the readers' isolation level (the LSO under read_committed). A stored offset
-below the log start means records were deleted before they were processed: ``DataLoss`` by
-default, or an audited skip to the log start with ``on_data_loss="skip"``.
+planned for the first time, at the log start for a topic or partition that appears later. End
+offsets come from Kafka at the readers' isolation level (the LSO under read_committed).
+
+A stored offset is a claim about one incarnation of a topic (its Kafka topic id is stored with
+it). Data loss is any stored offset that no longer points into the topic's log: below the log
+start (retention), above the end (truncation), or of an older topic id (deleted and re-created).
+It raises ``DataLoss`` by default, or is an audited skip with ``on_data_loss="skip"``.
 """
 
 from __future__ import annotations
@@ -101,8 +104,7 @@ def preflight(
         schema = tables_for(db.schema)
         for table in (schema.jobs, schema.audit, schema.dead_letters):
             conn.execute(sa.select(sa.literal(1)).select_from(table).limit(1)).all()
-    for topic in selection.resolve(kafka, timeout_s):
-        metadata.partitions_for(kafka, topic, timeout_s=timeout_s)
+    metadata.describe_topics(kafka, selection.resolve(kafka, timeout_s), timeout_s=timeout_s)
 
 
 def plan_batch(
@@ -118,64 +120,110 @@ def plan_batch(
     timeout_s: float = 15.0,
     generation: int | None = None,
 ) -> Plan:
-    """Plan the next batch of `job` (seeding and data-loss skips are committed here, audited)."""
+    """Plan the next batch of `job` (seeding and data-loss skips are committed here, audited).
+
+    With `generation`, every offset this plan moves (seeds, skips) is moved under the job row's
+    lock by that generation or not at all (Fenced).
+    """
     if on_data_loss not in ON_DATA_LOSS:
         raise ConfigError("on_data_loss", f"{on_data_loss!r}: use 'fail' (default) or 'skip'")
     topics = selection.resolve(kafka, timeout_s)
-    partitions: list[TopicPartition] = [
-        (topic, part)
-        for topic in topics
-        for part in metadata.partitions_for(kafka, topic, timeout_s=timeout_s)
-    ]
+    infos = metadata.describe_topics(kafka, topics, timeout_s=timeout_s)
+    topic_ids = {topic: info.topic_id for topic, info in infos.items()}
+    partitions: list[TopicPartition] = [(t, p) for t in topics for p in infos[t].partitions]
     marks = metadata.watermarks(kafka, partitions, timeout_s=timeout_s)
     # a missing offsets table or an unreachable server is one of our errors (SchemaMissing,
     # ServiceUnavailable: retried by the runner), never a raw driver error
     with translate_errors(db), engine.begin() as conn:
-        stored = offset_rows.load_offsets(conn, db, job)
-        missing = [tp for tp in partitions if tp not in stored]
+        state = offset_rows.check_generation(conn, db, job, generation)
+        rows = offset_rows.load_rows(conn, db, job)
+        missing = [tp for tp in partitions if tp not in rows]
         if missing:
-            stored.update(
-                _seed(
-                    conn,
-                    db=db,
-                    kafka=kafka,
-                    job=job,
-                    stored=stored,
-                    missing=missing,
-                    start=start,
-                    marks=marks,
-                    timeout_s=timeout_s,
-                )
+            _seed(
+                conn,
+                db=db,
+                kafka=kafka,
+                job=job,
+                known_topics={topic for topic, _ in rows},
+                first_plan=state.first_plan_at is None,
+                missing=missing,
+                start=start,
+                marks=marks,
+                topic_ids=topic_ids,
+                timeout_s=timeout_s,
+                generation=generation,
             )
+            rows = offset_rows.load_rows(conn, db, job)  # another run may have seeded some: read back
+        offset_rows.mark_first_plan(conn, db, job)
+        legacy = {tp[0] for tp in partitions if rows[tp].topic_id is None}
+        if legacy:
+            offset_rows.adopt_topic_ids(conn, db, job, {t: topic_ids[t] for t in legacy})
+        stored: dict[TopicPartition, int] = {}
         for tp in partitions:
-            low = marks[tp][0]
-            if stored[tp] < low:
-                if on_data_loss == "fail":
-                    raise DataLoss(job, tp[0], tp[1], stored[tp], low)
-                offset_rows.skip_lost(
-                    conn,
-                    db,
-                    job,
-                    tp[0],
-                    tp[1],
-                    stored[tp],
-                    low,
-                    reason=f"records [{stored[tp]}, {low}) deleted from Kafka before processing",
-                    generation=generation,  # a fenced run must not move offsets
-                )
-                logger.warning(
-                    "job %r %s[%d]: skipped lost offsets [%d, %d)", job, tp[0], tp[1], stored[tp], low
-                )
-                stored[tp] = low
-    wanted = {tp: stored[tp] for tp in partitions}
+            loss = _lost(rows[tp], topic_ids[tp[0]], marks[tp])
+            stored[tp] = rows[tp].off
+            if loss is None:
+                continue
+            kind, resume = loss
+            if on_data_loss == "fail":
+                raise DataLoss(job, tp[0], tp[1], rows[tp].off, resume, kind=kind)
+            offset_rows.skip_lost(
+                conn,
+                db,
+                job,
+                tp[0],
+                tp[1],
+                rows[tp].off,
+                resume,
+                reason=_LOSS_REASONS[kind].format(stored=rows[tp].off, resume=resume),
+                generation=generation,  # a fenced run must not move offsets
+                topic_id=topic_ids[tp[0]],
+                to_new_log=kind != "retention",
+            )
+            logger.warning(
+                "job %r %s[%d]: data loss (%s): moved from offset %d to %d",
+                job,
+                tp[0],
+                tp[1],
+                kind,
+                rows[tp].off,
+                resume,
+            )
+            stored[tp] = resume
     ends = {tp: marks[tp][1] for tp in partitions}
     ranges = plan_ranges(
-        wanted,
+        stored,
         ends,
         max_per_partition=limits.max_records_per_partition,
         max_total=limits.max_records_per_batch,
     )
-    return Plan(ranges=tuple(ranges), ends=ends, stored=wanted)
+    return Plan(ranges=tuple(ranges), ends=ends, stored=stored)
+
+
+_LOSS_REASONS = {
+    "retention": "records [{stored}, {resume}) deleted from Kafka before processing",
+    "truncated": "stored offset {stored} above the log end {resume} (log truncated); continuing at the end",
+    "recreated": "topic re-created (new topic id); offset {stored} was of the old topic, continuing at "
+    "the new log start {resume}",
+}
+
+
+def _lost(row: offset_rows.StoredOffset, topic_id: str, marks: tuple[int, int]) -> tuple[str, int] | None:
+    """(kind, where a skip continues) if the stored offset no longer points into the topic's log.
+
+    A stored offset is a claim about ONE incarnation of the topic: a new topic id means the topic
+    was re-created (even when the new log has already grown past the offset); an offset above the
+    end means the log was truncated under it. Either way reading on from it would skip records
+    without a word, so it is data loss, never "caught up".
+    """
+    low, end = marks
+    if row.topic_id is not None and row.topic_id != topic_id:
+        return "recreated", low
+    if row.off > end:
+        return "truncated", end
+    if row.off < low:
+        return "retention", low
+    return None
 
 
 def _seed(
@@ -184,49 +232,77 @@ def _seed(
     db: DatabaseSettings,
     kafka: KafkaSettings,
     job: str,
-    stored: Mapping[TopicPartition, int],
+    known_topics: set[str],
+    first_plan: bool,
     missing: Sequence[TopicPartition],
     start: StartPolicy | None,
     marks: Mapping[TopicPartition, tuple[int, int]],
+    topic_ids: Mapping[str, str],
     timeout_s: float,
-) -> dict[TopicPartition, int]:
-    known_topics = {topic for topic, _ in stored}
-    new_topic = [tp for tp in missing if tp[0] not in known_topics]
+    generation: int | None,
+) -> None:
+    """Rows for partitions without one. The start policy is for the topics of the job's FIRST plan;
+    a topic that appears later (a topic_pattern match, a topic added to the list) starts at its log
+    start like a partition added to a known topic: every record of it is new to the job."""
+    first = [tp for tp in missing if tp[0] not in known_topics and first_plan]
+    new_topic = [tp for tp in missing if tp[0] not in known_topics and not first_plan]
     added = [tp for tp in missing if tp[0] in known_topics]
-    if new_topic:
+    if first:
         if start is None:
-            names = sorted({t for t, _ in new_topic})
+            names = sorted({t for t, _ in first})
             raise ConfigError(
                 "start",
                 f"job {job!r} has no stored offsets for {', '.join(names)}: choose where a first run starts "
                 f"with start=StartPolicy.earliest() | .latest() | .at_timestamp(ms) | .explicit({{...}})",
             )
-        first = start.resolve(kafka, new_topic, marks, timeout_s=timeout_s)
-        inserted = offset_rows.seed_offsets(
+        _seed_rows(
             conn,
             db,
             job,
-            first,
+            start.resolve(kafka, first, marks, timeout_s=timeout_s),
             action="seed",
             reason=f"first run, start policy {start.kind}",
-            actor="planner",
+            topic_ids=topic_ids,
+            generation=generation,
         )
-        if inserted:
-            logger.info("job %r: seeded %d partition(s) (%s)", job, len(inserted), start.kind)
-    if added:
-        # a partition added to a topic the job already reads starts at its beginning: every record
-        # of it is new to the job
-        inserted = offset_rows.seed_offsets(
-            conn,
-            db,
-            job,
-            {tp: marks[tp][0] for tp in added},
-            action="new_partition",
-            reason="partition added to a topic the job reads; starts at the log start",
-            actor="planner",
-        )
-        if inserted:
-            logger.info("job %r: new partition(s) %s start at the log start", job, sorted(inserted))
-    # another run may have seeded some partitions concurrently: read back what is stored now
-    current = offset_rows.load_offsets(conn, db, job)
-    return {tp: current[tp] for tp in missing}
+    for group, action, reason in (
+        (new_topic, "new_topic", "topic appeared after the job's first plan; starts at the log start"),
+        (added, "new_partition", "partition added to a topic the job reads; starts at the log start"),
+    ):
+        if group:
+            _seed_rows(
+                conn,
+                db,
+                job,
+                {tp: marks[tp][0] for tp in group},
+                action=action,
+                reason=reason,
+                topic_ids=topic_ids,
+                generation=generation,
+            )
+
+
+def _seed_rows(
+    conn: sa.Connection,
+    db: DatabaseSettings,
+    job: str,
+    offsets: Mapping[TopicPartition, int],
+    *,
+    action: str,
+    reason: str,
+    topic_ids: Mapping[str, str],
+    generation: int | None,
+) -> None:
+    inserted = offset_rows.seed_offsets(
+        conn,
+        db,
+        job,
+        offsets,
+        action=action,
+        reason=reason,
+        actor="planner",
+        topic_ids=topic_ids,
+        generation=generation,
+    )
+    if inserted:
+        logger.info("job %r: %s for %d partition(s): %s", job, action, len(inserted), reason)

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import ListOffsetsResultInfo, OffsetSpec
 
@@ -17,7 +18,14 @@ from txn_offsets.config import KafkaSettings
 from txn_offsets.errors import ConfigError, ServiceUnavailable
 from txn_offsets.ranges import TopicPartition as TP
 
-__all__ = ["offsets_for_time", "partitions_for", "topics_matching", "watermarks"]
+__all__ = [
+    "TopicInfo",
+    "describe_topics",
+    "offsets_for_time",
+    "partitions_for",
+    "topics_matching",
+    "watermarks",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +58,43 @@ def partitions_for(kafka: KafkaSettings, topic: str, *, timeout_s: float = 10.0)
             raise ConfigError("topics", f"topic {topic!r} does not exist on {kafka.bootstrap_servers}")
         raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, f"metadata for {topic!r}: {info.error}")
     return sorted(info.partitions)
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    """One topic as Kafka describes it now: its id (a new one each time the topic is created under
+    this name) and its partition ids."""
+
+    name: str
+    topic_id: str
+    partitions: tuple[int, ...]
+
+
+def describe_topics(
+    kafka: KafkaSettings, topics: Sequence[str], *, timeout_s: float = 10.0
+) -> dict[str, TopicInfo]:
+    """Id and partitions of each topic in one round trip; a missing topic is a ConfigError."""
+    if not topics:
+        return {}
+    admin = admin_client(kafka)  # referenced until the futures resolve
+    futures = admin.describe_topics(TopicCollection(list(topics)), request_timeout=timeout_s)
+    out: dict[str, TopicInfo] = {}
+    for topic, fut in futures.items():
+        try:
+            desc = fut.result(timeout=timeout_s + 5)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise ConfigError(
+                    "topics", f"topic {topic!r} does not exist on {kafka.bootstrap_servers}"
+                ) from None
+            raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, _describe(exc)) from None
+        except TimeoutError:
+            raise ServiceUnavailable(
+                "Kafka", kafka.bootstrap_servers, f"no description of topic {topic!r} in {timeout_s}s"
+            ) from None
+        out[topic] = TopicInfo(topic, str(desc.topic_id), tuple(sorted(p.id for p in desc.partitions)))
+    return out
 
 
 def topics_matching(kafka: KafkaSettings, pattern: str, *, timeout_s: float = 10.0) -> list[str]:

@@ -104,6 +104,7 @@ def read_range(
     try:
         consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
         position = rng.start
+        polled_at = position  # the position at the last progress check
         last_progress = time.monotonic()
         while position < rng.until:
             messages = consumer.consume(num_messages=batch_size, timeout=poll_timeout_s)
@@ -128,8 +129,11 @@ def read_range(
             if position < rng.until:
                 # the position moves past markers and aborted records that are never delivered
                 position = max(position, _position(consumer, rng))
-            if messages or position >= rng.until:
+            # progress is the position moving, not messages arriving: a consumer handed messages
+            # that do not advance it is as stuck as one handed nothing
+            if position > polled_at or position >= rng.until:
                 last_progress = time.monotonic()
+                polled_at = position
             elif time.monotonic() - last_progress > stall_timeout_s:
                 raise KafkaReadError(
                     rng.topic,

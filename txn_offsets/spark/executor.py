@@ -8,6 +8,7 @@ worker (Spark reuses workers) and keyed by the database settings.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -15,11 +16,22 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.errors import Fenced, OffsetConflict, RecordRejected, TxnOffsetsError
+from txn_offsets.errors import (
+    ClaimBlocked,
+    Fenced,
+    OffsetConflict,
+    RecordRejected,
+    RecordsNotConsumed,
+    TransactionAborted,
+    TxnOffsetsError,
+    WriteFailed,
+)
 from txn_offsets.kafka.reader import Record, read_range
 from txn_offsets.ranges import OffsetRange
+from txn_offsets.store.database import engine_for
 from txn_offsets.store.runs import Run
 from txn_offsets.store.schema import tables_for
 from txn_offsets.store.transaction import commit_ranges
@@ -29,25 +41,32 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 A = TypeVar("A")
 
-_engines: dict[tuple[str, float], sa.Engine] = {}
+_engines: dict[DatabaseSettings, sa.Engine] = {}
 _engines_lock = threading.Lock()
 
 
 def worker_engine(db: DatabaseSettings) -> sa.Engine:
-    """One engine per Python worker process and database (Spark reuses the worker between tasks)."""
-    key = (db.url.render_as_string(hide_password=False), db.connect_timeout_s)
+    """One engine per Python worker process and database settings (Spark reuses the worker between
+    tasks): the same engine options as everywhere (timeouts, keepalives, parameters hidden from
+    error text, which would otherwise quote record keys and values)."""
     with _engines_lock:
-        engine = _engines.get(key)
+        engine = _engines.get(db)
         if engine is None:
-            engine = sa.create_engine(
-                db.url,
-                pool_size=2,
-                max_overflow=2,
-                pool_pre_ping=True,
-                connect_args={"connect_timeout": int(max(1, db.connect_timeout_s))},
-            )
-            _engines[key] = engine
+            if not _engines:
+                atexit.register(dispose_worker_engines)
+            engine = engine_for(db, pool_size=2, max_overflow=2)
+            _engines[db] = engine
         return engine
+
+
+def dispose_worker_engines() -> None:
+    """Close the pooled connections of this worker (at interpreter exit: the server sees a clean
+    goodbye instead of a dropped socket)."""
+    with _engines_lock:
+        engines = list(_engines.values())
+        _engines.clear()
+    for engine in engines:
+        engine.dispose()
 
 
 @dataclass(frozen=True)
@@ -61,7 +80,9 @@ class TaskReport:
     """What a task tells the driver about its range (pickled back by collect())."""
 
     range: OffsetRange
-    outcome: str  # committed | already_committed | conflict | fenced | rejected
+    # committed | already_committed, or (with `error`) conflict | fenced | blocked | aborted |
+    # write_failed | rejected | not_consumed
+    outcome: str
     records: int
     error: TxnOffsetsError | None = None
 
@@ -77,24 +98,43 @@ def decoded(
     records: Iterable[Record], decode: Callable[[Record], T], dead: list[DeadLetter] | None = None
 ) -> Iterator[T]:
     """Apply the user's decoder. A failure rejects the batch naming the record (topic, partition,
-    offset), or, when `dead` is a list, is appended to it and the record is skipped."""
+    offset), or, when `dead` is a list, is appended to it and the record is skipped.
+
+    The error names the exception type only: a decoder's message often quotes the record
+    (``invalid literal for int(): b'...'``), and errors travel to logs and Spark task failures. The
+    full message is kept with the record in the dead-letter table, which holds the payload anyway.
+    """
     for rec in records:
         try:
             yield decode(rec)
         except Exception as exc:  # any decoder failure rejects the record
-            detail = f"{type(exc).__name__}: {exc}"
             if dead is None:
-                raise RecordRejected(rec.topic, rec.partition, rec.offset, detail) from exc
-            dead.append(DeadLetter(rec, detail[:2000]))
+                raise RecordRejected(
+                    rec.topic, rec.partition, rec.offset, f"{type(exc).__name__} (message not shown)"
+                ) from None
+            dead.append(DeadLetter(rec, f"{type(exc).__name__}: {exc}"[:2000]))
 
 
 def write_dead_letters(conn: sa.Connection, db: DatabaseSettings, job: str, dead: list[DeadLetter]) -> None:
-    """Insert a range's dead letters in the range's transaction (one multi-row statement)."""
+    """Insert a range's dead letters in the range's transaction (one multi-row statement).
+
+    A record rejected again (the range replayed after an audited reset) replaces its earlier dead
+    letter instead of failing the range forever on the primary key.
+    """
     if not dead:
         return
     table = tables_for(db.schema).dead_letters
+    stmt = pg_insert(table)
     conn.execute(
-        sa.insert(table),
+        stmt.on_conflict_do_update(
+            index_elements=["job", "topic", "part", "off"],
+            set_={
+                "key": stmt.excluded.key,
+                "value": stmt.excluded.value,
+                "error": stmt.excluded.error,
+                "at": sa.func.now(),
+            },
+        ),
         [
             {
                 "job": job,
@@ -124,11 +164,22 @@ def commit_reporting(
     task could never succeed)."""
     try:
         outcomes = commit_ranges(worker_engine(db), db, run, ranges, write, isolation_level=isolation_level)
-    except OffsetConflict as exc:
-        return [TaskReport(r, "conflict", records, exc) for r in ranges]
-    except Fenced as exc:
-        return [TaskReport(r, "fenced", records, exc) for r in ranges]
+    except _REPORTED as exc:
+        return [TaskReport(r, _REPORTED_AS[type(exc)], records, exc) for r in ranges]
     return [TaskReport(o.range, o.outcome.value, records) for o in outcomes]
+
+
+# Errors a task reports instead of raising: Spark's own task retry could not change them (or, for
+# ClaimBlocked, should not wait again in place); the driver raises each with its context, and the
+# runner plans again from the stored offsets when it is transient.
+_REPORTED_AS: dict[type[TxnOffsetsError], str] = {
+    OffsetConflict: "conflict",
+    Fenced: "fenced",
+    ClaimBlocked: "blocked",
+    TransactionAborted: "aborted",
+    WriteFailed: "write_failed",
+}
+_REPORTED = tuple(_REPORTED_AS)
 
 
 @dataclass(frozen=True)
@@ -157,10 +208,13 @@ class PartitionTask(Generic[A]):
         try:
             dead: list[DeadLetter] | None = [] if self.dead_letters else None
             prepared = self.prepare(counted, dead)
-            for _ in counted:  # drain whatever prepare left unread: the range is read whole
-                pass
         except RecordRejected as exc:
             yield TaskReport(rng, "rejected", counted.n, exc)
+            return
+        if counted.unread():
+            # committing would move the offset past records the user's code never saw
+            error = RecordsNotConsumed(rng.topic, rng.partition, rng.start, rng.until)
+            yield TaskReport(rng, "not_consumed", counted.n, error)
             return
         (report,) = commit_reporting(
             self.database,
@@ -209,6 +263,17 @@ class _Counting(Iterator[Record]):
         rec = next(self._inner)
         self.n += 1
         return rec
+
+    def unread(self) -> bool:
+        """True if records are left that nobody read (the reader is closed either way)."""
+        try:
+            next(self._inner)
+        except StopIteration:
+            return False
+        close = getattr(self._inner, "close", None)
+        if close is not None:
+            close()
+        return True
 
 
 @dataclass(frozen=True)

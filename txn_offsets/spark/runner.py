@@ -21,6 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import (
     BatchFailed,
+    ClaimBlocked,
     CommitNotApplied,
     ConfigError,
     KafkaReadError,
@@ -29,7 +30,7 @@ from txn_offsets.errors import (
 )
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import ON_DATA_LOSS, Limits, TopicSelection, plan_batch, preflight
-from txn_offsets.spark.batch import Batch
+from txn_offsets.spark.batch import Batch, batch_deadline
 from txn_offsets.spark.executor import ReadOptions, TaskReport
 from txn_offsets.spark.writers import Writer
 from txn_offsets.store.database import engine_for
@@ -40,8 +41,9 @@ __all__ = ["BatchReport", "JobSummary", "run_job"]
 logger = logging.getLogger(__name__)
 
 # Failures after which planning again from the stored offsets may succeed. Never: OffsetConflict,
-# Fenced, RecordRejected, DataLoss, ConfigError - retrying those cannot change their answer.
-TRANSIENT = (BatchFailed, CommitNotApplied, KafkaReadError, ServiceUnavailable)
+# Fenced, RecordRejected, RecordsNotConsumed, TransactionAborted, WriteFailed, DataLoss,
+# ConfigError - retrying those cannot change their answer.
+TRANSIENT = (BatchFailed, ClaimBlocked, CommitNotApplied, KafkaReadError, ServiceUnavailable)
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,7 @@ def run_job(
     on_batch: Callable[[BatchReport], None] | None = None,
     retries: int = 3,
     retry_backoff_s: float = 1.0,
+    batch_timeout_s: float | None = 600.0,
 ) -> JobSummary:
     """Run `job` on `spark` until stopped; returns a summary. Raises our errors with context.
 
@@ -103,6 +106,10 @@ def run_job(
     times in a row by planning again from the stored offsets - the same path a restart takes, so
     nothing is lost or applied twice. Conflicts, fencing, rejected records and data loss are
     never retried.
+
+    A batch whose Spark job is still running after `batch_timeout_s` (a frozen or lost executor
+    holding its range) is cancelled - Spark kills its tasks - and fails as a transient BatchFailed;
+    the lease is renewed only until then. None: no timeout.
     """
     if not isinstance(job, str) or not job.strip() or len(job) > 200:
         raise ConfigError("job", f"{job!r}: give a non-empty job name of at most 200 characters")
@@ -112,6 +119,14 @@ def run_job(
         raise ConfigError("max_batches", f"must be > 0 or None, got {max_batches}")
     if on_data_loss not in ON_DATA_LOSS:
         raise ConfigError("on_data_loss", f"{on_data_loss!r}: use 'fail' (default) or 'skip'")
+    if batch_timeout_s is not None and not batch_timeout_s > 0:
+        raise ConfigError("batch_timeout_s", f"must be > 0 seconds or None, got {batch_timeout_s}")
+    if not lease_s > batch_interval_s:
+        raise ConfigError(
+            "lease_s",
+            f"{lease_s}s must be longer than batch_interval_s ({batch_interval_s}s): between batches "
+            f"nothing renews the lease, so it would lapse and a second run could start without force",
+        )
     if retries < 0 or retry_backoff_s < 0:
         raise ConfigError(
             "retries", f"retries ({retries}) and retry_backoff_s ({retry_backoff_s}) must be >= 0"
@@ -152,6 +167,7 @@ def run_job(
                     limits=limits,
                     on_data_loss=on_data_loss,
                     lease_s=lease_s,
+                    batch_timeout_s=batch_timeout_s,
                 )
             except TRANSIENT as exc:
                 failures += 1
@@ -203,6 +219,7 @@ def _step(
     limits: Limits,
     on_data_loss: str,
     lease_s: float,
+    batch_timeout_s: float | None,
 ) -> bool:
     """Heartbeat, plan, and run one batch if there is anything to read; True if a batch ran."""
     heartbeat(engine, database, run)  # Fenced if a newer run started
@@ -219,7 +236,7 @@ def _step(
     )
     if not plan.ranges:
         return False
-    with keep_lease(engine, database, run, every_s=max(1.0, lease_s / 3)):
+    with keep_lease(engine, database, run, every_s=max(1.0, lease_s / 3), for_s=batch_timeout_s):
         _run_batch(
             spark,
             summary=summary,
@@ -231,6 +248,7 @@ def _step(
             read=read,
             lag_after=plan.lag_after,
             on_batch=on_batch,
+            timeout_s=batch_timeout_s,
         )
     return True
 
@@ -256,15 +274,20 @@ def _run_batch(
     read: ReadOptions,
     lag_after: int,
     on_batch: Callable[[BatchReport], None] | None,
+    timeout_s: float | None,
 ) -> None:
     number = summary.batches + 1
     batch = Batch(number, ranges, spark, database, kafka, run, read)
     t0 = time.monotonic()
     try:
-        reports = writer.commit(batch)
+        with batch_deadline(spark, f"txn-offsets-{run.run_id}-{number}", timeout_s) as expired:
+            reports = writer.commit(batch)
     except TxnOffsetsError:
         raise
     except Exception as exc:
+        if expired.is_set():
+            detail = f"still running after batch_timeout_s={timeout_s:g}s; its Spark job was cancelled"
+            raise BatchFailed(run.job, number, detail) from None
         raise BatchFailed(run.job, number, _spark_error_summary(exc)) from exc
     for task in reports:
         if task.error is not None:

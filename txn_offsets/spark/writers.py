@@ -37,7 +37,9 @@ class PartitionWriter(Generic[T, A]):
 
     ``decode`` (default: the Record itself) turns a record into the user's value; a failure rejects
     the batch with the record's topic/partition/offset. ``aggregate`` (default: ``list``) reduces a
-    range's values to what ``write`` needs, before the transaction opens. With
+    range's values to what ``write`` needs, before the transaction opens; it must read its input
+    to the end (a range with unread records is refused with RecordsNotConsumed, never committed),
+    and an iterator it returns (a generator, ``map(...)``) is materialised before ``write``. With
     ``dead_letters=True`` a record the decoder rejects is not fatal: it goes to the schema's
     ``dead_letters`` table in the same transaction as the range's results and offset.
     """
@@ -51,9 +53,14 @@ class PartitionWriter(Generic[T, A]):
 
     def prepare(self, records: Iterator[Record], dead: list[DeadLetter] | None = None) -> A:
         values: Iterator[Any] = decoded(records, self.decode, dead) if self.decode is not None else records
-        if self.aggregate is not None:
-            return self.aggregate(values)
-        result: Any = list(values)
+        if self.aggregate is None:
+            everything: Any = list(values)
+            return everything  # type: ignore[no-any-return]
+        result: Any = self.aggregate(values)
+        if isinstance(result, Iterator):
+            # a generator or map()/filter(): lazy over the records, which are about to be checked
+            # for leftovers. Materialise it now, while it can still read them.
+            result = list(result)
         return result  # type: ignore[no-any-return]
 
     def commit(self, batch: Batch) -> list[TaskReport]:

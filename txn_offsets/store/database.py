@@ -3,22 +3,32 @@ errors into the library's errors.
 
 Only errors about *reaching* the database (unreachable, authentication, terminated connection)
 and about *our* tables being absent are translated; everything else (a bug, a constraint of the
-caller's own tables) keeps its original type. Messages never contain the password: the URL is
-always rendered redacted and the driver's text is scrubbed of the password as a second guard.
+caller's own tables) keeps its original type. Messages never contain a secret: the URL is
+always rendered redacted and the driver's text is scrubbed of every secret the settings hold (the
+password, secret query parameters such as ``sslpassword=``) as a second guard.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from urllib.parse import quote, quote_plus
 
 import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import SchemaMissing, ServiceUnavailable
 
-__all__ = ["engine_for", "is_connection_lost", "is_retryable", "sqlstate", "translate_errors"]
+__all__ = [
+    "engine_for",
+    "is_connection_lost",
+    "is_lock_timeout",
+    "is_retryable",
+    "is_statement_timeout",
+    "sqlstate",
+    "translate_errors",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -29,16 +39,26 @@ _RETRYABLE = frozenset({"40001", "40P01"})
 # 08* connection exceptions, 28* invalid authorization, 57P0* operator intervention (terminate,
 # shutdown), 53300 too_many_connections, 3D000 invalid_catalog_name (database does not exist)
 _UNREACHABLE_PREFIXES = ("08", "28", "57P0", "53300", "3D000")
+_LOCK_NOT_AVAILABLE = "55P03"
+_QUERY_CANCELED = "57014"
 
 
 def engine_for(db: DatabaseSettings, **kwargs: object) -> sa.Engine:
-    """An engine for `db`: bounded connect time, parameters kept out of error messages."""
-    options: dict[str, object] = {
-        "pool_pre_ping": True,
-        "hide_parameters": True,
-        "connect_args": {"connect_timeout": max(1, round(db.connect_timeout_s))},
-    }
+    """An engine for `db`: bounded connect time, TCP keepalives, the server-side timeouts of `db`
+    (see :meth:`DatabaseSettings.connect_args`), parameters kept out of error messages.
+
+    `kwargs` go to :func:`sqlalchemy.create_engine` and override the defaults; a ``connect_args``
+    among them is merged over ``db.connect_args()`` (so overriding one argument keeps the others).
+    """
+    connect_args = db.connect_args()
+    extra = kwargs.pop("connect_args", None)
+    if extra is not None:
+        if not isinstance(extra, Mapping):
+            raise TypeError(f"connect_args must be a mapping, got {type(extra).__name__}")
+        connect_args.update(extra)
+    options: dict[str, object] = {"pool_pre_ping": True, "hide_parameters": True}
     options.update(kwargs)
+    options["connect_args"] = connect_args
     return sa.create_engine(db.url, **options)
 
 
@@ -54,6 +74,18 @@ def is_retryable(exc: BaseException) -> bool:
     return isinstance(exc, sa.exc.DBAPIError) and sqlstate(exc) in _RETRYABLE
 
 
+def is_lock_timeout(exc: BaseException) -> bool:
+    """A lock was not granted in time (SQLSTATE 55P03 lock_not_available): ``lock_timeout``
+    expired, or ``NOWAIT`` found the lock taken. The statement failed; the transaction is aborted."""
+    return isinstance(exc, sa.exc.DBAPIError) and sqlstate(exc) == _LOCK_NOT_AVAILABLE
+
+
+def is_statement_timeout(exc: BaseException) -> bool:
+    """The statement was cancelled (SQLSTATE 57014 query_canceled): ``statement_timeout`` expired,
+    or someone cancelled it (``pg_cancel_backend``); PostgreSQL uses the same code for both."""
+    return isinstance(exc, sa.exc.DBAPIError) and sqlstate(exc) == _QUERY_CANCELED
+
+
 def is_connection_lost(exc: BaseException) -> bool:
     """The connection broke (network, server restart, ``pg_terminate_backend``)."""
     if not isinstance(exc, sa.exc.DBAPIError) or is_retryable(exc):
@@ -67,13 +99,17 @@ def is_connection_lost(exc: BaseException) -> bool:
 
 
 def _detail(exc: BaseException, db: DatabaseSettings) -> str:
+    """The first line of the driver's message, scrubbed of every secret of `db`."""
     orig = getattr(exc, "orig", None) or exc
-    lines = [line.strip() for line in str(orig).splitlines() if line.strip()]
-    text = lines[0] if lines else type(orig).__name__
-    password = db.url.password
-    if password:
-        text = text.replace(str(password), "***")
-    return text
+    text = str(orig)
+    # before splitting into lines (a secret may contain a newline); longest first, so a secret
+    # containing another is replaced whole; URL-quoted forms too, should the driver echo part
+    # of a connection string
+    for secret in db.secret_values():
+        for form in dict.fromkeys((secret, quote(secret, safe=""), quote_plus(secret, safe=""))):
+            text = text.replace(form, "***")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0] if lines else type(orig).__name__
 
 
 @contextlib.contextmanager

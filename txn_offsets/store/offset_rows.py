@@ -20,18 +20,23 @@ from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import ConfigError, Fenced, OffsetConflict
 from txn_offsets.ranges import OffsetRange, TopicPartition
 from txn_offsets.store.classify import ClaimResult, Settled, classify_claim, classify_reread
-from txn_offsets.store.runs import Run, lock_job
+from txn_offsets.store.runs import JobState, Run, lock_job
 from txn_offsets.store.schema import AUDIT_ACTIONS, tables_for
 
 __all__ = [
     "ClaimResult",
     "OffsetChange",
     "Settled",
+    "StoredOffset",
+    "adopt_topic_ids",
+    "check_generation",
     "claim",
     "classify_claim",
     "classify_reread",
     "default_actor",
     "load_offsets",
+    "load_rows",
+    "mark_first_plan",
     "reread",
     "reset_offsets",
     "seed_offsets",
@@ -49,6 +54,14 @@ class OffsetChange:
     partition: int
     old: int | None
     new: int
+
+
+@dataclass(frozen=True)
+class StoredOffset:
+    """A stored offset and the Kafka topic id it belongs to (None: stored before ids were kept)."""
+
+    off: int
+    topic_id: str | None
 
 
 def default_actor() -> str:
@@ -69,6 +82,50 @@ def load_offsets(conn: sa.Connection, db: DatabaseSettings, job: str) -> dict[To
         .order_by(offsets.c.topic, offsets.c.part)
     )
     return {(r.topic, r.part): r.off for r in rows}
+
+
+def load_rows(conn: sa.Connection, db: DatabaseSettings, job: str) -> dict[TopicPartition, StoredOffset]:
+    """Every offset row of `job` with its topic id."""
+    o = tables_for(db.schema).offsets
+    rows = conn.execute(
+        sa.select(o.c.topic, o.c.part, o.c.off, o.c.topic_id)
+        .where(o.c.job == job)
+        .order_by(o.c.topic, o.c.part)
+    )
+    return {(r.topic, r.part): StoredOffset(r.off, r.topic_id) for r in rows}
+
+
+def check_generation(conn: sa.Connection, db: DatabaseSettings, job: str, generation: int | None) -> JobState:
+    """Lock the job row FOR KEY SHARE (a new run's bump waits for this transaction) and raise
+    Fenced if `generation` is not the current one: every offset move after this call in the same
+    transaction is made by the current run or not at all."""
+    state = lock_job(conn, db, job, for_update=False, key_share=True)
+    if generation is not None and state.generation != generation:
+        raise Fenced(job, generation, state.generation)
+    return state
+
+
+def mark_first_plan(conn: sa.Connection, db: DatabaseSettings, job: str) -> None:
+    """Record that `job` has planned (the start policy is for the topics of its first plan only)."""
+    jobs = tables_for(db.schema).jobs
+    conn.execute(
+        sa.update(jobs)
+        .where(jobs.c.job == job, jobs.c.first_plan_at.is_(None))
+        .values(first_plan_at=sa.func.now())
+    )
+
+
+def adopt_topic_ids(
+    conn: sa.Connection, db: DatabaseSettings, job: str, topic_ids: Mapping[str, str]
+) -> None:
+    """Remember the topic id of rows stored before ids were kept (the offset itself does not move)."""
+    o = tables_for(db.schema).offsets
+    for topic, topic_id in sorted(topic_ids.items()):
+        conn.execute(
+            sa.update(o)
+            .where(o.c.job == job, o.c.topic == topic, o.c.topic_id.is_(None))
+            .values(topic_id=topic_id)
+        )
 
 
 def _check_offsets(offsets: Mapping[TopicPartition, int]) -> None:
@@ -132,18 +189,28 @@ def seed_offsets(
     action: str = "seed",
     reason: str,
     actor: str,
+    topic_ids: Mapping[str, str] | None = None,
+    generation: int | None = None,
 ) -> dict[TopicPartition, int]:
-    """Create rows for partitions that have none; returns what was inserted (existing rows win)."""
+    """Create rows for partitions that have none; returns what was inserted (existing rows win).
+
+    ``topic_ids`` records which incarnation of each topic the offsets belong to; with `generation`
+    a fenced run raises Fenced instead of seeding.
+    """
     _check_offsets(offsets)
     _check_audit(action, reason, actor)
     if not offsets:
         return {}
     t = tables_for(db.schema)
-    state = lock_job(conn, db, job, for_update=False)
+    state = check_generation(conn, db, job, generation)
+    ids = topic_ids or {}
     stmt = (
         pg_insert(t.offsets)
         .values(
-            [{"job": job, "topic": tp, "part": p, "off": off} for (tp, p), off in sorted(offsets.items())]
+            [
+                {"job": job, "topic": tp, "part": p, "off": off, "topic_id": ids.get(tp)}
+                for (tp, p), off in sorted(offsets.items())
+            ]
         )
         .on_conflict_do_nothing(index_elements=["job", "topic", "part"])
         .returning(t.offsets.c.topic, t.offsets.c.part, t.offsets.c.off)
@@ -221,25 +288,34 @@ def skip_lost(  # noqa: PLR0917 - positional order is the planner's contract
     *,
     actor: str | None = None,
     generation: int | None = None,
+    topic_id: str | None = None,
+    to_new_log: bool = False,
 ) -> bool:
-    """Move past offsets Kafka deleted (data-loss policy 'skip'), audited. Returns False when the
-    row was already moved to `new` (a retry); raises OffsetConflict if it is anywhere else."""
+    """Move past offsets Kafka no longer has (data-loss policy 'skip'), audited. Returns False when
+    the row was already moved to `new` (a retry); raises OffsetConflict if it is anywhere else.
+
+    The job row is locked FOR KEY SHARE and the generation checked under that lock, so a run
+    fenced meanwhile cannot move the offset. A skip moves forward, except onto a new log
+    (``to_new_log``: the log was truncated or the topic re-created), whose offsets may be lower;
+    `topic_id` then records the incarnation the offset now belongs to.
+    """
     who = actor or default_actor()
     _check_offsets({(topic, part): old})
     _check_offsets({(topic, part): new})
     _check_audit("data_loss_skip", reason, who)
-    if new < old:
+    if new < old and not to_new_log:
         raise ConfigError(
             "new offset", f"{new} is below {old} for {topic}[{part}]; a skip only moves forward"
         )
-    state = lock_job(conn, db, job, for_update=False)
-    if generation is not None and state.generation != generation:
-        raise Fenced(job, generation, state.generation)
+    state = check_generation(conn, db, job, generation)
     o = tables_for(db.schema).offsets
+    values: dict[str, object] = {"off": new, "updated_at": sa.func.now()}
+    if topic_id is not None:
+        values["topic_id"] = topic_id
     moved = conn.execute(
         sa.update(o)
         .where(o.c.job == job, o.c.topic == topic, o.c.part == part, o.c.off == old)
-        .values(off=new, updated_at=sa.func.now())
+        .values(**values)
     ).rowcount
     if moved != 1:
         found, _ = reread(conn, db, job, [(topic, part)], lock=False)

@@ -17,6 +17,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -62,6 +63,7 @@ class JobState:
     lease_until: datetime | None
     live: bool
     heartbeat_age_s: float
+    first_plan_at: datetime | None = None
 
 
 def validate_job(job: str) -> str:
@@ -77,8 +79,15 @@ def _validate_lease(lease_s: float) -> float:
     return float(lease_s)
 
 
-def lock_job(conn: sa.Connection, db: DatabaseSettings, job: str, *, for_update: bool = True) -> JobState:
-    """Read the job row, locked ``FOR UPDATE`` by default (waits for claims in flight)."""
+def lock_job(
+    conn: sa.Connection, db: DatabaseSettings, job: str, *, for_update: bool = True, key_share: bool = False
+) -> JobState:
+    """Read the job row, locked ``FOR UPDATE`` by default (waits for claims in flight).
+
+    With ``for_update=False, key_share=True`` it is locked ``FOR KEY SHARE``, as a claim locks it:
+    a generation bump (``FOR UPDATE``) then waits until this transaction ends, so a generation
+    checked here stays current for every offset move made in the same transaction.
+    """
     jobs = tables_for(db.schema).jobs
     age = sa.func.coalesce(sa.extract("epoch", sa.func.now() - jobs.c.heartbeat_at), 0.0)
     stmt = sa.select(
@@ -89,14 +98,24 @@ def lock_job(conn: sa.Connection, db: DatabaseSettings, job: str, *, for_update:
         jobs.c.lease_until,
         sa.and_(jobs.c.run_id.is_not(None), jobs.c.lease_until > sa.func.now()).label("live"),
         age.label("age"),
+        jobs.c.first_plan_at,
     ).where(jobs.c.job == job)
     if for_update:
         stmt = stmt.with_for_update()
+    elif key_share:
+        stmt = stmt.with_for_update(read=True, key_share=True)
     row = conn.execute(stmt).one_or_none()
     if row is None:
         raise UnknownJob(job)
     return JobState(
-        row.job, row.generation, row.run_id, row.heartbeat_at, row.lease_until, bool(row.live), float(row.age)
+        row.job,
+        row.generation,
+        row.run_id,
+        row.heartbeat_at,
+        row.lease_until,
+        bool(row.live),
+        float(row.age),
+        row.first_plan_at,
     )
 
 
@@ -195,14 +214,23 @@ def end_run(engine: sa.Engine, db: DatabaseSettings, run: Run) -> bool:
 
 
 @contextlib.contextmanager
-def keep_lease(engine: sa.Engine, db: DatabaseSettings, run: Run, *, every_s: float) -> Iterator[None]:
+def keep_lease(
+    engine: sa.Engine, db: DatabaseSettings, run: Run, *, every_s: float, for_s: float | None = None
+) -> Iterator[None]:
     """Renew the lease from a background thread while a batch runs, so a batch longer than the
     lease does not let a second run start without ``force``. A failed renewal is only logged:
-    if the run was fenced, its claims fail with Fenced anyway and nothing is written."""
+    if the run was fenced, its claims fail with Fenced anyway and nothing is written.
+
+    With `for_s` (the batch's timeout) renewals stop after that long: a batch that no longer makes
+    progress must not hold the job forever."""
     stop = threading.Event()
+    deadline = None if for_s is None else time.monotonic() + for_s
 
     def renew() -> None:
         while not stop.wait(every_s):
+            if deadline is not None and time.monotonic() >= deadline:
+                logger.warning("job %r: batch past its timeout; the lease is no longer renewed", run.job)
+                return
             try:
                 heartbeat(engine, db, run)
             except Exception as exc:

@@ -5,10 +5,10 @@ are built per schema name by :func:`tables_for` (cached: one set of Table object
 alembic environment uses :func:`metadata_for` as ``target_metadata`` and ``alembic check`` compares
 it with the migrations, so a change here without a migration is caught as drift.
 
-Three tables:
+Four tables:
 
-* ``offsets``: the next offset to read per (job, topic, partition). It moves only by the guarded
-  claim of a batch (``off = :from``), or by an audited admin action.
+* ``offsets``: the next offset to read per (job, topic, partition), and the Kafka topic id it belongs
+  to. It moves only by the guarded claim of a batch (``off = :from``), or by an audited action.
 * ``jobs``: one row per job: the fencing ``generation`` (bumped by every new run and every reset)
   and the lease of the live run (``run_id``, ``heartbeat_at``, ``lease_until``).
 * ``offset_audit``: every offset change that is not a normal batch commit (seed, reset, skip over
@@ -32,7 +32,7 @@ __all__ = ["AUDIT_ACTIONS", "DEFAULT_SCHEMA", "Tables", "metadata_for", "run_rol
 DEFAULT_SCHEMA = "txn_offsets"
 
 #: Why an offset moved outside a batch commit (a CHECK constraint keeps the column to these).
-AUDIT_ACTIONS = ("seed", "new_partition", "reset", "data_loss_skip", "import")
+AUDIT_ACTIONS = ("seed", "new_partition", "new_topic", "reset", "data_loss_skip", "import")
 
 # Explicit constraint names: migrations and downgrades refer to them, and autogenerate compares them.
 NAMING_CONVENTION = {
@@ -74,6 +74,9 @@ def tables_for(schema: str = DEFAULT_SCHEMA) -> Tables:
         sa.Column("started_at", _TS, nullable=True),
         sa.Column("heartbeat_at", _TS, nullable=True),
         sa.Column("lease_until", _TS, nullable=True),
+        # When the job planned for the first time: the start policy applies to the topics of that
+        # plan only; a topic that appears later starts at its log start.
+        sa.Column("first_plan_at", _TS, nullable=True),
         sa.Column("created_at", _TS, nullable=False, server_default=sa.func.now()),
         sa.CheckConstraint("generation >= 0", name="generation_nonneg"),
         sa.CheckConstraint("job <> ''", name="job_nonempty"),
@@ -88,6 +91,9 @@ def tables_for(schema: str = DEFAULT_SCHEMA) -> Tables:
         # The next offset to read: the end of the last applied range.
         sa.Column("off", sa.BigInteger, nullable=False),
         sa.Column("updated_at", _TS, nullable=False, server_default=sa.func.now()),
+        # The Kafka topic id the offset belongs to: a topic re-created under the same name has a
+        # new id, and an offset of the old incarnation says nothing about the new log.
+        sa.Column("topic_id", sa.Text, nullable=True),
         sa.CheckConstraint("off >= 0", name="off_nonneg"),
         sa.CheckConstraint("part >= 0", name="part_nonneg"),
         sa.CheckConstraint("topic <> ''", name="topic_nonempty"),

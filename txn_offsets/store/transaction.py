@@ -20,13 +20,29 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import psycopg
 import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings
-from txn_offsets.errors import CommitNotApplied, ConfigError, OffsetConflict
+from txn_offsets.errors import (
+    ClaimBlocked,
+    CommitNotApplied,
+    ConfigError,
+    OffsetConflict,
+    ServiceUnavailable,
+    TransactionAborted,
+    WriteFailed,
+)
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.store import offset_rows
-from txn_offsets.store.database import is_connection_lost, is_retryable, sqlstate, translate_errors
+from txn_offsets.store.database import (
+    is_connection_lost,
+    is_lock_timeout,
+    is_retryable,
+    is_statement_timeout,
+    sqlstate,
+    translate_errors,
+)
 from txn_offsets.store.runs import Run
 
 __all__ = ["ISOLATION_LEVELS", "Outcome", "RangeOutcome", "Writer", "commit_ranges"]
@@ -123,7 +139,7 @@ def _attempt(
 ) -> Outcome:
     with translate_errors(db):
         conn = engine.connect().execution_options(isolation_level=isolation_level)
-    committing = False
+    stage = "claim"
     try:
         with conn.begin() as tx:
             # our statements: a missing table or a dead server becomes one of our errors. The
@@ -139,21 +155,64 @@ def _attempt(
                 done = ordered[results.index(offset_rows.ClaimResult.ALREADY_COMMITTED)]
                 raise OffsetConflict(run.job, done.topic, done.partition, done.start, done.until)
             if write is not None:
+                stage = "write"
                 write(conn)
-            committing = True
+            # A write that caught a database error leaves the transaction aborted: PostgreSQL would
+            # answer COMMIT with a silent ROLLBACK while we reported "committed". Never commit blind.
+            if _aborted(conn):
+                raise TransactionAborted(run.job, _describe(ordered))
+            stage = "commit"
         # leaving the `with` block committed the transaction
         return Outcome.COMMITTED
     except sa.exc.DBAPIError as exc:
         if is_retryable(exc):
             cause = f"rolled back by PostgreSQL, sqlstate {sqlstate(exc)}"
             return _settle(engine, db, run, ordered, cause=cause, ours_may_have_committed=False)
-        if committing and is_connection_lost(exc):
+        if stage == "commit" and is_connection_lost(exc):
             logger.warning("job %r: connection lost during COMMIT; re-reading the offsets", run.job)
             cause = "connection lost during COMMIT"
             return _settle(engine, db, run, ordered, cause=cause, ours_may_have_committed=True)
-        raise
+        if stage == "claim" and (is_lock_timeout(exc) or is_statement_timeout(exc)):
+            # a frozen or slow holder of the row (its session ends by its own timeouts): retryable
+            raise ClaimBlocked(run.job, _describe(ordered), db.lock_timeout_s) from None
+        if is_connection_lost(exc):
+            raise ServiceUnavailable(
+                "PostgreSQL", db.display_url, f"connection lost during the {stage}"
+            ) from None
+        # the user's write failed: name the error, never its text (it may quote record values)
+        raise WriteFailed(
+            run.job, _describe(ordered), type(exc.orig or exc).__name__, sqlstate(exc), _where(exc)
+        ) from None
     finally:
         conn.close()
+
+
+def _aborted(conn: sa.Connection) -> bool:
+    """True if PostgreSQL has aborted the connection's transaction (psycopg's transaction status)."""
+    raw = conn.connection.dbapi_connection
+    info = getattr(raw, "info", None)
+    status = getattr(info, "transaction_status", None)
+    return status is not None and status == psycopg.pq.TransactionStatus.INERROR
+
+
+def _where(exc: sa.exc.DBAPIError) -> str:
+    """What PostgreSQL said, without values: the primary message (except for data exceptions,
+    class 22, whose messages quote the offending value) and the table, column and constraint. The
+    DETAIL line (``Key (k)=(v) already exists``) and the statement's parameters are never shown."""
+    diag = getattr(exc.orig, "diag", None)
+    parts = []
+    primary = getattr(diag, "message_primary", None)
+    if primary and not (sqlstate(exc) or "").startswith("22"):
+        parts.append(str(primary))
+    for label, attr in (
+        ("table", "table_name"),
+        ("column", "column_name"),
+        ("constraint", "constraint_name"),
+    ):
+        value = getattr(diag, attr, None)
+        if value:
+            parts.append(f"{label} {value}")
+    return "; ".join(parts)
 
 
 def _settle(

@@ -187,6 +187,7 @@ def test_lease_is_renewed_during_a_long_batch(
             start=StartPolicy.earliest(),
             until_caught_up=True,
             lease_s=2,
+            batch_interval_s=0.5,  # the lease must outlast the wait between batches
         )
 
     thread = threading.Thread(target=job)

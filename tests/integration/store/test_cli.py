@@ -18,7 +18,7 @@ def test_db_commands(run_cli: Cli, db: DatabaseSettings) -> None:
     s = ["--schema", db.schema]
     assert run_cli("db", "current", *s)[1].strip().endswith("(not created)")
     code, out, _ = run_cli("db", "upgrade", *s)
-    assert code == 0 and "at revision 0002" in out
+    assert code == 0 and "at revision 0003" in out
     assert "(head)" in run_cli("db", "current", *s)[1]
     assert run_cli("db", "check", *s)[:2] == (0, f"schema {db.schema!r} is at head and matches the models\n")
     code, out, _ = run_cli("db", "downgrade", "base", *s)

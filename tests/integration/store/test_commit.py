@@ -12,6 +12,7 @@ from txn_offsets import (
     OffsetConflict,
     SchemaMissing,
     UnknownJob,
+    WriteFailed,
 )
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.ranges import OffsetRange
@@ -125,8 +126,10 @@ def test_users_own_missing_table_is_not_reported_as_ours(
     def write(conn: sa.Connection) -> None:
         conn.execute(sa.text("INSERT INTO no_such_results_table VALUES (1)"))
 
-    with pytest.raises(sa.exc.ProgrammingError, match="no_such_results_table"):
+    # the user's own error, named as such (WriteFailed, not SchemaMissing), with the table it names
+    with pytest.raises(WriteFailed, match="no_such_results_table") as info:
         commit_ranges(engine, migrated, run, [OffsetRange("t", 0, 0, 5)], write)
+    assert info.value.sqlstate == "42P01"
     assert offsets_of(engine, migrated, run.job) == {("t", 0): 0}
 
 
