@@ -363,10 +363,13 @@ def reset_offsets(
     upsert = pg_insert(t.offsets).values(
         [{"job": job, "topic": c.topic, "part": c.partition, "off": c.new} for c in changes]
     )
+    # the admin chose these offsets for the topic as it is now: forget the incarnation the old ones
+    # belonged to (the next plan records the current topic id), or a reset after a topic was
+    # re-created would be reported as data loss again
     conn.execute(
         upsert.on_conflict_do_update(
             index_elements=["job", "topic", "part"],
-            set_={"off": upsert.excluded.off, "updated_at": sa.func.now()},
+            set_={"off": upsert.excluded.off, "updated_at": sa.func.now(), "topic_id": None},
         )
     )
     generation = conn.execute(

@@ -170,3 +170,17 @@ def test_migration_0003_keeps_existing_jobs_planned(engine: sa.Engine, db: Datab
         actions = conn.execute(sa.text(f'SELECT action FROM "{db.schema}".offset_audit')).scalars().all()
     assert actions == ["seed"]  # recorded as what the old schema knows
     assert migrate.upgrade(db) == migrate.head()
+
+
+def test_a_reset_forgets_the_topic_incarnation(
+    engine: sa.Engine, migrated: DatabaseSettings, run: Run
+) -> None:
+    """After a topic was re-created, an admin reset is how one recovers: the reset offsets belong to
+    the topic as it is now, so the old topic id must not make the next plan report data loss again."""
+    with engine.begin() as conn:
+        offset_rows.seed_offsets(
+            conn, migrated, run.job, {("t", 0): 40}, reason="r", actor="a", topic_ids={"t": "old-id"}
+        )
+        assert offset_rows.load_rows(conn, migrated, run.job)[("t", 0)].topic_id == "old-id"
+        offset_rows.reset_offsets(conn, migrated, run.job, {("t", 0): 0}, reason="re-created", actor="a")
+        assert offset_rows.load_rows(conn, migrated, run.job)[("t", 0)] == offset_rows.StoredOffset(0, None)
