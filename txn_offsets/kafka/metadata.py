@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -30,8 +31,20 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
+_admins: dict[str, AdminClient] = {}
+_admins_lock = threading.Lock()
+
+
 def admin_client(kafka: KafkaSettings) -> AdminClient:
-    return AdminClient(kafka.client_config())
+    """One AdminClient per Kafka settings in this process: a plan makes three metadata calls, and a
+    new client per call costs a connection and a bootstrap round trip each time (and stalls of a
+    second or more on a busy machine). AdminClient is thread-safe."""
+    key = repr((kafka.bootstrap_servers, sorted(kafka.extra.items())))
+    with _admins_lock:
+        admin = _admins.get(key)
+        if admin is None:
+            admin = _admins[key] = AdminClient(kafka.client_config())
+        return admin
 
 
 def _topics_metadata(kafka: KafkaSettings, timeout_s: float, topic: str | None = None) -> Any:

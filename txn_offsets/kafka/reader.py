@@ -4,11 +4,16 @@ The range ends when the consumer's *position* reaches ``until``, never by counti
 offsets inside a range are not consecutive (transaction markers, records of aborted transactions
 under read_committed, compaction). librdkafka moves the position past trailing control markers
 (confluent-kafka >= 2.13.2 fixes an EOF position bug), so a range made only of markers ends too.
+
+Consumers are pooled per process (one idle consumer per Kafka settings): a Spark Python worker
+reads many ranges, and connecting a new consumer costs more than reading a small range.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -39,9 +44,13 @@ class Record(NamedTuple):
     headers: Headers = ()
 
 
-def consumer_config(kafka: KafkaSettings, rng: OffsetRange) -> dict[str, Any]:
-    """Consumer properties for one range read (the user's settings first; ours win)."""
+def consumer_config(kafka: KafkaSettings) -> dict[str, Any]:
+    """Consumer properties for range reads (the user's settings first; ours win)."""
     return {
+        # a fetch at the log's end waits on the broker this long for new data; a pooled consumer
+        # cannot start the next range's fetch before it returns (the default, 500 ms, would cost
+        # each range that much). The user's setting wins.
+        "fetch.wait.max.ms": 10,
         **kafka.extra,
         "bootstrap.servers": kafka.bootstrap_servers,
         # librdkafka requires a group id even for assign(); nothing is ever committed to it
@@ -51,8 +60,49 @@ def consumer_config(kafka: KafkaSettings, rng: OffsetRange) -> dict[str, Any]:
         # a start outside the log is an error, never a silent jump to earliest/latest
         "auto.offset.reset": "error",
         "isolation.level": kafka.isolation_level,
-        "enable.partition.eof": False,
+        # an event at the end of the partition: a range ending there (every range of a caught-up
+        # job) finishes as soon as the end is reached instead of waiting out a poll timeout
+        "enable.partition.eof": True,
     }
+
+
+class _ConsumerPool:
+    """One idle Consumer per Kafka settings in this process (a Spark Python worker runs one task at
+    a time and is reused across tasks): a range read assigns and seeks instead of connecting anew,
+    as Spark's own Kafka source pools its consumers. A consumer whose read did not finish cleanly
+    is closed, never reused."""
+
+    def __init__(self) -> None:
+        self._idle: dict[str, Consumer] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _key(kafka: KafkaSettings) -> str:
+        return repr((kafka.bootstrap_servers, sorted(kafka.extra.items()), kafka.isolation_level))
+
+    def take(self, kafka: KafkaSettings) -> Consumer:
+        with self._lock:
+            consumer = self._idle.pop(self._key(kafka), None)
+        return consumer if consumer is not None else Consumer(consumer_config(kafka))
+
+    def give_back(self, kafka: KafkaSettings, consumer: Consumer) -> None:
+        consumer.unassign()
+        with self._lock:
+            old = self._idle.pop(self._key(kafka), None)
+            self._idle[self._key(kafka)] = consumer
+        if old is not None:
+            old.close()
+
+    def close_all(self) -> None:
+        with self._lock:
+            idle = list(self._idle.values())
+            self._idle.clear()
+        for consumer in idle:
+            consumer.close()
+
+
+_pool = _ConsumerPool()
+atexit.register(_pool.close_all)
 
 
 def _position(consumer: Consumer, rng: OffsetRange) -> int:
@@ -85,7 +135,7 @@ def read_range(
     rng: OffsetRange,
     *,
     batch_size: int = 2000,
-    poll_timeout_s: float = 1.0,
+    poll_timeout_s: float = 0.2,
     stall_timeout_s: float = 60.0,
 ) -> Iterator[Record]:
     """Yield every visible record of ``rng`` in offset order, then stop.
@@ -100,17 +150,23 @@ def read_range(
         raise ConfigError("stall_timeout_s", f"must be > 0 seconds, got {stall_timeout_s}")
     if rng.empty:
         return
-    consumer = Consumer(consumer_config(kafka, rng))
+    consumer = _pool.take(kafka)
+    clean = False
     try:
         consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
         position = rng.start
         polled_at = position  # the position at the last progress check
         last_progress = time.monotonic()
         while position < rng.until:
-            messages = consumer.consume(num_messages=batch_size, timeout=poll_timeout_s)
+            # never ask for more than can remain: librdkafka waits until it has that many or the
+            # timeout passes, which would make a range ending at the partition's end slow
+            wanted = max(1, min(batch_size, rng.until - position))
+            messages = consumer.consume(num_messages=wanted, timeout=poll_timeout_s)
             for msg in messages:
                 err = msg.error()
                 if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        continue  # the position check below sees where the log ends
                     raise _read_error(rng, position, err)
                 offset = msg.offset() or 0
                 if offset >= rng.until:
@@ -143,8 +199,12 @@ def read_range(
                     f"no progress for {stall_timeout_s:.0f}s at offset {position} (is the broker at "
                     f"{kafka.bootstrap_servers} reachable? was the range planned past the end offset?)",
                 )
+        clean = True
     finally:
-        consumer.close()
+        if clean:
+            _pool.give_back(kafka, consumer)
+        else:  # an error, or the caller stopped reading early: its state is unknown
+            consumer.close()
 
 
 def _read_error(rng: OffsetRange, position: int, err: KafkaError) -> KafkaReadError:

@@ -350,7 +350,9 @@ def test_poison_record_fails_the_batch_and_changes_nothing(
         )
     err = info.value
     assert (err.topic, err.partition, err.offset) == (topic, 1, poison_offset)
-    assert "record has no key" in str(err)
+    # the exception type, never its message (decoder messages quote payloads); the full text is
+    # kept with the record in dead-letter mode
+    assert "ValueError (message not shown)" in str(err) and "record has no key" not in str(err)
     # the other partition's range may have committed in the same batch: offsets and results agree
     stored = stored_offsets(engine, db, job_name)
     assert stored[(topic, 1)] == 0
