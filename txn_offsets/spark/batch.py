@@ -1,8 +1,9 @@
-"""One batch on Spark: its ranges as an RDD with exactly one Spark partition per range.
+"""One batch on Spark: its ranges spread over a few Spark tasks.
 
-Partition ``i`` of every RDD made here belongs to ``ranges[i]``, so a task always knows its range,
-even when the range holds no visible record (only transaction markers or aborted records): such a
-range still commits and advances its offset.
+Each task is given the indexes of its ranges as its input, so it always knows its ranges, even one
+that holds no visible record (only transaction markers or aborted records): such a range still
+commits and advances its offset. A batch has at most one task per core by default: a Spark task
+costs tens of milliseconds however small its range, which dominates small batches.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark.executor import ReadOptions, ReadTask
 from txn_offsets.store.runs import Run
 
-__all__ = ["Batch", "batch_deadline"]
+__all__ = ["Batch", "assign_ranges", "batch_deadline"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,15 +37,37 @@ class Batch:
     run: Run
     read: ReadOptions = field(default_factory=ReadOptions)
 
+    def groups(self) -> tuple[tuple[int, ...], ...]:
+        """Range indexes per Spark task: at most ``read.max_tasks`` (default: the session's cores)
+        groups balanced by span, largest range first (LPT), each group in range order."""
+        limit = self.read.max_tasks or _cores(self.spark)
+        return assign_ranges([r.span for r in self.ranges], max(1, min(len(self.ranges), limit)))
+
     def ranges_rdd(self) -> Any:
-        """An RDD of len(ranges) partitions; partition i stands for ranges[i] (its data is unused)."""
-        n = len(self.ranges)
-        return self.spark.sparkContext.parallelize(range(n), n)
+        """An RDD with one partition per group; its only element is the group's range indexes."""
+        groups = self.groups()
+        return self.spark.sparkContext.parallelize(groups, len(groups))
 
     def records(self) -> Any:
-        """RDD[Record]: partition i holds the visible records of ranges[i], in offset order."""
+        """RDD[Record]: the visible records of every range, each range in offset order."""
         task = ReadTask(self.kafka, self.ranges, self.read)
         return self.ranges_rdd().mapPartitionsWithIndex(task, preservesPartitioning=True)
+
+
+def _cores(spark: Any) -> int:
+    return int(spark.sparkContext.defaultParallelism)
+
+
+def assign_ranges(spans: list[int], tasks: int) -> tuple[tuple[int, ...], ...]:
+    """Spread range indexes over `tasks` groups: the largest span goes to the lightest group.
+    Placement only affects parallelism, never correctness (one transaction per range)."""
+    load = [0] * tasks
+    groups: list[list[int]] = [[] for _ in range(tasks)]
+    for i in sorted(range(len(spans)), key=lambda i: (-spans[i], i)):
+        g = min(range(tasks), key=lambda g: (load[g], g))
+        groups[g].append(i)
+        load[g] += spans[i]
+    return tuple(tuple(sorted(g)) for g in groups if g)
 
 
 @contextlib.contextmanager

@@ -21,6 +21,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import (
     ClaimBlocked,
+    ConfigError,
     Fenced,
     OffsetConflict,
     RecordRejected,
@@ -71,8 +72,18 @@ def dispose_worker_engines() -> None:
 
 @dataclass(frozen=True)
 class ReadOptions:
+    """How tasks read: records per consume() call, the stall bound, and how many Spark tasks a
+    batch's ranges are spread over (None: one per core of the session, ``defaultParallelism``).
+    Fewer tasks than ranges is cheaper: each Spark task costs tens of milliseconds however small
+    its range, and a task commits its ranges one transaction each."""
+
     batch_size: int = 2000
     stall_timeout_s: float = 60.0
+    max_tasks: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_tasks is not None and self.max_tasks < 1:
+            raise ConfigError("max_tasks", f"must be >= 1 or None, got {self.max_tasks}")
 
 
 @dataclass(frozen=True)
@@ -197,9 +208,17 @@ class PartitionTask(Generic[A]):
     after_commit: Callable[[OffsetRange, str], None] | None = None
     dead_letters: bool = False
 
-    def __call__(self, index: int, placeholder: Iterable[Any]) -> Iterator[TaskReport]:
-        _drain(placeholder)
-        rng = self.ranges[index]
+    def __call__(self, index: int, assigned: Iterable[Any]) -> Iterator[TaskReport]:
+        """Read and commit each range this task was given, one transaction per range. After a
+        range that failed (a conflict, fencing, a rejected record) the rest are left alone: the
+        driver raises that error and plans again from the stored offsets."""
+        for i in _range_indexes(assigned):
+            report = self._one(self.ranges[i])
+            yield report
+            if report.error is not None:
+                return
+
+    def _one(self, rng: OffsetRange) -> TaskReport:
         counted = _Counting(
             read_range(
                 self.kafka, rng, batch_size=self.read.batch_size, stall_timeout_s=self.read.stall_timeout_s
@@ -209,13 +228,12 @@ class PartitionTask(Generic[A]):
             dead: list[DeadLetter] | None = [] if self.dead_letters else None
             prepared = self.prepare(counted, dead)
         except RecordRejected as exc:
-            yield TaskReport(rng, "rejected", counted.n, exc)
-            return
+            counted.close()
+            return TaskReport(rng, "rejected", counted.n, exc)
         if counted.unread():
             # committing would move the offset past records the user's code never saw
             error = RecordsNotConsumed(rng.topic, rng.partition, rng.start, rng.until)
-            yield TaskReport(rng, "not_consumed", counted.n, error)
-            return
+            return TaskReport(rng, "not_consumed", counted.n, error)
         (report,) = commit_reporting(
             self.database,
             self.run,
@@ -225,14 +243,12 @@ class PartitionTask(Generic[A]):
             records=counted.n,
         )
         if report.error is not None:
-            yield report  # conflict / fenced: not retried into success, the driver raises it
-            return
-        outcome = report.outcome
+            return report  # conflict / fenced / ...: not retried into success, the driver raises it
         if self.after_commit is not None:
             # runs after COMMIT, before the task reports: an exception here makes Spark retry a
             # task whose range is already committed (fault injection, notifications)
-            self.after_commit(rng, outcome)
-        yield TaskReport(rng, outcome, counted.n)
+            self.after_commit(rng, report.outcome)
+        return TaskReport(rng, report.outcome, counted.n)
 
     def _write(
         self, conn: sa.Connection, rng: OffsetRange, prepared: A, dead: list[DeadLetter] | None
@@ -242,11 +258,10 @@ class PartitionTask(Generic[A]):
             write_dead_letters(conn, self.database, self.run.job, dead)
 
 
-def _drain(items: Iterable[Any]) -> None:
-    """Consume a task's input to the end: PySpark only reuses a Python worker whose input stream
-    was read completely (here the input is just the range's index)."""
-    for _ in items:
-        pass
+def _range_indexes(assigned: Iterable[Any]) -> list[int]:
+    """The indexes of the ranges a task was given (its input: one tuple of indexes), read to the
+    end first: PySpark only reuses a Python worker whose input stream was consumed completely."""
+    return [int(i) for group in assigned for i in group]
 
 
 class _Counting(Iterator[Record]):
@@ -264,29 +279,35 @@ class _Counting(Iterator[Record]):
         self.n += 1
         return rec
 
+    def close(self) -> None:
+        close = getattr(self._inner, "close", None)
+        if close is not None:
+            close()
+
     def unread(self) -> bool:
         """True if records are left that nobody read (the reader is closed either way)."""
         try:
             next(self._inner)
         except StopIteration:
             return False
-        close = getattr(self._inner, "close", None)
-        if close is not None:
-            close()
+        self.close()
         return True
 
 
 @dataclass(frozen=True)
 class ReadTask:
-    """The picklable body of the records RDD: partition i yields the records of range i."""
+    """The picklable body of the records RDD: a partition yields the records of each range it was
+    given, range after range, each in offset order."""
 
     kafka: KafkaSettings
     ranges: tuple[OffsetRange, ...]
     read: ReadOptions = field(default_factory=ReadOptions)
 
-    def __call__(self, index: int, placeholder: Iterable[Any]) -> Iterator[Record]:
-        _drain(placeholder)
-        rng = self.ranges[index]
-        return read_range(
-            self.kafka, rng, batch_size=self.read.batch_size, stall_timeout_s=self.read.stall_timeout_s
-        )
+    def __call__(self, index: int, assigned: Iterable[Any]) -> Iterator[Record]:
+        for i in _range_indexes(assigned):
+            yield from read_range(
+                self.kafka,
+                self.ranges[i],
+                batch_size=self.read.batch_size,
+                stall_timeout_s=self.read.stall_timeout_s,
+            )

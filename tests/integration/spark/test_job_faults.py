@@ -23,6 +23,7 @@ from txn_offsets.kafka.reader import Record
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits
 from txn_offsets.ranges import OffsetRange
+from txn_offsets.spark.executor import ReadOptions
 from txn_offsets.spark.runner import run_job
 from txn_offsets.spark.writers import PartitionWriter
 
@@ -310,6 +311,7 @@ def test_task_failing_after_commit_is_retried_into_already_committed(
         topics=[topic],
         start=StartPolicy.earliest(),
         until_caught_up=True,
+        read=ReadOptions(max_tasks=4),  # one range per task: each is committed, then retried
     )
     assert totals(engine, counts_table) == dict(expected)  # counted once despite the retries
     assert summary.already_committed == 4
