@@ -169,12 +169,15 @@ def commit_reporting(
     *,
     isolation_level: str,
     records: int,
+    guard: bool = True,
 ) -> list[TaskReport]:
     """commit_ranges on this worker's engine, with a conflict or a fencing turned into reports:
     nothing was written, and the driver raises the error with its context (a Spark retry of the
     task could never succeed)."""
     try:
-        outcomes = commit_ranges(worker_engine(db), db, run, ranges, write, isolation_level=isolation_level)
+        outcomes = commit_ranges(
+            worker_engine(db), db, run, ranges, write, isolation_level=isolation_level, guard=guard
+        )
     except _REPORTED as exc:
         return [TaskReport(r, _REPORTED_AS[type(exc)], records, exc) for r in ranges]
     return [TaskReport(o.range, o.outcome.value, records) for o in outcomes]
@@ -207,6 +210,7 @@ class PartitionTask(Generic[A]):
     isolation_level: str = "READ COMMITTED"
     after_commit: Callable[[OffsetRange, str], None] | None = None
     dead_letters: bool = False
+    guard: bool = True  # benchmarks only: False skips the claim (at-least-once), see commit_ranges
 
     def __call__(self, index: int, assigned: Iterable[Any]) -> Iterator[TaskReport]:
         """Read and commit each range this task was given, one transaction per range. After a
@@ -241,6 +245,7 @@ class PartitionTask(Generic[A]):
             lambda conn: self._write(conn, rng, prepared, dead),
             isolation_level=self.isolation_level,
             records=counted.n,
+            guard=self.guard,
         )
         if report.error is not None:
             return report  # conflict / fenced / ...: not retried into success, the driver raises it

@@ -106,8 +106,12 @@ def commit_ranges(
     *,
     isolation_level: str = "READ COMMITTED",
     max_attempts: int = 3,
+    guard: bool = True,
 ) -> list[RangeOutcome]:
     """Claim `ranges`, run `write(conn)` in the same transaction, commit; outcomes in range order.
+
+    ``guard=False`` is for benchmarks only: the same transaction without the claim, so nothing
+    protects or records the ranges (at-least-once). It measures what the guard costs.
 
     * every range already committed: roll back, `write` is never called, all ALREADY_COMMITTED;
     * some claimed and some already committed, or any other offset: roll back, OffsetConflict;
@@ -118,7 +122,9 @@ def commit_ranges(
     ordered = _validate(run, ranges, isolation_level, max_attempts)
     for attempt in range(1, max_attempts + 1):
         try:
-            outcome = _attempt(engine, db, run, ordered, write=write, isolation_level=isolation_level)
+            outcome = _attempt(
+                engine, db, run, ordered, write=write, isolation_level=isolation_level, guard=guard
+            )
         except _Retry as exc:
             if attempt == max_attempts:
                 raise CommitNotApplied(run.job, _describe(ordered), str(exc)) from None
@@ -136,6 +142,7 @@ def _attempt(
     *,
     write: Writer | None,
     isolation_level: str,
+    guard: bool = True,
 ) -> Outcome:
     with translate_errors(db):
         conn = engine.connect().execution_options(isolation_level=isolation_level)
@@ -145,8 +152,8 @@ def _attempt(
             # our statements: a missing table or a dead server becomes one of our errors. The
             # caller's write is not translated: its errors are about its own tables.
             with translate_errors(db):
-                results = [offset_rows.claim(conn, db, run, r) for r in ordered]
-            if all(r is offset_rows.ClaimResult.ALREADY_COMMITTED for r in results):
+                results = [offset_rows.claim(conn, db, run, r) for r in ordered] if guard else []
+            if results and all(r is offset_rows.ClaimResult.ALREADY_COMMITTED for r in results):
                 tx.rollback()
                 logger.info("job %r: %s already committed; nothing written", run.job, _describe(ordered))
                 return Outcome.ALREADY_COMMITTED

@@ -19,6 +19,7 @@ from txn_offsets.ranges import OffsetRange
 from txn_offsets.store.runs import Run, start_run
 from txn_offsets.store.transaction import Outcome, commit_ranges
 
+from .conftest import Ctx
 from .helpers import Aggregate, offsets_of, seed
 
 
@@ -188,3 +189,15 @@ def test_serialization_failures_exhaust_into_commit_not_applied(
     assert info.value.job == run.job
     assert offsets_of(engine, migrated, run.job) == {("t", 0): 0}
     assert aggregate.value() == 0
+
+
+def test_unguarded_commit_writes_without_claiming(ctx: Ctx) -> None:
+    """The benchmarks' at-least-once baseline: the same transaction, no claim, no offset moved."""
+    seed(ctx.engine, ctx.db, ctx.run.job, {("t", 0): 0})
+    for _ in range(2):  # a replay is applied again: nothing guards it
+        (out,) = commit_ranges(
+            ctx.engine, ctx.db, ctx.run, [OffsetRange("t", 0, 0, 5)], ctx.agg.write, guard=False
+        )
+        assert out.outcome is Outcome.COMMITTED
+    assert offsets_of(ctx.engine, ctx.db, ctx.run.job) == {("t", 0): 0}
+    assert ctx.agg.value() == 2
