@@ -40,6 +40,9 @@ __all__ = ["BatchReport", "JobSummary", "run_job"]
 
 logger = logging.getLogger(__name__)
 
+# TaskReports a summary keeps (the most recent): a job that runs for days must not grow
+_KEPT_OUTCOMES = 10_000
+
 # Failures after which planning again from the stored offsets may succeed. Never: OffsetConflict,
 # Fenced, RecordRejected, RecordsNotConsumed, TransactionAborted, WriteFailed, DataLoss,
 # ConfigError - retrying those cannot change their answer.
@@ -72,7 +75,7 @@ class JobSummary:
     already_committed: int = 0
     seconds: float = 0.0
     stopped_by: str = ""
-    outcomes: list[TaskReport] = field(default_factory=list, repr=False)
+    outcomes: list[TaskReport] = field(default_factory=list, repr=False)  # the last 10,000
 
 
 def run_job(
@@ -300,6 +303,7 @@ def _run_batch(
     summary.committed += committed
     summary.already_committed += already
     summary.outcomes.extend(reports)
+    del summary.outcomes[:-_KEPT_OUTCOMES]
     report = BatchReport(
         job=run.job,
         number=number,
