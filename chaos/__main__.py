@@ -30,7 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=int(env.get("CHAOS_RUNS", "50")), help="F1 driver kills")
     p.add_argument("--messages", type=int, default=int(env.get("CHAOS_MESSAGES", "1000000")))
     p.add_argument("--scenarios", default=env.get("CHAOS_SCENARIOS", ""), help="e.g. F1,F3 (default: all)")
-    p.add_argument("--smoke", action="store_true", help="the smoke subset of make test (F1, F2, F3, F5, F11)")
+    p.add_argument(
+        "--smoke", action="store_true", help="the smoke subset of make test (F1, F2, F3, F5, F11, F12, F13)"
+    )
     p.add_argument(
         "--work-dir",
         type=Path,

@@ -4,14 +4,14 @@ Everything here is pickled to Spark's Python workers, so the injectors are froze
 defined at module level. Which range a fault hits is a pure function of (seed, range): a run is
 reproducible from its seed, and a Spark retry of the same range sees the same decision. Executor
 faults (F2) fire on the first attempt of a task only, so Spark's own retry (``local[2,3]``: up to 3
-attempts) is what has to recover; driver kills (F1) are counted across worker processes through
-a file, because Python workers share nothing else.
+attempts) is what has to recover; driver kills (F1) and frozen workers (F13) are counted across
+worker processes through files, because Python workers share nothing else.
 
 Fault points, in the order a range lives through them::
 
     read -> prepare (decode, aggregate)  [before_write]
-         -> transaction: claim           [after_claim, crash_after_claim]
-         -> the user's write             [after_write]
+         -> transaction: claim           [after_claim, crash_after_claim, freeze (F13)]
+         -> the user's write             [swallowed error (F14), after_write]
          -> COMMIT                       [commit: the driver is killed just before]
          -> after_commit hook            [after_commit]
 """
@@ -19,6 +19,7 @@ Fault points, in the order a range lives through them::
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import os
 import random
@@ -45,6 +46,8 @@ __all__ = [
     "CountWrite",
     "FaultPlan",
     "decode_user",
+    "frozen_key",
+    "frozen_workers",
     "tables",
 ]
 
@@ -77,6 +80,12 @@ class FaultPlan:
     # F6: every n-th range (seeded) is slow before its transaction, a straggler for speculation
     straggler_rate: float = 0.0
     straggler_s: float = 0.0
+    # F13: a seeded share of ranges SIGSTOPs its Python worker while it holds the claim (first
+    # attempt of a range only, at most `freeze_limit` per run; pids in run_dir/frozen-<n>)
+    freeze_after_claim_rate: float = 0.0
+    freeze_limit: int = 1
+    # F14: the write runs a failing statement and swallows the error, then returns normally
+    swallow_db_error: bool = False
 
     def _rng(self, key: Key, what: str) -> random.Random:
         return random.Random(f"{self.seed}:{what}:{key[0]}:{key[1]}:{key[2]}")
@@ -112,6 +121,31 @@ class FaultPlan:
             # races the driver's death, which is the point)
             time.sleep(0.2)
 
+    def freeze(self, key: Key) -> None:
+        """F13: on the first attempt of a seeded share of ranges, stop this Python worker (SIGSTOP)
+        with the claim held and the transaction open. Before stopping it takes a free slot file
+        ``run_dir/frozen-<n>`` (O_EXCL: at most `freeze_limit` freezes per run) holding
+        ``topic partition start pid starttime``; a range that froze once never freezes again,
+        even when the runner plans it again in a new Spark job (whose attempt number is 0 too)."""
+        if self.freeze_after_claim_rate <= 0 or not self.run_dir or not _first_attempt():
+            return
+        if self._rng(key, "f13").random() >= self.freeze_after_claim_rate:
+            return
+        slots = [Path(self.run_dir) / f"frozen-{n}" for n in range(self.freeze_limit)]
+        if any(frozen_key(slot) == key for slot in slots):
+            return
+        pid = os.getpid()
+        line = f"{key[0]} {key[1]} {key[2]} {pid} {_start_time(pid)}\n"
+        for slot in slots:
+            try:
+                fd = os.open(slot, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                continue
+            with os.fdopen(fd, "w") as fh:
+                fh.write(line)
+            os.kill(pid, signal.SIGSTOP)  # resumes only if someone sends SIGCONT (nobody does)
+            return
+
     def straggle(self, key: Key) -> None:
         """F6: a seeded share of ranges is slow on its FIRST attempt only, so a speculative copy
         (attempt >= 1, on another host) overtakes it and commits first, and the original must
@@ -136,6 +170,29 @@ def _attempt_number() -> int:
 
 def _first_attempt() -> bool:
     return _attempt_number() == 0
+
+
+def _start_time(pid: int) -> int:
+    """The start time of `pid` (clock ticks after boot, /proc/<pid>/stat field 22): with the pid,
+    it names one process, never a recycled pid."""
+    raw = Path(f"/proc/{pid}/stat").read_text()
+    return int(raw[raw.rfind(")") + 2 :].split()[19])
+
+
+def frozen_key(slot: Path) -> Key | None:
+    """The range an F13 slot file froze (None: the slot is free or still being written)."""
+    parts = slot.read_text().split() if slot.exists() else []
+    return (parts[0], int(parts[1]), int(parts[2])) if len(parts) == 5 else None
+
+
+def frozen_workers(run_dir: Path) -> list[tuple[int, int]]:
+    """(pid, start time) of every worker F13 stopped in `run_dir`."""
+    out = []
+    for slot in sorted(run_dir.glob("frozen-*")):
+        parts = slot.read_text().split()
+        if len(parts) == 5:
+            out.append((int(parts[3]), int(parts[4])))
+    return out
 
 
 def decode_user(record: Record) -> Decoded:
@@ -200,6 +257,7 @@ class CountWrite:
         t = tables(self.schema)
         self.plan.at("after_claim", _key(rng))  # commit_ranges claims before it calls the write
         self.plan.at("crash_after_claim", _key(rng))
+        self.plan.freeze(_key(rng))
         rows = [{"topic": rng.topic, "k": k, "n": n} for k, n in counts.items()]
         upsert_add(conn, t.counts, rows, keys=["topic", "k"], add=["n"])
         conn.execute(
@@ -213,6 +271,11 @@ class CountWrite:
         )
         if self.plan.commit_probe:
             conn.execute(sa.insert(t.probe).values(topic=rng.topic, part=rng.partition, start_off=rng.start))
+        if self.plan.swallow_db_error:
+            # F14: user code that hides a database error. PostgreSQL has aborted the transaction,
+            # so its COMMIT would be a silent ROLLBACK; the library must notice, not report success
+            with contextlib.suppress(sa.exc.DBAPIError):
+                conn.execute(sa.text("SELECT 1/0"))
         if self.plan.write_sleep_s:
             time.sleep(self.plan.write_sleep_s)  # keep the transaction open: F3 and F5 aim here
         self.plan.at("after_write", _key(rng))

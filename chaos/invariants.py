@@ -7,10 +7,16 @@ read with a plain confluent-kafka consumer, independently of the library's reade
   offsets (after a crash too: a committed range is whole, an uncommitted one left nothing).
   Once a scenario has caught up, the differences are reported as ``lost`` and ``duplicated``.
 * I2 offsets: stored == end offsets at the end; the offset history (a trigger on the offsets
-  table, in the harness's own schema) never moves backwards except by an audited reset, and
+  table, in the harness's own schema) never moves backwards except by an audited reset (or an
+  audited ``data_loss_skip`` to the start of a topic the harness deleted and re-created), and
   every move is either one applied range or an audited admin action.
-* I3 no partial results: the applied ranges of a partition chain without gap or overlap from
-  the seed to the stored offset, and their record counts match the oracle.
+* I3 no partial results: the applied ranges of a partition, in the order they were applied,
+  chain without gap or overlap from the seed to the stored offset (audited skips and resets
+  bridge the gaps they made), and their record counts match the oracle.
+
+A topic that was deleted and re-created under the same name (F12) has several incarnations: the
+earlier ones are passed as ``earlier`` logs, and a backwards ``data_loss_skip`` is the step from
+one incarnation to the next.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import collections
 import logging
 import time
 from array import array
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 
 import sqlalchemy as sa
@@ -91,10 +97,11 @@ def read_log(bootstrap: str, topics: Mapping[str, int], *, timeout_s: float = 30
     try:
         todo: set[TP] = set()
         assignment = []
+        marks = _settled_watermarks(consumer, bootstrap, topics)
         for topic, parts in topics.items():
             for p in range(parts):
-                lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30, cached=False)
                 tp = (topic, p)
+                lo, hi = marks[tp]
                 log.starts[tp], log.ends[tp] = lo, hi
                 log.offsets[tp], log.keys[tp] = array("q"), array("i")
                 if hi > lo:
@@ -129,6 +136,40 @@ def read_log(bootstrap: str, topics: Mapping[str, int], *, timeout_s: float = 30
     finally:
         consumer.close()
     return log
+
+
+def _settled_watermarks(
+    consumer: Consumer, bootstrap: str, topics: Mapping[str, int], timeout_s: float = 30.0
+) -> dict[TP, tuple[int, int]]:
+    """(log start, LSO) per partition, once no transaction is open: COMMIT returns to the producer
+    before the coordinator has written the commit markers, so right after a producer finished the
+    LSO can still sit at the start of its last transaction. Waits (bounded) until the LSO equals
+    the high watermark of a read_uncommitted consumer, i.e. every transaction has its marker."""
+    plain = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "chaos-oracle", "enable.auto.commit": False}
+    )
+    tps = [TopicPartition(topic, p) for topic, parts in topics.items() for p in range(parts)]
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            marks = {
+                (tp.topic, tp.partition): consumer.get_watermark_offsets(tp, timeout=30, cached=False)
+                for tp in tps
+            }
+            open_txn = [
+                key
+                for key, tp in zip(marks, tps, strict=True)
+                if plain.get_watermark_offsets(tp, timeout=30, cached=False)[1] != marks[key][1]
+            ]
+            if not open_txn or time.monotonic() > deadline:
+                if open_txn:
+                    logger.warning(
+                        "chaos oracle: %s still have an open transaction; reading to the LSO", open_txn
+                    )
+                return marks
+            time.sleep(0.1)
+    finally:
+        plain.close()
 
 
 def _done_if_at_end(consumer: Consumer, tp: TP, log: KafkaLog, todo: set[TP]) -> None:
@@ -198,8 +239,13 @@ def check_run(
     log: KafkaLog,
     final: bool,
     excluded: Mapping[TP, list[tuple[int, int]]] | None = None,
+    earlier: Sequence[KafkaLog] = (),
 ) -> Check:
-    """Check I1-I3 for `job` now. `final`: the job should have caught up with `log.ends`."""
+    """Check I1-I3 for `job` now. `final`: the job should have caught up with `log.ends`.
+
+    `excluded`: offset ranges of `log` deleted before they were processed (F7). `earlier`: the
+    logs of earlier incarnations of re-created topics, oldest first (F12); the job had caught up
+    with each before it was deleted, so each counts in full."""
     check = Check()
     t = tables(schema)
     stored, audits, history, applied = _load(engine, schema, job)
@@ -208,6 +254,8 @@ def check_run(
         for row in conn.execute(sa.select(t.counts.c.topic, t.counts.c.k, t.counts.c.n)):
             counts[(row.topic, row.k)] = int(row.n)
     expected = log.expected(stored, excluded=excluded)
+    for old_log in earlier:
+        expected += old_log.expected(old_log.ends)
     for key in set(counts) | set(expected):
         diff = counts[key] - expected[key]
         if diff > 0:
@@ -222,8 +270,11 @@ def check_run(
         behind = {tp: (stored.get(tp), end) for tp, end in log.ends.items() if stored.get(tp) != end}
         if behind:
             check.violations.append(f"I2 stored offsets != end offsets: {dict(sorted(behind.items()))}")
-    check.violations.extend(_history_violations(history, audits, applied))
-    check.violations.extend(_chain_violations(stored, audits, applied, log, excluded or {}))
+    recreated = {tp for old_log in earlier for tp in old_log.offsets}
+    check.violations.extend(_history_violations(history, audits, applied, recreated))
+    incarnations = {tp: [*(e for e in earlier if tp in e.offsets), log] for tp in stored}
+    chain = _chain_violations(stored, audits, applied, incarnations, excluded or {}, final=final)
+    check.violations.extend(chain)
     return check
 
 
@@ -273,16 +324,27 @@ def _load(
 
 
 def _history_violations(
-    history: Iterable[Row], audits: list[Row], applied: list[tuple[str, int, int, int, int]]
+    history: Iterable[Row],
+    audits: list[Row],
+    applied: list[tuple[str, int, int, int, int]],
+    recreated: Set[TP],
 ) -> list[str]:
     out: list[str] = []
     ranges: collections.Counter[tuple[str, int, int | None, int | None]] = collections.Counter(
         (t, p, a, b) for t, p, a, b, _ in applied
     )
     admin = collections.Counter((t, p, o, n) for t, p, o, n, action in audits)
-    resets = {(t, p, o, n) for t, p, o, n, action in audits if action == "reset"}
+    # backwards is allowed for an audited reset, and for the audited skip to the start of a topic
+    # that was deleted and re-created (its new incarnation starts again at a low offset)
+    resets = {
+        (t, p, o, n)
+        for t, p, o, n, action in audits
+        if action == "reset" or (action == "data_loss_skip" and (t, p) in recreated)
+    }
     for topic, part, old, new, op in history:
         key = (topic, part, old, new)
+        if op == "UPDATE" and old == new:
+            continue  # another column of the row changed (e.g. its topic id): not a move
         if op == "DELETE":
             out.append(f"I2 offset row {topic}[{part}] deleted (at {old})")
         elif op == "INSERT":
@@ -308,39 +370,85 @@ def _chain_violations(
     stored: Mapping[TP, int],
     audits: list[Row],
     applied: list[tuple[str, int, int, int, int]],
-    log: KafkaLog,
+    incarnations: Mapping[TP, list[KafkaLog]],
     excluded: Mapping[TP, list[tuple[int, int]]],
+    *,
+    final: bool,
 ) -> list[str]:
-    """Per partition, the applied ranges and audited moves must form one chain seed -> stored."""
+    """Per partition, the applied ranges (in the order they were applied) and the audited moves
+    must form one chain seed -> stored. Each range of a partition is inserted after its claim,
+    which waits for the previous range's commit, so id order is chain order; a backwards
+    ``data_loss_skip`` moves on to the partition's next incarnation (`incarnations`, oldest first)."""
     out: list[str] = []
-    steps: dict[TP, list[tuple[int, int, int | None]]] = collections.defaultdict(list)
+    ranges: dict[TP, list[tuple[int, int, int]]] = collections.defaultdict(list)
     for topic, part, a, b, records in applied:
-        steps[(topic, part)].append((a, b, records))
+        ranges[(topic, part)].append((a, b, records))
+    moves: dict[TP, list[tuple[int, int, str]]] = collections.defaultdict(list)
     for topic, part, old, new, action in audits:
         if action in ("data_loss_skip", "reset") and old is not None and new is not None:
-            steps[(topic, part)].append((old, new, None))
+            moves[(topic, part)].append((old, new, action))
     seeds: dict[TP, int] = {(t, p): n for t, p, o, n, _ in audits if o is None and n is not None}
     for tp, off in stored.items():
+        name = f"{tp[0]}[{tp[1]}]"
         if tp not in seeds:
-            out.append(f"I3 {tp[0]}[{tp[1]}] has an offset row but no audited seed")
+            out.append(f"I3 {name} has an offset row but no audited seed")
             continue
-        position: int = seeds[tp]
-        chain = sorted(steps.get(tp, []), key=lambda s: (s[0], s[1]))
-        for a, b, applied_records in chain:
-            if a != position:
-                out.append(f"I3 {tp[0]}[{tp[1]}]: applied range [{a}, {b}) does not follow {position}")
+        logs = incarnations.get(tp, [])
+        walk = _Walk(seeds[tp], moves.get(tp, []), len(logs))
+        for a, b, applied_records in ranges.get(tp, []):
+            walk.bridge(a)
+            if walk.position != a:
+                out.append(f"I3 {name}: applied range [{a}, {b}) does not follow {walk.position}")
                 break
-            if applied_records is not None and tp in log.offsets:
+            if walk.incarnation < len(logs):
+                log = logs[walk.incarnation]
+                gone = excluded.get(tp, []) if walk.incarnation == len(logs) - 1 else []
                 want = log.count_between(tp, a, b) - sum(
-                    max(0, min(b, hi) - max(a, lo)) and log.count_between(tp, max(a, lo), min(b, hi))
-                    for lo, hi in excluded.get(tp, [])
+                    log.count_between(tp, max(a, lo), min(b, hi))
+                    for lo, hi in gone
+                    if min(b, hi) > max(a, lo)
                 )
                 if want != applied_records:
-                    out.append(
-                        f"I3 {tp[0]}[{tp[1]}] range [{a}, {b}) applied {applied_records}, Kafka has {want}"
-                    )
-            position = b
+                    out.append(f"I3 {name} range [{a}, {b}) applied {applied_records}, Kafka has {want}")
+            walk.position = b
         else:
-            if position != off:
-                out.append(f"I3 {tp[0]}[{tp[1]}]: the applied ranges end at {position}, stored is {off}")
+            walk.bridge(off)
+            if walk.position != off:
+                out.append(f"I3 {name}: the applied ranges end at {walk.position}, stored is {off}")
+            elif walk.moves:
+                out.append(f"I3 {name}: audited moves {walk.moves} are not part of its offset chain")
+        out.extend(f"I3 {name}: {problem}" for problem in walk.problems)
+        if final and walk.incarnation < len(logs) - 1:
+            out.append(
+                f"I3 {name}: the stored offset {off} is not in the topic's current incarnation "
+                f"(incarnation {walk.incarnation + 1} of {len(logs)}): no audited skip to its start"
+            )
     return out[:20]
+
+
+@dataclass
+class _Walk:
+    """A walk along one partition's offset chain: where it is, and in which incarnation."""
+
+    position: int
+    moves: list[tuple[int, int, str]]  # audited moves not walked yet, in audit order
+    incarnations: int
+    incarnation: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def bridge(self, target: int) -> None:
+        """Follow audited moves from the current position towards `target` (no-op if there)."""
+        while self.position != target:
+            here = [m for m in self.moves if m[0] == self.position]
+            if not here:
+                return
+            step = next((m for m in here if m[1] == target), here[0])
+            self.moves.remove(step)
+            old, new, action = step
+            if action == "data_loss_skip" and new < old:
+                self.incarnation += 1
+                if self.incarnation >= self.incarnations:
+                    self.problems.append(
+                        f"data_loss_skip {old} -> {new} moved backwards, but the topic was not re-created"
+                    )
+            self.position = new

@@ -68,6 +68,24 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--on-data-loss", default="fail")
     p.add_argument("--retries", type=int, default=8)
     p.add_argument("--lease-s", type=float, default=30.0)
+    p.add_argument(
+        "--batch-timeout",
+        type=float,
+        default=None,
+        help="F13: run_job(batch_timeout_s=...), seconds (default: the library's)",
+    )
+    p.add_argument(
+        "--lock-timeout",
+        type=float,
+        default=DatabaseSettings.lock_timeout_s,
+        help="F13: DatabaseSettings(lock_timeout_s=...), seconds",
+    )
+    p.add_argument(
+        "--idle-in-transaction-timeout",
+        type=float,
+        default=DatabaseSettings.idle_in_transaction_timeout_s,
+        help="F13: DatabaseSettings(idle_in_transaction_timeout_s=...), seconds",
+    )
     p.add_argument("--speculation", action="store_true", help="F6: aggressive Spark speculation")
     p.add_argument("--faults", default="{}", help="a FaultPlan as JSON")
     p.add_argument("--kill-at-plan", type=int, default=0, help="F1: SIGKILL self after the n-th plan")
@@ -100,12 +118,17 @@ def main(argv: list[str] | None = None) -> int:
         if plan.kill_point and plan.kill_point not in ("timer", "plan"):
             plan = FaultPlan(**{**json.loads(args.faults), "driver_pid": os.getpid()})
         url = os.environ.get(args.database_url_env, "")
-        db = DatabaseSettings(Secret(url), schema=args.schema, connect_timeout_s=5)
+        timeouts = {
+            "connect_timeout_s": 5.0,
+            "lock_timeout_s": args.lock_timeout,
+            "idle_in_transaction_timeout_s": args.idle_in_transaction_timeout,
+        }
+        db = DatabaseSettings(Secret(url), schema=args.schema, **timeouts)
         # the harness finds this job's connections by their application_name (F3)
         db = DatabaseSettings(
             Secret(db.url.update_query_dict({"application_name": args.app_name}).render_as_string(False)),
             schema=args.schema,
-            connect_timeout_s=5,
+            **timeouts,
         )
         kafka = KafkaSettings(args.kafka_bootstrap)
         writer = PartitionWriter(
@@ -134,6 +157,10 @@ def main(argv: list[str] | None = None) -> int:
                 with (run_dir / "batches").open("a") as fh:
                     fh.write(f"{report.number} {report.records}\n")
 
+        # F13: a small batch timeout when asked for, else the library's default
+        batch_timeout: dict[str, Any] = {}
+        if args.batch_timeout is not None:
+            batch_timeout["batch_timeout_s"] = args.batch_timeout
         try:
             summary = run_job(
                 spark,
@@ -152,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                 on_batch=progress,
                 retries=args.retries,
                 retry_backoff_s=0.5,
+                **batch_timeout,
             )
         finally:
             if spark.session is not None:

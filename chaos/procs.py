@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["JobProcess", "JobResult"]
+__all__ = ["JobProcess", "JobResult", "kill_if_alive"]
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -155,6 +155,17 @@ class JobProcess:
             if st is not None and st[1] == start and not _zombie(pid):
                 alive.append(pid)
         return alive
+
+
+def kill_if_alive(pid: int, start: int) -> bool:
+    """SIGKILL `pid` if it is still the process that started at `start` (never a recycled pid);
+    True if it was alive. A stopped process dies of SIGKILL too."""
+    st = _stat(pid)
+    if st is None or st[1] != start or _zombie(pid):
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    return True
 
 
 def _zombie(pid: int) -> bool:

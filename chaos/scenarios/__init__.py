@@ -1,11 +1,17 @@
-"""The chaos scenarios, one module per fault family; importing this package registers F1..F11.
+"""The chaos scenarios, one module per fault family; importing this package registers F1..F14.
 
 Each scenario sets up fresh topics and a fresh schema, runs the real job, breaks it, and returns a
-:class:`~chaos.report.ScenarioResult` checked against the Kafka log.
+:class:`~chaos.report.ScenarioResult` checked against the Kafka log. The families: processes
+(F1, F2, F5, F6, F13), services (F3, F4), data (F7-F10, F12), bad_config (F11), user_code (F14).
 """
 
-from chaos.scenarios import bad_config, data, processes, services
+from chaos.scenarios import bad_config, data, processes, services, user_code
 from chaos.scenarios.context import SCENARIOS, Context, Services, new_job_id, scenario
+
+# the families register in import order: list the registry F1..F14
+_by_number = sorted(SCENARIOS.items(), key=lambda item: int(item[0][1:]))
+SCENARIOS.clear()
+SCENARIOS.update(_by_number)
 
 __all__ = [
     "SCENARIOS",
@@ -17,4 +23,5 @@ __all__ = [
     "processes",
     "scenario",
     "services",
+    "user_code",
 ]

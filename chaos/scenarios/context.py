@@ -15,12 +15,12 @@ import os
 import random
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import sqlalchemy as sa
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from chaos.faults import FaultPlan, tables
@@ -75,8 +75,20 @@ class Context:
         return f"{prefix}_{self.rng.getrandbits(48):012x}"
 
     def schema(self) -> str:
-        """A fresh schema with the offsets tables (migrated), the result tables and the triggers."""
-        schema = validate_identifier(self.name("chaos"), "schema")
+        """A fresh schema with the offsets tables (migrated), the result tables and the triggers.
+        A name that exists already (left by a run with --keep or a killed one, same seed) gets a
+        suffix: the seeded names of everything after it stay the same."""
+        base = validate_identifier(self.name("chaos"), "schema")
+        for schema in (base, *(f"{base}_{n}" for n in range(1, 10))):
+            with self.engine.connect() as conn:
+                taken = conn.execute(
+                    sa.text("SELECT count(*) FROM pg_namespace WHERE nspname = :s"), {"s": schema}
+                ).scalar_one()
+            if not taken:
+                break
+            logger.warning("chaos: schema %s exists (left by another run); adding a suffix", schema)
+        else:
+            raise RuntimeError(f"chaos: schemas {base} and {base}_1..9 all exist: drop the leftovers")
         self.schemas.append(schema)
         migrate.upgrade(DatabaseSettings(self.services.database_url, schema=schema))
         t = tables(schema)
@@ -86,13 +98,49 @@ class Context:
         return schema
 
     def topic(self, partitions: int, config: dict[str, str] | None = None) -> str:
-        name = self.name("chaos").replace("_", "-")
-        fut = self.admin.create_topics(
-            [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})]
-        )[name]
-        fut.result(timeout=30)
-        self.topics.append(name)
-        return name
+        """A fresh topic. A name that exists already (left by a run with --keep or a killed one,
+        same seed) gets a suffix: the seeded names (and fault decisions) after it stay the same."""
+        base = self.name("chaos").replace("_", "-")
+        for name in (base, *(f"{base}-{n}" for n in range(1, 10))):
+            fut = self.admin.create_topics(
+                [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})]
+            )[name]
+            try:
+                fut.result(timeout=30)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+                logger.warning("chaos: topic %s exists (left by another run); adding a suffix", name)
+                continue
+            self.topics.append(name)
+            return name
+        raise RuntimeError(f"chaos: topics {base} and {base}-1..9 all exist: delete the leftovers")
+
+    def recreate_topic(self, name: str, partitions: int, timeout_s: float = 60.0) -> None:
+        """F12: delete `name` and create it again, same name and partition count, a new topic id.
+        Kafka deletes asynchronously: creating is retried (bounded) while the old one lingers."""
+        self.admin.delete_topics([name], operation_timeout=30)[name].result(timeout=30)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            fut = self.admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
+            try:
+                fut[name].result(timeout=30)
+                break
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        while time.monotonic() < deadline:  # every partition has a leader before anyone produces
+            md = self.admin.list_topics(name, timeout=10).topics.get(name)
+            led = [] if md is None or md.error is not None else [p.leader for p in md.partitions.values()]
+            if len(led) == partitions and min(led) >= 0:
+                return
+            time.sleep(0.2)
+        raise TimeoutError(f"topic {name} was re-created but has no leaders after {timeout_s:.0f}s")
+
+    def topic_id(self, name: str) -> str:
+        """The Kafka topic id of `name` (changes when a topic is deleted and re-created)."""
+        return str(self.admin.describe_topics(TopicCollection([name]))[name].result(30).topic_id)
 
     def produce(self, topic: str, messages: int, partitions: int) -> pageviews.Oracle:
         """Committed page views in Kafka transactions, every 10th aborted (F10, in every scenario)."""
@@ -193,8 +241,11 @@ class Context:
         final: bool,
         when: str,
         excluded: Mapping[tuple[str, int], list[tuple[int, int]]] | None = None,
+        earlier: Sequence[KafkaLog] = (),
     ) -> None:
-        check = check_run(self.engine, schema=schema, job=job, log=log, final=final, excluded=excluded)
+        check = check_run(
+            self.engine, schema=schema, job=job, log=log, final=final, excluded=excluded, earlier=earlier
+        )
         result.add(check, when=when)
 
 
@@ -236,10 +287,27 @@ def scenario(name: str) -> Callable[[Scenario], Scenario]:
 
 
 def snapshot(ctx: Context, schema: str, job: str) -> tuple[object, ...]:
+    """Everything a run that must change nothing could change: the job's offset rows (every
+    column: offset, topic id, updated_at), its audit rows, the results and the offset history."""
+    s = f'"{validate_identifier(schema, "schema")}"'
     with ctx.engine.connect() as conn:
-        counts = conn.execute(sa.text(f'SELECT topic, k, n FROM "{schema}".chaos_counts ORDER BY 1, 2')).all()
-        history = conn.execute(sa.text(f'SELECT count(*) FROM "{schema}".chaos_offset_history')).scalar()
-    return (ctx.stored(schema, job), [tuple(r) for r in counts], history)
+        offsets = conn.execute(
+            sa.text(f"SELECT * FROM {s}.offsets WHERE job = :j ORDER BY topic, part"), {"j": job}
+        ).all()
+        audits = conn.execute(
+            sa.text(f"SELECT * FROM {s}.offset_audit WHERE job = :j ORDER BY id"), {"j": job}
+        ).all()
+        counts = conn.execute(sa.text(f"SELECT topic, k, n FROM {s}.chaos_counts ORDER BY 1, 2")).all()
+        history = conn.execute(sa.text(f"SELECT count(*) FROM {s}.chaos_offset_history")).scalar()
+    return ([tuple(r) for r in offsets], [tuple(r) for r in audits], [tuple(r) for r in counts], history)
+
+
+SNAPSHOT_PARTS = ("offset rows", "audit rows", "results", "offset history")
+
+
+def changed(before: tuple[object, ...], after: tuple[object, ...]) -> list[str]:
+    """What differs between two snapshots, by name (empty: nothing changed)."""
+    return [name for name, a, b in zip(SNAPSHOT_PARTS, before, after, strict=True) if a != b]
 
 
 def new_job_id() -> str:

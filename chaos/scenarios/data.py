@@ -1,5 +1,5 @@
 """Data faults: records lost to retention (F7), partitions added (F8), poison records (F9),
-compacted topics with aborted transactions (F10).
+compacted topics with aborted transactions (F10), a topic deleted and re-created (F12).
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ from confluent_kafka import TopicPartition as KTopicPartition
 from confluent_kafka.admin import NewPartitions  # type: ignore[attr-defined]
 
 from chaos.faults import FaultPlan
-from chaos.invariants import read_log
+from chaos.invariants import KafkaLog, read_log
 from chaos.report import ScenarioResult
 from chaos.scenarios.context import (
     JOB_TIMEOUT_S,
     Context,
+    changed,
     expect_ok,
     producer_matches,
     scenario,
@@ -29,7 +30,74 @@ from chaos.scenarios.context import (
 logger = logging.getLogger(__name__)
 
 
-# --- F7 ------------------------------------------------------------------------------------
+# --- F7, F12 -------------------------------------------------------------------------------
+TP = tuple[str, int]
+
+
+def _data_loss_runs(
+    ctx: Context,
+    result: ScenarioResult,
+    *,
+    name: str,
+    job: str,
+    schema: str,
+    topic: str,
+    names: str,
+    skips: dict[TP, tuple[int, int]],
+) -> None:
+    """The two runs after records the job had not processed are gone (F7, F12): the default policy
+    must fail with DataLoss naming `names` and change nothing (offset and audit rows, results,
+    offset history); ``--on-data-loss skip`` must succeed and audit exactly `skips` ({(topic,
+    partition): (old, new)}) as new ``data_loss_skip`` rows. The caller checks I1-I3 with its own
+    oracle afterwards."""
+    before = snapshot(ctx, schema, job)
+    skipped_before = _skips(ctx, schema, job)
+    res = (
+        ctx.job(ctx.work_dir / name / "fail", job=job, schema=schema, topics=[topic], max_per_partition=10**6)
+        .start()
+        .wait(JOB_TIMEOUT_S)
+    )
+    result.runs += 1
+    if res.returncode != 1 or "chaos-job: DataLoss:" not in res.last_error() or names not in res.last_error():
+        result.fail(
+            f"{name}: default policy did not fail with DataLoss naming {names}: "
+            f"exit {res.returncode} {res.last_error()!r}"
+        )
+    if diff := changed(before, snapshot(ctx, schema, job)):
+        result.fail(f"{name}: the failed run changed {', '.join(diff)}")
+    res = (
+        ctx.job(
+            ctx.work_dir / name / "skip",
+            job=job,
+            schema=schema,
+            topics=[topic],
+            max_per_partition=10**6,
+            extra=["--on-data-loss", "skip"],
+        )
+        .start()
+        .wait(JOB_TIMEOUT_S)
+    )
+    result.runs += 1
+    expect_ok(result, res, f"{name} skip run")
+    got = sorted(_skips(ctx, schema, job)[len(skipped_before) :])
+    want = [(t, p, old, new) for (t, p), (old, new) in sorted(skips.items())]
+    if got != want:
+        result.fail(f"{name}: the skip run audited data_loss_skip rows {got}, expected {want}")
+
+
+def _skips(ctx: Context, schema: str, job: str) -> list[tuple[str, int, int, int]]:
+    """The job's audited data_loss_skip moves (topic, partition, old, new), oldest first."""
+    with ctx.engine.connect() as conn:
+        rows = conn.execute(
+            sa.text(
+                f'SELECT topic, part, old_off, new_off FROM "{schema}".offset_audit '
+                "WHERE job = :j AND action = 'data_loss_skip' ORDER BY id"
+            ),
+            {"j": job},
+        ).all()
+    return [(r.topic, r.part, r.old_off, r.new_off) for r in rows]
+
+
 @scenario("F7")
 def f7_retention(ctx: Context, messages: int, _n: int) -> ScenarioResult:
     """Unprocessed records deleted (delete_records): the default policy fails with DataLoss and
@@ -42,6 +110,7 @@ def f7_retention(ctx: Context, messages: int, _n: int) -> ScenarioResult:
         ctx.work_dir / "F7" / "first", job=job, schema=schema, topics=[topic], max_per_partition=10**6
     )
     expect_ok(result, run.start().wait(JOB_TIMEOUT_S), "F7 first run")
+    result.runs += 1
     second = ctx.produce(topic, messages - messages // 2, parts)
     result.messages = first.messages + second.messages
     log = ctx.log({topic: parts})  # before the deletion: the oracle of what was produced
@@ -52,42 +121,81 @@ def f7_retention(ctx: Context, messages: int, _n: int) -> ScenarioResult:
     for fut in ctx.admin.delete_records([KTopicPartition(topic, 0, cut)]).values():
         fut.result(30)
     result.faults += 1
-    before = snapshot(ctx, schema, job)
-    res = (
-        ctx.job(ctx.work_dir / "F7" / "fail", job=job, schema=schema, topics=[topic], max_per_partition=10**6)
-        .start()
-        .wait(JOB_TIMEOUT_S)
+    _data_loss_runs(
+        ctx,
+        result,
+        name="F7",
+        job=job,
+        schema=schema,
+        topic=topic,
+        names=f"{topic}[0]",
+        skips={tp: (stored[tp], cut)},
     )
-    result.runs += 2
-    if res.returncode != 1 or "DataLoss" not in res.last_error() or f"{topic}[0]" not in res.last_error():
-        result.fail(f"F7: default policy did not fail with DataLoss: {res.returncode} {res.last_error()!r}")
-    if snapshot(ctx, schema, job) != before:
-        result.fail("F7: the failed run changed offsets or results")
+    ctx.check(
+        result, schema=schema, job=job, log=log, final=True, when="F7", excluded={tp: [(stored[tp], cut)]}
+    )
+    lost = log.count_between(tp, stored[tp], cut)
+    result.notes.append(f"{lost} records deleted before processing, skipped with an audit row")
+    return result
+
+
+@scenario("F12")
+def f12_topic_recreated(ctx: Context, messages: int, _n: int) -> ScenarioResult:
+    """After the job caught up, its topic is deleted and re-created under the same name and
+    partition count, twice: first with fewer records than before (the new ends lie below the
+    stored offsets), then with more (the new ends lie beyond them: only the Kafka topic id tells
+    the topics apart). Each time the default policy fails with DataLoss and changes nothing, and
+    on_data_loss=skip moves every partition to the new topic's log start (audited) and counts each
+    record of the new topic once, on top of the earlier topics' records counted once."""
+    result = ScenarioResult("F12")
+    parts = 2
+    topic, schema, job = ctx.topic(parts), ctx.schema(), ctx.name("f12")
+    oracle = ctx.produce(topic, max(1, messages * 3 // 8), parts)
+    result.messages = oracle.messages
+    log = ctx.log({topic: parts})
+    producer_matches(result, log, oracle)
     res = (
         ctx.job(
-            ctx.work_dir / "F7" / "skip",
-            job=job,
-            schema=schema,
-            topics=[topic],
-            max_per_partition=10**6,
-            extra=["--on-data-loss", "skip"],
+            ctx.work_dir / "F12" / "first", job=job, schema=schema, topics=[topic], max_per_partition=10**6
         )
         .start()
         .wait(JOB_TIMEOUT_S)
     )
     result.runs += 1
-    expect_ok(result, res, "F7 skip run")
-    ctx.check(
-        result, schema=schema, job=job, log=log, final=True, when="F7", excluded={tp: [(stored[tp], cut)]}
-    )
-    with ctx.engine.connect() as conn:
-        skips = conn.execute(
-            sa.text(f"SELECT old_off, new_off FROM \"{schema}\".offset_audit WHERE action = 'data_loss_skip'")
-        ).all()
-    if [tuple(s) for s in skips] != [(stored[tp], cut)]:
-        result.fail(f"F7: audit of the skip is {skips}, expected [({stored[tp]}, {cut})]")
-    lost = log.count_between(tp, stored[tp], cut)
-    result.notes.append(f"{lost} records deleted before processing, skipped with an audit row")
+    expect_ok(result, res, "F12 first run")
+    ctx.check(result, schema=schema, job=job, log=log, final=True, when="F12 first run")
+    earlier: list[KafkaLog] = []
+    # fewer records than the topic had (an eighth of the budget), then more (half of it)
+    for variant, count in (("fewer", messages // 8), ("more", messages // 2)):
+        name = f"F12-{variant}"
+        stored = ctx.stored(schema, job)
+        old_id = ctx.topic_id(topic)
+        ctx.recreate_topic(topic, parts)
+        result.faults += 1
+        earlier.append(log)
+        oracle = ctx.produce(topic, max(1, count), parts)
+        result.messages += oracle.messages
+        log = ctx.log({topic: parts})
+        producer_matches(result, log, oracle)
+        if ctx.topic_id(topic) == old_id:
+            result.fail(f"{name}: the re-created topic kept its topic id {old_id}")
+        below = [tp for tp in log.ends if log.ends[tp] < stored[tp]]
+        if (variant == "fewer") != bool(below):
+            result.fail(f"{name}: setup: the new ends {log.ends} vs the stored offsets {stored}")
+        _data_loss_runs(
+            ctx,
+            result,
+            name=name,
+            job=job,
+            schema=schema,
+            topic=topic,
+            names=topic,
+            skips={tp: (stored[tp], log.starts[tp]) for tp in log.ends},
+        )
+        ctx.check(result, schema=schema, job=job, log=log, final=True, when=name, earlier=earlier)
+        result.notes.append(
+            f"{variant}: {log.records} records, {len(below)} of {parts} ends below the stored offsets"
+        )
     return result
 
 

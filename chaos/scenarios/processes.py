@@ -1,5 +1,5 @@
 """Process faults: the driver killed (F1), executors failing (F2), a zombie run (F5), speculative
-copies (F6).
+copies (F6), an executor frozen while it holds a claim (F13).
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import time
 
 import sqlalchemy as sa
 
-from chaos.faults import EXECUTOR_POINTS, KILL_POINTS, FaultPlan, tables
+from chaos.faults import EXECUTOR_POINTS, KILL_POINTS, FaultPlan, frozen_workers, tables
 from chaos.invariants import KafkaLog
-from chaos.procs import REPO
+from chaos.procs import REPO, kill_if_alive
 from chaos.report import ScenarioResult
 from chaos.scenarios.context import (
     JOB_TIMEOUT_S,
@@ -242,4 +242,65 @@ def f6_speculation(ctx: Context, messages: int, _n: int) -> ScenarioResult:
     if result.faults == 0:
         result.fail("F6: Spark launched no speculative copy, so duplicate attempts were not exercised")
     ctx.check(result, schema=schema, job=job, log=log, final=True, when="F6")
+    return result
+
+
+# --- F13 -----------------------------------------------------------------------------------
+F13_BOUND_S = 180.0  # the whole run, Spark start included; a hang fails F13 instead of hanging it
+
+
+@scenario("F13")
+def f13_frozen_claim(ctx: Context, messages: int, _n: int) -> ScenarioResult:
+    """A Python worker SIGSTOPs itself inside the write, with its range claimed and the transaction
+    open (seeded ranges, first attempt only, at most 2 per run). Nothing ever resumes it: PostgreSQL
+    must end the idle transaction (idle_in_transaction_timeout_s) so the row lock goes, and the
+    runner must cancel the stuck Spark batch (batch_timeout_s) and plan again from the stored
+    offsets. The job must finish, in bounded time, with nothing lost or applied twice."""
+    result = ScenarioResult("F13")
+    parts = 4
+    topic, schema, job = ctx.topic(parts), ctx.schema(), ctx.name("f13")
+    oracle = ctx.produce(topic, messages, parts)
+    result.messages = oracle.messages
+    log = ctx.log({topic: parts})
+    producer_matches(result, log, oracle)
+    run_dir = ctx.work_dir / "F13"
+    plan = FaultPlan(seed=ctx.seed, freeze_after_claim_rate=0.25, freeze_limit=2, run_dir=str(run_dir))
+    timeouts = {"batch": 20.0, "lock": 3.0, "idle in transaction": 5.0}
+    jp = ctx.job(
+        run_dir,
+        job=job,
+        schema=schema,
+        topics=[topic],
+        max_per_partition=max(100, messages // parts // 5),
+        faults=plan,
+        extra=[
+            "--batch-timeout",
+            str(timeouts["batch"]),
+            "--lock-timeout",
+            str(timeouts["lock"]),
+            "--idle-in-transaction-timeout",
+            str(timeouts["idle in transaction"]),
+        ],
+    )
+    try:
+        res = jp.start().wait(F13_BOUND_S)
+    finally:
+        # a stopped worker must not outlive the scenario (wait() reaps the job's descendants it
+        # saw; this catches any it did not)
+        left = [pid for pid, start in frozen_workers(run_dir) if kill_if_alive(pid, start)]
+    result.runs += 1
+    frozen = frozen_workers(run_dir)
+    result.faults = len(frozen)
+    expect_ok(result, res, "F13 run")
+    if res.seconds > F13_BOUND_S:
+        result.fail(f"F13: the job took {res.seconds:.0f}s (bound {F13_BOUND_S:.0f}s)")
+    if not frozen:
+        result.fail("F13: no claim was frozen: use more messages")
+    ctx.check(result, schema=schema, job=job, log=log, final=True, when="F13")
+    result.notes.append(
+        f"{len(frozen)} worker(s) stopped holding a claim, the run took {res.seconds:.0f}s "
+        f"(timeouts: {', '.join(f'{k} {v:g}s' for k, v in timeouts.items())})"
+    )
+    if left:
+        result.notes.append(f"{len(left)} stopped worker(s) still alive after the run, killed")
     return result

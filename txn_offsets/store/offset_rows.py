@@ -333,7 +333,7 @@ def skip_lost(  # noqa: PLR0917 - positional order is the planner's contract
         actor=who,
         generation=state.generation,
     )
-    logger.warning("job %r: skipped lost offsets %r..%r of %s[%r]", job, old, new, topic, part)
+    logger.warning("job %r: data-loss skip of %s[%r]: offset %r -> %r", job, topic, part, old, new)
     return True
 
 
