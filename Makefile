@@ -12,6 +12,8 @@ WITH_ENV := set -a; . $(STACK_DIR)/env; set +a;
 PYTEST_ARGS ?=
 DEMO_ARGS ?=
 BENCH_ARGS ?=
+# smoke (seconds, part of make test) | full (1e6 records per topic; long on 2 cores)
+BENCH_SIZE ?= full
 # e.g. CHAOS_ARGS="--scenarios F1,F3 --runs 10"; CHAOS_SEED / CHAOS_RUNS / CHAOS_MESSAGES in the environment
 CHAOS_ARGS ?=
 LINT_PATHS := $(wildcard txn_offsets tests examples migrations benchmarks chaos)
@@ -25,7 +27,7 @@ help:
 	@echo "make stack-up    start PostgreSQL + Kafka on loopback (idempotent); settings in $(STACK_DIR)/env"
 	@echo "make stack-down  stop exactly the processes stack-up started"
 	@echo "make chaos       the full fault-injection suite (slow)"
-	@echo "make bench       exactly-once vs at-least-once vs per-record rows (BENCH_MESSAGES=500000)"
+	@echo "make bench       txn_offsets vs Structured Streaming, at-least-once and the read/write limits (BENCH_SIZE=smoke|full)"
 
 $(BIN)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "txn_offsets needs Python >= 3.11; set PYTHON=python3.11 (or newer)")'
@@ -63,7 +65,7 @@ chaos: install stack-up
 	$(WITH_ENV) $(BIN)/python -m chaos $(CHAOS_ARGS)
 
 bench: install stack-up
-	$(WITH_ENV) $(BIN)/python -m benchmarks.bench $(BENCH_ARGS)
+	$(WITH_ENV) BENCH_SIZE=$(BENCH_SIZE) $(BIN)/python -m benchmarks.bench $(BENCH_ARGS)
 
 clean: stack-down
 	rm -rf $(STACK_DIR) $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,178 +1,298 @@
-"""``make bench``: what exactly-once costs, measured against its peers in the same run.
+"""``make bench``: what exactly-once costs, measured against its peers on the same data in the same run.
 
-One data set (page views from examples/pageviews.py, 8 partitions) is processed by three jobs that
-produce the same window counts, each on the same local Spark session:
+Every contender reads the same pre-produced page-view topic(s) (examples/pageviews.py: skewed
+users and pages, every 10th Kafka transaction aborted), computes the same aggregation (views and
+duration per 1-minute window and page, examples/windowed_counts.py) into the same result table,
+and is checked against the oracle before its time counts (a wrong result exits non-zero):
 
-* ``txn_offsets``      - examples/windowed_counts.py: claim + additive upsert + offset, one transaction
-                         per range (exactly once);
-* ``no_offsets``       - the same read, aggregate and upsert, in a transaction per range but without
-                         the claim or any offset (at-least-once: what a plain job does);
-* ``per_record_rows``  - examples/idempotent_events.py: one row per record keyed by its coordinates
-                         (effectively once, but it stores every record).
+* ``eo_partition``  txn_offsets run_job + PartitionWriter (claim + upsert + offset per range)
+* ``eo_batch``      txn_offsets run_job + BatchWriter (Spark computes, one transaction per batch)
+* ``alo``           the same reads and writes without claim or offsets (at-least-once)
+* ``sss``           Spark Structured Streaming, Spark's JVM Kafka source, foreachBatch upsert
+* ``reader``        one Python process consuming + decoding the topic (the reader limit)
+* ``upsert`` / ``copy_merge``  the result rows of each range written with upsert_add vs COPY + merge
 
-Every variant's result is checked against the oracle before its time counts. Prints one table of
-seconds, records/s and the ratio to ``txn_offsets``. Knobs: BENCH_MESSAGES (default 500,000),
-BENCH_REPEAT (default 1).
+swept over batch caps x partitions, each contender in a fresh process (first run: *fresh*) and
+again in the same SparkSession (*warm*), plus a caught-up latency probe. Output: a table, JSON
+under benchmarks/results/, a PNG, and (``--docs``, default for full) docs/benchmarks.md. The last
+line is ``bench: eo_vs_sss_small=.. eo_vs_sss_large=.. eo_vs_alo=.. reader_vs_raw=.. writes_vs_copy=..``
+(txn_offsets' warm records/s over the peer's). Sizes: BENCH_SIZE=smoke|full; knobs in settings.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import datetime as dt
+import json
+import logging
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
 
-from examples import idempotent_events, pageviews, windowed_counts
+from benchmarks import latency, machine, plot, report
+from benchmarks.dataset import Dataset, delete_topics, produce_dataset
+from benchmarks.settings import (
+    COPY,
+    FOLLOWERS,
+    FRESH,
+    FULL,
+    READER,
+    SPARK_CONTENDERS,
+    UPSERT,
+    WARM,
+    Point,
+    Size,
+    size_from_env,
+)
+from benchmarks.worker import Spec, Worker
 from examples import migrate as examples_migrate
-from examples.schema import events, window_counts
-from txn_offsets import Limits, StartPolicy, from_env, local_session, run_job
+from txn_offsets import from_env
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.kafka.metadata import watermarks
-from txn_offsets.kafka.reader import read_range
-from txn_offsets.ranges import OffsetRange, plan_ranges
-from txn_offsets.spark.executor import worker_engine
+from txn_offsets.devstack.spark_kafka import spark_kafka_jars
 from txn_offsets.store import migrate
 from txn_offsets.store.database import engine_for
 
-PARTITIONS = 8
-PER_PARTITION = 50_000
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results"
+DOC = REPO / "docs" / "benchmarks.md"
+FOLLOW_INTERVAL_S = 0.5
 
 
-def _windows(engine: sa.Engine, topic: str) -> dict[tuple[int, str], int]:
-    with engine.connect() as conn:
-        rows = conn.execute(
-            sa.select(window_counts.c.window_start, window_counts.c.page, window_counts.c.views).where(
-                window_counts.c.topic == topic
+def say(text: str) -> None:
+    print(f"bench: {text}", flush=True)
+
+
+class Bench:
+    def __init__(self, size: Size, db: DatabaseSettings, kafka: KafkaSettings, jars: tuple[str, ...]) -> None:
+        self.size, self.db, self.kafka, self.jars = size, db, kafka, jars
+        self.engine = engine_for(db)
+        self.points = size.points()
+        self.datasets: dict[tuple[int, int], Dataset] = {}
+        self.runs: list[dict[str, Any]] = []
+        self.latency: list[dict[str, Any]] = []
+        # the reader runs once per topic, not per point
+        self.swept = tuple(c for c in (*SPARK_CONTENDERS, UPSERT, COPY) if c in size.contenders)
+        self.followers = tuple(c for c in FOLLOWERS if c in size.contenders)
+
+    def spec(self, contender: str) -> Spec:
+        return Spec(contender, self.db, self.kafka, self.jars if contender in SPARK_CONTENDERS else ())
+
+    def produce(self) -> None:
+        for key in sorted({(p.partitions, p.messages) for p in self.points}):
+            data = produce_dataset(self.kafka, *key)
+            self.datasets[key] = data
+            say(
+                f"produced {data.messages:,} page views (+{data.aborted:,} aborted) to {data.topic} "
+                f"({key[0]} partitions) in {data.produce_seconds:.1f}s"
             )
-        ).all()
-    return {(int(r.window_start.timestamp() * 1000), r.page): r.views for r in rows}
+
+    def dataset(self, point: Point) -> Dataset:
+        return self.datasets[(point.partitions, point.messages)]
+
+    def measure(self, worker: Worker, point: Point, label: str, round_: int) -> None:
+        data = self.dataset(point)
+        numbers = worker.call("run", point=point, data=data, label=label)
+        run = {
+            "contender": worker.spec.contender,
+            "point": point.name,
+            "partitions": point.partitions,
+            "cap": point.cap,
+            "messages": data.messages,
+            "topic": data.topic,
+            "label": label,
+            "round": round_,
+            "startup_s": worker.hello["startup_s"] if label == FRESH else None,
+            **numbers,
+        }
+        self.runs.append(run)
+        say(
+            f"{point.name:12} {worker.spec.contender:12} {label:5} {run['seconds']:7.2f}s "
+            f"{run['records_per_s']:>10,.0f} rec/s  batches {run['batches']:4d} "
+            f"p50/p99 {run['batch_p50_s']:.2f}/{run['batch_p99_s']:.2f}s  "
+            f"rss {run['peak_rss_mb']:6,.0f} MB  cpu {run['cpu_s_per_1k']:.3f} s/1k"
+            + (f"  (session start {run['startup_s']:.1f}s)" if run["startup_s"] else "")
+        )
+
+    def sweep(self) -> None:
+        """Fresh + warm runs of each contender at each point, the contenders' order rotated."""
+        for round_ in range(self.size.repeat):
+            if self.size.process_per_point:
+                for i, point in enumerate(self.points):
+                    for contender in _rotated(self.swept, round_ + i):
+                        worker = Worker(self.spec(contender))
+                        try:
+                            self.measure(worker, point, FRESH, round_)
+                            for _ in range(self.size.warm_runs):
+                                self.measure(worker, point, WARM, round_)
+                        finally:
+                            worker.close()
+            else:  # one worker per contender: only its first point has a fresh run
+                for contender in _rotated(self.swept, round_):
+                    worker = Worker(self.spec(contender))
+                    try:
+                        for i, point in enumerate(self.points):
+                            if i == 0:
+                                self.measure(worker, point, FRESH, round_)
+                            for _ in range(self.size.warm_runs):
+                                self.measure(worker, point, WARM, round_)
+                        if round_ == 0 and contender in self.followers:
+                            self.follow(worker)
+                    finally:
+                        worker.close()
+            if READER in self.size.contenders:
+                self.readers(round_)
+        if self.size.process_per_point:
+            for contender in self.followers:
+                worker = Worker(self.spec(contender))
+                try:
+                    self.follow(worker)
+                finally:
+                    worker.close()
+
+    def readers(self, round_: int) -> None:
+        """The reader limit, once per topic (a fresh process, then warm)."""
+        worker = Worker(self.spec(READER))
+        try:
+            seen = set()
+            for point in self.points:
+                if self.dataset(point).topic in seen:
+                    continue
+                seen.add(self.dataset(point).topic)
+                self.measure(worker, point, FRESH, round_)
+                for _ in range(self.size.warm_runs):
+                    self.measure(worker, point, WARM, round_)
+        finally:
+            worker.close()
+
+    def follow(self, worker: Worker) -> None:
+        partitions = self.size.headline_partitions
+        probe = latency.probe(
+            worker,
+            self.kafka,
+            self.engine,
+            partitions=partitions,
+            cap=self.size.large_cap,
+            rate=self.size.latency_rate,
+            seconds=self.size.latency_seconds,
+            interval_s=FOLLOW_INTERVAL_S,
+        )
+        probe["contender"] = worker.spec.contender
+        self.latency.append(probe)
+        say(
+            f"latency {worker.spec.contender:12} {probe['records']:,} records in {probe['producer_batches']} "
+            f"transactions at {probe['rate']:,}/s: p50 {probe['p50_ms']:.0f} ms, "
+            f"p99 {probe['p99_ms']:.0f} ms, max {probe['max_ms']:.0f} ms"
+        )
+
+    def close(self) -> None:
+        delete_topics(self.kafka, [d.topic for d in self.datasets.values()])
+        with self.engine.begin() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{self.db.schema}" CASCADE'))
+        self.engine.dispose()
 
 
-def _no_offsets_task(
-    db: DatabaseSettings, kafka: KafkaSettings, ranges: list[OffsetRange]
-) -> Callable[..., Any]:
-    def task(index: int, placeholder: Iterator[Any]) -> Iterator[int]:
-        for _ in placeholder:
-            pass
-        rng = ranges[index]
-        partials = windowed_counts.aggregate(pageviews.decode(r) for r in read_range(kafka, rng))
-        # the same per-worker engine the library uses: only the protocol differs between variants
-        with worker_engine(db).begin() as conn:
-            windowed_counts.write(conn, rng, partials)
-        yield sum(v[0] for v in partials.values())
-
-    return task
+def _rotated(items: tuple[str, ...], by: int) -> list[str]:
+    k = by % len(items)
+    return [*items[k:], *items[:k]]
 
 
-def run_no_offsets(spark: Any, db: DatabaseSettings, kafka: KafkaSettings, topic: str) -> int:
-    """Plain at-least-once: same ranges, same writes, no claim and no stored offsets."""
-    ends = {tp: end for tp, (_, end) in watermarks(kafka, [(topic, p) for p in range(PARTITIONS)]).items()}
-    position = dict.fromkeys(ends, 0)
-    total = 0
-    while True:
-        ranges = plan_ranges(position, ends, max_per_partition=PER_PARTITION)
-        if not ranges:
-            return total
-        rdd = spark.sparkContext.parallelize(range(len(ranges)), len(ranges))
-        total += sum(rdd.mapPartitionsWithIndex(_no_offsets_task(db, kafka, ranges)).collect())
-        position.update({r.key: r.until for r in ranges})
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=int(os.environ.get("BENCH_MESSAGES", "500000")))
-    parser.add_argument("--repeat", type=int, default=int(os.environ.get("BENCH_REPEAT", "1")))
-    args = parser.parse_args()
+def measure(size: Size) -> dict[str, Any]:
+    """Produce the topics, run the sweep and the latency probes; the result (not yet published)."""
+    started = time.perf_counter()
     db, kafka = from_env()
     db = DatabaseSettings(db.url, schema=f"bench_{uuid.uuid4().hex[:8]}")
     migrate.upgrade(db)
     examples_migrate.upgrade(db)
-    engine = engine_for(db)
-    spark = local_session("txn-offsets-bench", master="local[2]")
-    results: dict[str, list[float]] = {}
-    # warm up the JVM and the Python workers so the first variant does not pay for them
-    spark.sparkContext.parallelize(range(1000), 2).map(lambda x: x + 1).sum()
+    jars = tuple(str(p) for p in spark_kafka_jars(timeout_s=600))
+    bench = Bench(size, db, kafka, jars)
+    say(
+        f"size={size.name} points={', '.join(p.name for p in bench.points)} "
+        f"contenders={','.join(size.contenders)}"
+    )
     try:
-        for rep in range(args.repeat):
-            topic = f"bench-{uuid.uuid4().hex[:8]}"
-            admin = AdminClient(kafka.client_config())
-            admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
-            oracle = pageviews.produce(
-                kafka.bootstrap_servers, topic, args.messages, partitions=PARTITIONS, abort_every=0
-            )
-            expected = dict(oracle.windows)
-            variants: dict[str, Callable[[str], None]] = {
-                "txn_offsets": lambda t: _check(
-                    run_job(
-                        spark,
-                        job=f"b-{t}",
-                        kafka=kafka,
-                        database=db,
-                        writer=windowed_counts.WRITER,
-                        topics=[t],
-                        start=StartPolicy.earliest(),
-                        limits=Limits(max_records_per_partition=PER_PARTITION),
-                        until_caught_up=True,
-                    ).records,
-                    args.messages,
-                ),
-                "no_offsets": lambda t: _check(run_no_offsets(spark, db, kafka, t), args.messages),
-                "per_record_rows": lambda t: _check(
-                    run_job(
-                        spark,
-                        job=f"e-{t}",
-                        kafka=kafka,
-                        database=db,
-                        writer=idempotent_events.WRITER,
-                        topics=[t],
-                        start=StartPolicy.earliest(),
-                        limits=Limits(max_records_per_partition=PER_PARTITION),
-                        until_caught_up=True,
-                    ).records,
-                    args.messages,
-                ),
-            }
-            for name, run in variants.items():
-                _clear(engine, topic)
-                t0 = time.perf_counter()
-                run(topic)
-                seconds = time.perf_counter() - t0
-                if name != "per_record_rows" and _windows(engine, topic) != expected:
-                    raise SystemExit(f"bench: {name} produced wrong window counts")
-                results.setdefault(name, []).append(seconds)
-                print(f"bench: run {rep + 1} {name:16} {seconds:7.2f}s", flush=True)
-            _clear(engine, topic)
+        described = machine.describe(bench.engine)
+        bench.produce()
+        bench.sweep()
     finally:
-        spark.stop()
-        with engine.begin() as conn:
-            conn.execute(sa.text(f'DROP SCHEMA "{db.schema}" CASCADE'))
-        engine.dispose()
-    base = min(results["txn_offsets"])
-    setup = f"{args.messages:,} page views, {PARTITIONS} partitions, Spark local[2]"
-    print(f"\nbench: {setup}, best of {args.repeat}")
-    print(f"  {'variant':16} {'seconds':>8} {'records/s':>11} {'time vs txn_offsets':>20}")
-    for name, times in results.items():
-        best = min(times)
-        print(f"  {name:16} {best:8.2f} {args.messages / best:11,.0f} {best / base:19.2f}x")
+        bench.close()
+    small, large = size.headline(size.small_cap), size.headline(size.large_cap)
+    reduced = size.name == "full" and size.messages < FULL.messages
+    result = {
+        "meta": {
+            "size": size.name,
+            "messages": size.messages,
+            "reduced_note": f", reduced from {FULL.messages:,}" if reduced else "",
+            "finished_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "seconds": time.perf_counter() - started,
+            "settings": dict(vars(size)),
+            "points": [
+                {
+                    "name": p.name,
+                    "partitions": p.partitions,
+                    "cap": p.cap,
+                    "messages": p.messages,
+                    "topic": bench.dataset(p).topic,
+                }
+                for p in bench.points
+            ],
+            "headline_points": [small.name, large.name],
+            "machine": described,
+            "machine_summary": machine.summary(described),
+            "follow_interval_s": FOLLOW_INTERVAL_S,
+        },
+        "runs": bench.runs,
+        "latency": bench.latency,
+    }
+    result["headline"] = report.headline(result)
+    return result
+
+
+def publish(result: dict[str, Any], out: Path, docs: bool) -> None:
+    """JSON + PNG (+ docs/benchmarks.md), the table, and the ratio line last."""
+    png = DOC.with_suffix(".png") if docs else out.with_suffix(".png")
+    plot.plot(result, png)
+    report.write_json(result, out)
+    if docs:
+        report.write_json(result, RESULTS / "full.json")
+        report.update_docs(DOC, report.markdown(result, png.name))
+    print()
+    print(report.console_table(result))
+    print()
+    say(f"json {out}; plot {png}{'; docs/benchmarks.md updated' if docs else ''}")
+    print(report.final_line(report.headline(result)), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--size", default=None, help="smoke | full (default: BENCH_SIZE, else full)")
+    parser.add_argument("--out", type=Path, default=None, help="the JSON file (default: benchmarks/results/)")
+    parser.add_argument(
+        "--docs",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="update docs/benchmarks.md and its PNG (default: only for full)",
+    )
+    parser.add_argument(
+        "--render", type=Path, default=None, help="publish a saved JSON again, measure nothing"
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if args.render is not None:
+        result = json.loads(args.render.read_text())
+        result["meta"]["machine_summary"] = machine.summary(result["meta"]["machine"])
+        docs = bool(args.docs) if args.docs is not None else result["meta"]["size"] == "full"
+        publish(result, args.out or args.render, docs)
+        return 0
+    size = size_from_env(args.size)
+    docs = args.docs if args.docs is not None else size.name == "full"
+    result = measure(size)
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+    publish(result, args.out or RESULTS / f"{size.name}-{stamp}.json", docs)
     return 0
-
-
-def _check(records: int, expected: int) -> None:
-    if records != expected:
-        raise SystemExit(f"bench: a variant read {records} records, expected {expected}")
-
-
-def _clear(engine: sa.Engine, topic: str) -> None:
-    with engine.begin() as conn:
-        conn.execute(sa.delete(window_counts).where(window_counts.c.topic == topic))
-        conn.execute(sa.delete(events).where(events.c.topic == topic))
 
 
 if __name__ == "__main__":

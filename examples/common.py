@@ -50,6 +50,8 @@ def run_example(
             batch_interval_s=args.batch_interval,
             until_caught_up=not args.follow,
             on_batch=on_batch,
+            # the examples show their lag in Kafka's tools: offsets mirrored to a group named after the job
+            mirror_group=args.job,
         )
     finally:
         if spark is None:

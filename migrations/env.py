@@ -43,7 +43,14 @@ def run_migrations_online() -> None:
             return name == schema
         return True
 
-    engine = engine_for(db, poolclass=NullPool)
+    # The migration session sees only pg_catalog on its search_path. Otherwise, when our schema is
+    # the session's default (a role named like the schema meets "$user" first, or a search_path
+    # naming it), SQLAlchemy reflects its tables as "the default schema" (schema None) while the
+    # models name the schema: autogenerate would report every table missing, and PostgreSQL would
+    # print foreign keys to it unqualified. Every migration names the schema explicitly, so nothing
+    # needs the search_path; appended last, this -c wins over the URL's and the role's settings.
+    options = f"{db.connect_args()['options']} -c search_path=pg_catalog"
+    engine = engine_for(db, poolclass=NullPool, connect_args={"options": options})
     try:
         with engine.connect() as connection:
             context.configure(

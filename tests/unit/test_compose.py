@@ -21,7 +21,7 @@ def compose() -> dict[str, Any]:
 
 
 def test_services_present(compose: dict[str, Any]) -> None:
-    assert set(compose["services"]) == {"postgres", "kafka", "migrate", "job"}
+    assert set(compose["services"]) == {"postgres", "kafka", "migrate", "job", "serve"}
 
 
 def test_same_major_versions_as_the_local_stack(compose: dict[str, Any]) -> None:
@@ -31,7 +31,7 @@ def test_same_major_versions_as_the_local_stack(compose: dict[str, Any]) -> None
     assert kafka_tag.split(":")[1].split(".")[0] == local_kafka.KAFKA_VERSION.split(".")[0]
 
 
-@pytest.mark.parametrize("name", ["postgres", "kafka"])
+@pytest.mark.parametrize("name", ["postgres", "kafka", "serve"])
 def test_services_have_healthchecks_and_loopback_ports(compose: dict[str, Any], name: str) -> None:
     svc = compose["services"][name]
     assert svc["healthcheck"]["test"][0] in ("CMD", "CMD-SHELL")
@@ -63,3 +63,18 @@ def test_job_and_migrate_share_the_connection_settings(compose: dict[str, Any]) 
     assert job_env == compose["services"]["migrate"]["environment"]
     assert job_env["TXN_OFFSETS_DATABASE_URL"].startswith("postgresql+psycopg://")
     assert job_env["TXN_OFFSETS_KAFKA_BOOTSTRAP"] == "kafka:19092"
+
+
+def test_serve_waits_for_the_schema_and_checks_its_health(compose: dict[str, Any]) -> None:
+    serve = compose["services"]["serve"]
+    assert serve["command"][:2] == ["txn-offsets", "serve"]
+    assert "/healthz" in " ".join(serve["healthcheck"]["test"])
+    assert serve["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+    assert serve["depends_on"]["kafka"]["condition"] == "service_healthy"
+    env = serve["environment"]
+    assert (
+        env["TXN_OFFSETS_DATABASE_URL"]
+        == compose["services"]["job"]["environment"]["TXN_OFFSETS_DATABASE_URL"]
+    )
+    # the token is passed through from the host's environment, never written here
+    assert env["TXN_OFFSETS_SERVE_TOKEN"] == "${TXN_OFFSETS_SERVE_TOKEN:-}"

@@ -32,7 +32,13 @@ def _dbapi(cls: type[sa.exc.DBAPIError], message: str, sqlstate: str | None) -> 
 def test_tables_are_per_schema_and_cached() -> None:
     assert tables_for("s1") is tables_for("s1")
     assert tables_for("s1").offsets.schema == "s1" and tables_for("s2").offsets.schema == "s2"
-    assert set(metadata_for("s1").tables) == {"s1.jobs", "s1.offsets", "s1.offset_audit", "s1.dead_letters"}
+    assert set(metadata_for("s1").tables) == {
+        "s1.jobs",
+        "s1.offsets",
+        "s1.offset_audit",
+        "s1.dead_letters",
+        "s1.job_stats",
+    }
 
 
 @pytest.mark.parametrize("schema", ["Bad", "x-y", "a;drop", "", "1abc"])

@@ -5,8 +5,9 @@
 :func:`apply_reset` re-checks the plan under the job's lock, refuses while a live run holds the
 lease (unless forced), then writes the offsets, the audit rows and the generation bump at once.
 
-``offsets lag`` (:func:`offset_lag`) compares the stored offsets with Kafka's end offsets at the
-readers' isolation level (the LSO under read_committed), as the planner does.
+``offsets lag`` (:func:`offset_lag`, from :mod:`txn_offsets.cli.lag`) compares the stored offsets
+with Kafka's end offsets at the readers' isolation level (the LSO under read_committed), as the
+planner does, and reports the age of the oldest unprocessed record.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Literal
 
 import sqlalchemy as sa
 
+from txn_offsets.cli.lag import LagReport, PartitionLag, offset_lag
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError, JobAlreadyRunning
 from txn_offsets.ranges import TopicPartition
@@ -119,40 +121,6 @@ class ResetPlan:
     heartbeat_age_s: float
 
 
-@dataclass(frozen=True)
-class PartitionLag:
-    """One partition's lag: the offsets between the stored position and the end offset."""
-
-    topic: str
-    partition: int
-    offset: int | None  # None: no row yet (a partition added to a topic the job reads)
-    log_start: int
-    end: int  # the LSO under read_committed, the high watermark under read_uncommitted
-
-    @property
-    def lag(self) -> int:
-        """Offsets left to process; an upper bound on records (markers, aborted records and
-        compaction leave gaps). A partition without a row starts at the log start, as planned."""
-        start = self.log_start if self.offset is None else self.offset
-        return max(0, self.end - start)
-
-    @property
-    def lost(self) -> int:
-        """Offsets deleted from Kafka before they were processed (the next plan: DataLoss or a skip)."""
-        return 0 if self.offset is None else max(0, self.log_start - self.offset)
-
-
-@dataclass(frozen=True)
-class LagReport:
-    job: str
-    isolation_level: str
-    partitions: tuple[PartitionLag, ...]
-
-    @property
-    def total(self) -> int:
-        return sum(p.lag for p in self.partitions)
-
-
 def show_offsets(engine: sa.Engine, db: DatabaseSettings, job: str | None = None) -> list[OffsetRow]:
     o = tables_for(db.schema).offsets
     stmt = sa.select(o).order_by(o.c.job, o.c.topic, o.c.part)
@@ -198,31 +166,6 @@ def audit_log(engine: sa.Engine, db: DatabaseSettings, job: str, *, limit: int =
             AuditRow(r.at, r.topic, r.part, r.old_off, r.new_off, r.action, r.reason, r.actor, r.generation)
             for r in conn.execute(stmt)
         ]
-
-
-def offset_lag(
-    engine: sa.Engine, db: DatabaseSettings, job: str, kafka: KafkaSettings, *, timeout_s: float = 10.0
-) -> LagReport:
-    """Per partition of `job`: stored offset, end offset and lag. Reads only.
-
-    Covers every partition with a stored offset plus partitions added since to the topics the job
-    reads (the planner seeds those at the log start). End offsets are asked at `kafka`'s isolation
-    level, the same the planner and the readers use.
-    """
-    from txn_offsets.kafka import metadata
-
-    validate_job(job)
-    with translate_errors(db), engine.connect() as conn:
-        lock_job(conn, db, job, for_update=False)  # UnknownJob rather than an empty report
-        stored = offset_rows.load_offsets(conn, db, job)
-    keys = set(stored)
-    for topic in sorted({t for t, _ in stored}):
-        keys.update((topic, p) for p in metadata.partitions_for(kafka, topic, timeout_s=timeout_s))
-    marks = metadata.watermarks(kafka, keys, timeout_s=timeout_s) if keys else {}
-    rows = tuple(
-        PartitionLag(t, p, stored.get((t, p)), marks[(t, p)][0], marks[(t, p)][1]) for t, p in sorted(keys)
-    )
-    return LagReport(job, kafka.isolation_level, rows)
 
 
 def _kafka(kafka: KafkaSettings | None, target: ResetTarget) -> KafkaSettings:

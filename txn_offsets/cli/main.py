@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from txn_offsets.errors import TxnOffsetsError
+from txn_offsets.logs import logging_configured
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -46,6 +47,9 @@ def _dev(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="txn-offsets", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="show INFO logs (default: warnings and errors only)"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     dev = sub.add_parser("dev", help="the embedded local stack (PostgreSQL + Kafka on loopback)")
@@ -57,22 +61,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dev.set_defaults(handler=_dev)
 
-    from txn_offsets.cli import subcommands
+    from txn_offsets.cli import serve, subcommands
 
     subcommands.register(sub)
+    serve.register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.debug else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     handler: Handler = args.handler
     try:
-        return handler(args)
+        # the commands print their own results: logs are for warnings unless asked for
+        # (TXN_OFFSETS_LOG_FORMAT=json gives JSON lines)
+        level = logging.DEBUG if args.debug else logging.INFO if args.verbose else logging.WARNING
+        with logging_configured(level, quiet_libraries=not (args.debug or args.verbose)):
+            return handler(args)
     except TxnOffsetsError as exc:
         if args.debug:
             raise

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Iterator, Sequence
+import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from datetime import datetime
 
 import sqlalchemy as sa
 
-from txn_offsets.cli import commands
+from txn_offsets.cli import commands, output
 from txn_offsets.config import DatabaseSettings, database_from_env, kafka_from_env
 from txn_offsets.errors import ConfigError, JobAlreadyRunning
 from txn_offsets.store import migrate
@@ -34,13 +36,6 @@ def _engine(db: DatabaseSettings) -> Iterator[sa.Engine]:
         yield engine
     finally:
         engine.dispose()
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-    cells = [[str(c) for c in header], *[["-" if c is None else str(c) for c in row] for row in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    for row in cells:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
 def _db_cmd(args: argparse.Namespace) -> int:
@@ -72,7 +67,10 @@ def _show(args: argparse.Namespace) -> int:
     db = _db(args)
     with _engine(db) as engine:
         rows = commands.show_offsets(engine, db, args.job)
-    _table(
+    if args.format == "json":
+        output.emit_json([asdict(r) for r in rows])
+        return 0
+    output.table(
         ["JOB", "TOPIC", "PARTITION", "OFFSET", "UPDATED"],
         [(r.job, r.topic, r.partition, r.offset, r.updated_at.isoformat(timespec="seconds")) for r in rows],
     )
@@ -83,7 +81,10 @@ def _jobs(args: argparse.Namespace) -> int:
     db = _db(args)
     with _engine(db) as engine:
         rows = commands.list_jobs(engine, db)
-    _table(
+    if args.format == "json":
+        output.emit_json([{**asdict(r), "state": "live" if r.live else "idle"} for r in rows])
+        return 0
+    output.table(
         ["JOB", "GENERATION", "STATE", "RUN", "HEARTBEAT_AGE_S", "PARTITIONS"],
         [
             (
@@ -146,30 +147,45 @@ def _reset(args: argparse.Namespace) -> int:
 
 
 def _lag(args: argparse.Namespace) -> int:
+    if args.fail_over is not None and args.fail_over < 0:
+        raise ConfigError("--fail-over", f"{args.fail_over} is negative; give the lag (offsets) to allow")
     db = _db(args)
     kafka = kafka_from_env(bootstrap=args.kafka_bootstrap)
     with _engine(db) as engine:
         report = commands.offset_lag(engine, db, args.job, kafka)
-    _table(
-        ["TOPIC", "PARTITION", "OFFSET", "END", "LAG", "NOTE"],
-        [
-            (
-                p.topic,
-                p.partition,
-                p.offset,
-                p.end,
-                p.lag,
-                "new partition (starts at the log start)"
-                if p.offset is None
-                else (f"{p.lost} offsets deleted before processing" if p.lost else ""),
-            )
-            for p in report.partitions
-        ],
-    )
-    print(
-        f"total lag of job {report.job!r}: {report.total} offsets over {len(report.partitions)} "
-        f"partition(s) (end offsets at {report.isolation_level})"
-    )
+    if args.format == "json":
+        output.emit_json(report.as_dict())
+    else:
+        output.table(
+            ["TOPIC", "PARTITION", "OFFSET", "END", "LAG", "LAG_S", "NOTE"],
+            [
+                (
+                    p.topic,
+                    p.partition,
+                    p.offset,
+                    p.end,
+                    p.lag,
+                    None if p.lag_seconds is None else f"{p.lag_seconds:.1f}",
+                    "new partition (starts at the log start)"
+                    if p.offset is None
+                    else (f"{p.lost} offsets deleted before processing" if p.lost else ""),
+                )
+                for p in report.partitions
+            ],
+        )
+        oldest = report.max_lag_seconds
+        print(
+            f"total lag of job {report.job!r}: {report.total} offsets over {len(report.partitions)} "
+            f"partition(s) (end offsets at {report.isolation_level})"
+            + ("" if oldest is None else f"; oldest unprocessed record {oldest:.1f}s old")
+        )
+    if args.fail_over is not None and report.total > args.fail_over:
+        print(
+            f"txn-offsets: lag of job {report.job!r} is {report.total} offsets, over --fail-over "
+            f"{args.fail_over}",
+            file=sys.stderr,
+        )
+        return 2
     return 0
 
 
@@ -177,7 +193,10 @@ def _history(args: argparse.Namespace) -> int:
     db = _db(args)
     with _engine(db) as engine:
         rows = commands.audit_log(engine, db, args.job, limit=args.limit)
-    _table(
+    if args.format == "json":
+        output.emit_json([asdict(r) for r in rows])
+        return 0
+    output.table(
         ["AT", "TOPIC", "PARTITION", "OLD", "NEW", "ACTION", "ACTOR", "REASON"],
         [
             (
@@ -194,6 +213,12 @@ def _history(args: argparse.Namespace) -> int:
         ],
     )
     return 0
+
+
+def _format(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--format", choices=output.FORMATS, default="table", help="table (default) or json (for scripts)"
+    )
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -219,6 +244,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     show = offsets.add_parser("show", parents=[common], help="the stored offsets (all jobs, or --job)")
     show.add_argument("--job")
+    _format(show)
     show.set_defaults(handler=_show)
 
     reset = offsets.add_parser("reset", parents=[common], help="move a job's offsets (audited)")
@@ -250,15 +276,28 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=None,
         help="Kafka bootstrap servers (default: $TXN_OFFSETS_KAFKA_BOOTSTRAP)",
     )
+    _format(lag)
+    lag.add_argument(
+        "--fail-over",
+        type=int,
+        metavar="N",
+        help="exit with code 2 when the total lag is over N offsets (for scripts and probes)",
+    )
     lag.set_defaults(handler=_lag)
+
+    from txn_offsets.cli import imports
+
+    imports.register(offsets, common)
 
     history = offsets.add_parser("history", parents=[common], help="the audit log of a job, newest first")
     history.add_argument("--job", required=True)
     history.add_argument("--limit", type=int, default=50)
+    _format(history)
     history.set_defaults(handler=_history)
 
     jobs = sub.add_parser("jobs", help="jobs, their generation and live run").add_subparsers(
         dest="jobs_command", required=True
     )
     listing = jobs.add_parser("list", parents=[common], help="every job of the store")
+    _format(listing)
     listing.set_defaults(handler=_jobs)

@@ -35,11 +35,22 @@ _admins: dict[str, AdminClient] = {}
 _admins_lock = threading.Lock()
 
 
+def _key(kafka: KafkaSettings) -> str:
+    return repr((kafka.bootstrap_servers, sorted(kafka.extra.items())))
+
+
+def forget_admin_client(kafka: KafkaSettings) -> None:
+    """Drop the cached client after Kafka was unreachable: a client kept for an address that does
+    not answer reconnects (and logs) forever; the next call makes a fresh one."""
+    with _admins_lock:
+        _admins.pop(_key(kafka), None)
+
+
 def admin_client(kafka: KafkaSettings) -> AdminClient:
     """One AdminClient per Kafka settings in this process: a plan makes three metadata calls, and a
     new client per call costs a connection and a bootstrap round trip each time (and stalls of a
     second or more on a busy machine). AdminClient is thread-safe."""
-    key = repr((kafka.bootstrap_servers, sorted(kafka.extra.items())))
+    key = _key(kafka)
     with _admins_lock:
         admin = _admins.get(key)
         if admin is None:
@@ -51,6 +62,7 @@ def _topics_metadata(kafka: KafkaSettings, timeout_s: float, topic: str | None =
     try:
         return admin_client(kafka).list_topics(topic=topic, timeout=timeout_s)
     except KafkaException as exc:
+        forget_admin_client(kafka)
         raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, _describe(exc)) from None
 
 
@@ -69,6 +81,7 @@ def partitions_for(kafka: KafkaSettings, topic: str, *, timeout_s: float = 10.0)
         code = info.error.code() if info is not None and info.error is not None else None
         if code in (None, KafkaError.UNKNOWN_TOPIC_OR_PART):
             raise ConfigError("topics", f"topic {topic!r} does not exist on {kafka.bootstrap_servers}")
+        forget_admin_client(kafka)
         raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, f"metadata for {topic!r}: {info.error}")
     return sorted(info.partitions)
 
@@ -101,8 +114,10 @@ def describe_topics(
                 raise ConfigError(
                     "topics", f"topic {topic!r} does not exist on {kafka.bootstrap_servers}"
                 ) from None
+            forget_admin_client(kafka)
             raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, _describe(exc)) from None
         except TimeoutError:
+            forget_admin_client(kafka)
             raise ServiceUnavailable(
                 "Kafka", kafka.bootstrap_servers, f"no description of topic {topic!r} in {timeout_s}s"
             ) from None
@@ -147,8 +162,10 @@ def _list_offsets(
                 raise ConfigError(
                     "topics", f"{tp.topic}[{tp.partition}] does not exist on {kafka.bootstrap_servers}"
                 ) from None
+            forget_admin_client(kafka)
             raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, _describe(exc)) from None
         except TimeoutError:
+            forget_admin_client(kafka)
             raise ServiceUnavailable(
                 "Kafka", kafka.bootstrap_servers, f"no offsets for {tp.topic}[{tp.partition}] in {timeout_s}s"
             ) from None

@@ -8,12 +8,10 @@ One log line per batch: ranges, records, outcomes, duration and the lag left.
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from types import FrameType
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -32,6 +30,8 @@ from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import ON_DATA_LOSS, Limits, TopicSelection, plan_batch, preflight
 from txn_offsets.spark.batch import Batch, batch_deadline
 from txn_offsets.spark.executor import ReadOptions, TaskReport
+from txn_offsets.spark.publish import BatchPublisher
+from txn_offsets.spark.signals import stop_on_signals
 from txn_offsets.spark.writers import Writer
 from txn_offsets.store.database import engine_for
 from txn_offsets.store.runs import Run, end_run, heartbeat, keep_lease, start_run
@@ -101,6 +101,7 @@ def run_job(
     retries: int = 3,
     retry_backoff_s: float = 1.0,
     batch_timeout_s: float | None = 600.0,
+    mirror_group: str | None = None,
 ) -> JobSummary:
     """Run `job` on `spark` until stopped; returns a summary. Raises our errors with context.
 
@@ -113,6 +114,9 @@ def run_job(
     A batch whose Spark job is still running after `batch_timeout_s` (a frozen or lost executor
     holding its range) is cancelled - Spark kills its tasks - and fails as a transient BatchFailed;
     the lease is renewed only until then. None: no timeout.
+
+    With `mirror_group`, the committed offsets are also stored in that Kafka consumer group after
+    each batch's database commit (best effort, never read back) so Kafka's lag tools see the job.
     """
     if not isinstance(job, str) or not job.strip() or len(job) > 200:
         raise ConfigError("job", f"{job!r}: give a non-empty job name of at most 200 characters")
@@ -146,8 +150,16 @@ def run_job(
         raise
     run = start_run(engine, database, job, force=force, lease_s=lease_s)
     summary = JobSummary(job=job, generation=run.generation)
+    publisher = BatchPublisher(
+        engine,
+        database,
+        kafka,
+        job,
+        mirror_group=mirror_group,
+        on_batch=on_batch,
+    )
     started = time.monotonic()
-    restore = _install_signal_handlers(stop)
+    restore = stop_on_signals(stop)
     failures = 0
     try:
         while True:
@@ -164,7 +176,7 @@ def run_job(
                     kafka=kafka,
                     writer=writer,
                     read=read,
-                    on_batch=on_batch,
+                    publisher=publisher,
                     selection=selection,
                     start=start,
                     limits=limits,
@@ -198,7 +210,11 @@ def run_job(
                 summary.stopped_by = "caught_up"
                 break
             stop.wait(batch_interval_s)
+    except BaseException as exc:
+        publisher.run_failed(exc)
+        raise
     finally:
+        publisher.close()
         restore()
         _end_quietly(engine, database, run)
         summary.seconds = time.monotonic() - started
@@ -216,7 +232,7 @@ def _step(
     kafka: KafkaSettings,
     writer: Writer,
     read: ReadOptions,
-    on_batch: Callable[[BatchReport], None] | None,
+    publisher: BatchPublisher,
     selection: TopicSelection,
     start: StartPolicy | None,
     limits: Limits,
@@ -250,7 +266,7 @@ def _step(
             writer=writer,
             read=read,
             lag_after=plan.lag_after,
-            on_batch=on_batch,
+            publisher=publisher,
             timeout_s=batch_timeout_s,
         )
     return True
@@ -276,7 +292,7 @@ def _run_batch(
     writer: Writer,
     read: ReadOptions,
     lag_after: int,
-    on_batch: Callable[[BatchReport], None] | None,
+    publisher: BatchPublisher,
     timeout_s: float | None,
 ) -> None:
     number = summary.batches + 1
@@ -325,8 +341,7 @@ def _run_batch(
         report.seconds,
         lag_after,
     )
-    if on_batch is not None:
-        on_batch(report)
+    publisher.batch_committed(report, report.seconds, reports)
 
 
 def _spark_error_summary(exc: BaseException) -> str:
@@ -337,21 +352,3 @@ def _spark_error_summary(exc: BaseException) -> str:
         if stripped.startswith(("txn_offsets.", "psycopg.", "sqlalchemy.")) or "Error:" in stripped:
             return stripped[:1000]
     return text.splitlines()[0][:1000] if text else type(exc).__name__
-
-
-def _install_signal_handlers(stop: threading.Event) -> Any:
-    """Stop between batches on SIGTERM/SIGINT (only possible from the main thread)."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-
-    def handler(signum: int, _frame: FrameType | None) -> None:
-        logger.info("received %s: stopping after the current batch", signal.Signals(signum).name)
-        stop.set()
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
-
-    def restore() -> None:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-    return restore

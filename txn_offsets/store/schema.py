@@ -5,7 +5,7 @@ are built per schema name by :func:`tables_for` (cached: one set of Table object
 alembic environment uses :func:`metadata_for` as ``target_metadata`` and ``alembic check`` compares
 it with the migrations, so a change here without a migration is caught as drift.
 
-Four tables:
+Five tables:
 
 * ``offsets``: the next offset to read per (job, topic, partition), and the Kafka topic id it belongs
   to. It moves only by the guarded claim of a batch (``off = :from``), or by an audited action.
@@ -16,6 +16,9 @@ Four tables:
 * ``dead_letters``: records a decoder rejected, when the writer keeps them instead of failing the
   batch; written in the same transaction as the range's results and offset, so results plus dead
   letters always account for every record exactly once.
+* ``job_stats``: per job, cumulative batch statistics for ``txn-offsets serve`` (a histogram of
+  batch durations, outcome counters). Written by the runner in its own short transaction after a
+  batch, never inside one; no foreign key, so writing it never locks a job row.
 """
 
 from __future__ import annotations
@@ -27,7 +30,16 @@ import sqlalchemy as sa
 
 from txn_offsets.config import validate_identifier
 
-__all__ = ["AUDIT_ACTIONS", "DEFAULT_SCHEMA", "Tables", "metadata_for", "run_role_grants", "tables_for"]
+__all__ = [
+    "AUDIT_ACTIONS",
+    "BATCH_SECONDS_BUCKETS",
+    "DEFAULT_SCHEMA",
+    "STAT_OUTCOMES",
+    "Tables",
+    "metadata_for",
+    "run_role_grants",
+    "tables_for",
+]
 
 DEFAULT_SCHEMA = "txn_offsets"
 
@@ -45,6 +57,21 @@ NAMING_CONVENTION = {
 
 _TS = sa.DateTime(timezone=True)
 
+#: Upper bounds (seconds) of the batch duration histogram's buckets; ``job_stats.batch_buckets``
+#: holds one count per bound plus one for +Inf. Changing them needs a migration that resets it.
+BATCH_SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+
+#: The counters of ``job_stats``: ranges committed / found already committed, and failures.
+STAT_OUTCOMES = (
+    "committed",
+    "already_committed",
+    "conflict",
+    "fenced",
+    "rejected",
+    "data_loss",
+    "mirror_failed",
+)
+
 
 @dataclass(frozen=True)
 class Tables:
@@ -55,6 +82,7 @@ class Tables:
     offsets: sa.Table
     audit: sa.Table
     dead_letters: sa.Table
+    stats: sa.Table
 
 
 @functools.cache
@@ -130,7 +158,23 @@ def tables_for(schema: str = DEFAULT_SCHEMA) -> Tables:
         sa.Column("error", sa.Text, nullable=False),
         sa.Column("at", _TS, nullable=False, server_default=sa.func.now()),
     )
-    return Tables(md, jobs, offsets, audit, dead_letters)
+    stats = sa.Table(
+        "job_stats",
+        md,
+        sa.Column("job", sa.Text, primary_key=True),
+        sa.Column("batches", sa.BigInteger, nullable=False, server_default=sa.text("0")),
+        sa.Column("batch_seconds_sum", sa.Double, nullable=False, server_default=sa.text("0")),
+        # non-cumulative counts per bucket of BATCH_SECONDS_BUCKETS, the last one for +Inf
+        sa.Column("batch_buckets", sa.ARRAY(sa.BigInteger), nullable=False),
+        *[
+            sa.Column(name, sa.BigInteger, nullable=False, server_default=sa.text("0"))
+            for name in STAT_OUTCOMES
+        ],
+        sa.Column("last_batch_at", _TS, nullable=True),
+        sa.Column("updated_at", _TS, nullable=False, server_default=sa.func.now()),
+        sa.CheckConstraint("batches >= 0", name="batches_nonneg"),
+    )
+    return Tables(md, jobs, offsets, audit, dead_letters, stats)
 
 
 def metadata_for(schema: str = DEFAULT_SCHEMA) -> sa.MetaData:
@@ -151,5 +195,6 @@ def run_role_grants(schema: str, role: str) -> list[str]:
         f"GRANT SELECT, INSERT, UPDATE ON {s}.jobs, {s}.offsets TO {r}",
         f"GRANT SELECT, INSERT ON {s}.offset_audit TO {r}",
         f"GRANT SELECT, INSERT ON {s}.dead_letters TO {r}",
+        f"GRANT SELECT, INSERT, UPDATE ON {s}.job_stats TO {r}",
         f"GRANT SELECT ON {s}.alembic_version TO {r}",
     ]

@@ -1,37 +1,79 @@
-"""A small run of ``make bench``: every variant's results are checked against the oracle inside
-the benchmark (a wrong count exits non-zero); here we check it ran all three and reported them.
-No timing is asserted: performance claims come from ``make bench`` itself."""
+"""``make bench`` at BENCH_SIZE=smoke, as a subprocess: every contender's result is checked against
+the oracle inside the benchmark (a wrong count exits non-zero); here we check that it measured every
+contender at every point, fresh and warm, ran both latency probes, wrote its JSON and plot, and
+ended with the ratio line. No timing is asserted: performance claims come from ``make bench``."""
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
+from benchmarks.settings import FOLLOWERS, LIMIT_CONTENDERS, READER, SPARK_CONTENDERS
 from tests.fix_services import REPO, Services
 
+FINAL = re.compile(
+    r"^bench: eo_vs_sss_small=(?P<a>\S+) eo_vs_sss_large=(?P<b>\S+) eo_vs_alo=(?P<c>\S+) "
+    r"reader_vs_raw=(?P<d>\S+) writes_vs_copy=(?P<e>\S+)$"
+)
 
-def test_bench_smoke(services: Services) -> None:
+
+def test_bench_smoke(services: Services, tmp_path: Path) -> None:
+    out = tmp_path / "smoke.json"
     env = {
         **os.environ,
         "TXN_OFFSETS_DATABASE_URL": services.database_url,
         "TXN_OFFSETS_KAFKA_BOOTSTRAP": services.kafka_bootstrap,
         "PYTHONPATH": str(REPO),
+        "BENCH_SIZE": "smoke",
     }
+    for knob in ("BENCH_MESSAGES", "BENCH_PARTITIONS", "BENCH_REPEAT", "BENCH_MAX_BATCHES"):
+        env.pop(knob, None)
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench", "--messages", "5000"],
+        [sys.executable, "-m", "benchmarks.bench", "--out", str(out), "--no-docs"],
         cwd=REPO,
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=900,
         check=False,
     )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    rows = dict(
-        re.findall(r"^  (txn_offsets|no_offsets|per_record_rows)\s+([\d.]+)", done.stdout, re.MULTILINE)
-    )
-    assert set(rows) == {"txn_offsets", "no_offsets", "per_record_rows"}
-    assert all(float(seconds) > 0 for seconds in rows.values())
-    assert "bench: 5,000 page views" in done.stdout
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    last = done.stdout.strip().splitlines()[-1]
+    match = FINAL.match(last)
+    assert match, f"unexpected last line: {last!r}"
+    assert all(math.isfinite(float(v)) and float(v) > 0 for v in match.groupdict().values()), last
+
+    result = json.loads(out.read_text())
+    assert out.with_suffix(".png").stat().st_size > 10_000
+    assert result["meta"]["size"] == "smoke"
+    points = {p["name"] for p in result["meta"]["points"]}
+    assert {p["partitions"] for p in result["meta"]["points"]} == {1, 8}
+    runs = result["runs"]
+    for contender in (*SPARK_CONTENDERS, *LIMIT_CONTENDERS):
+        mine = [r for r in runs if r["contender"] == contender]
+        assert any(r["label"] == "fresh" for r in mine), contender
+        warm_points = {r["point"] for r in mine if r["label"] == "warm"}
+        if contender == READER:  # once per topic
+            assert warm_points, contender
+        else:
+            assert warm_points == points, contender
+        for run in mine:
+            assert run["records"] == run["messages"] > 0
+            assert run["records_per_s"] > 0 and run["batches"] >= 1
+            assert run["peak_rss_mb"] > 0 and run["cpu_s"] >= 0
+    assert {p["contender"] for p in result["latency"]} == set(FOLLOWERS)
+    for probe in result["latency"]:
+        assert probe["producer_batches"] > 0
+        assert 0 < probe["p50_ms"] <= probe["p99_ms"] <= probe["max_ms"]
+    assert set(result["headline"]) == {
+        "eo_vs_sss_small",
+        "eo_vs_sss_large",
+        "eo_vs_alo",
+        "reader_vs_raw",
+        "writes_vs_copy",
+    }

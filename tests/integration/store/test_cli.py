@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
+from datetime import datetime
 
 import pytest
 import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings
+from txn_offsets.store import migrate
 from txn_offsets.store.runs import lock_job, start_run
 
 from .helpers import Cli, offsets_of, produce_counts, seed
@@ -18,7 +21,7 @@ def test_db_commands(run_cli: Cli, db: DatabaseSettings) -> None:
     s = ["--schema", db.schema]
     assert run_cli("db", "current", *s)[1].strip().endswith("(not created)")
     code, out, _ = run_cli("db", "upgrade", *s)
-    assert code == 0 and "at revision 0003" in out
+    assert code == 0 and f"at revision {migrate.head()}" in out
     assert "(head)" in run_cli("db", "current", *s)[1]
     assert run_cli("db", "check", *s)[:2] == (0, f"schema {db.schema!r} is at head and matches the models\n")
     code, out, _ = run_cli("db", "downgrade", "base", *s)
@@ -160,3 +163,42 @@ def test_database_url_must_come_from_the_environment(run_cli: Cli, monkeypatch: 
     monkeypatch.delenv("TXN_OFFSETS_DATABASE_URL")
     code, _, err = run_cli("jobs", "list")
     assert code == 1 and "TXN_OFFSETS_DATABASE_URL: is not set" in err
+
+
+def test_json_formats_of_show_jobs_and_history(
+    run_cli: Cli, engine: sa.Engine, migrated: DatabaseSettings, job_name: str
+) -> None:
+    s = ["--schema", migrated.schema]
+    live = start_run(engine, migrated, job_name)
+    seed(engine, migrated, job_name, {("t", 0): 4, ("t", 1): 7})
+
+    code, out, _ = run_cli("offsets", "show", "--job", job_name, "--format", "json", *s)
+    assert code == 0
+    shown = json.loads(out)
+    assert [(r["job"], r["topic"], r["partition"], r["offset"]) for r in shown] == [
+        (job_name, "t", 0, 4),
+        (job_name, "t", 1, 7),
+    ]
+    assert all(datetime.fromisoformat(r["updated_at"]).tzinfo is not None for r in shown)
+
+    code, out, _ = run_cli("jobs", "list", "--format", "json", *s)
+    assert code == 0
+    (job,) = json.loads(out)
+    assert (job["job"], job["generation"], job["state"], job["live"]) == (
+        job_name,
+        live.generation,
+        "live",
+        True,
+    )
+    assert (job["run_id"], job["partitions"]) == (live.run_id, 2)
+
+    code, out, _ = run_cli("offsets", "history", "--job", job_name, "--format", "json", *s)
+    assert code == 0
+    rows = json.loads(out)
+    assert sorted((r["topic"], r["partition"], r["old"], r["new"], r["action"]) for r in rows) == [
+        ("t", 0, None, 4, "seed"),
+        ("t", 1, None, 7, "seed"),
+    ]
+    with pytest.raises(SystemExit) as usage:  # argparse: a usage error, exit code 2
+        run_cli("jobs", "list", "--format", "yaml", *s)
+    assert usage.value.code == 2

@@ -4,7 +4,9 @@ bad input is one error line with exit code 1."""
 
 from __future__ import annotations
 
+import json
 import re
+import time
 import uuid
 from collections.abc import Callable
 
@@ -41,11 +43,12 @@ def test_lag_per_partition_and_total_at_the_lso(
 
     code, out, err = run_cli("offsets", "lag", "--job", job_name, *s)
     assert code == 0, err
-    assert out.splitlines()[0].split() == ["TOPIC", "PARTITION", "OFFSET", "END", "LAG", "NOTE"]
-    assert _row(out, topic, 0) == [topic, "0", "2", "5", "3"]
-    assert _row(out, topic, 1) == [topic, "1", "1", "3", "2"]
-    assert out.splitlines()[-1] == (
-        f"total lag of job {job_name!r}: 5 offsets over 2 partition(s) (end offsets at read_committed)"
+    assert out.splitlines()[0].split() == ["TOPIC", "PARTITION", "OFFSET", "END", "LAG", "LAG_S", "NOTE"]
+    assert _row(out, topic, 0)[:5] == [topic, "0", "2", "5", "3"]
+    assert _row(out, topic, 1)[:5] == [topic, "1", "1", "3", "2"]
+    assert out.splitlines()[-1].startswith(
+        f"total lag of job {job_name!r}: 5 offsets over 2 partition(s) (end offsets at read_committed); "
+        f"oldest unprocessed record "
     )
 
     # an open Kafka transaction on p1: read_committed readers cannot pass it, so the end is the
@@ -58,12 +61,12 @@ def test_lag_per_partition_and_total_at_the_lso(
     producer.flush(30)
     code, out, _ = run_cli("offsets", "lag", "--job", job_name, *s)
     assert code == 0
-    assert _row(out, topic, 1) == [topic, "1", "1", "3", "2"]
+    assert _row(out, topic, 1)[:5] == [topic, "1", "1", "3", "2"]
     # once aborted, the end moves past the two aborted records and the abort marker (3 + 2 + 1):
     # lag counts offsets, an upper bound on the records a reader will see
     producer.abort_transaction(30)
     code, out, _ = run_cli("offsets", "lag", "--job", job_name, *s)
-    assert _row(out, topic, 1) == [topic, "1", "1", "6", "5"]
+    assert _row(out, topic, 1)[:5] == [topic, "1", "1", "6", "5"]
     assert "total lag" in out and ": 8 offsets over 2 partition(s)" in out
 
     # a partition added to the topic has no row yet: shown, counted from its log start
@@ -116,3 +119,43 @@ def test_lag_of_a_deleted_topic_names_it(
     seed(engine, migrated, job_name, {(missing, 0): 0})
     code, _, err = run_cli("offsets", "lag", "--job", job_name, "--schema", migrated.schema)
     assert code == 1 and f"topic {missing!r} does not exist" in err and err.count("\n") == 1
+
+
+def test_lag_json_seconds_and_fail_over(
+    run_cli: Cli,
+    engine: sa.Engine,
+    migrated: DatabaseSettings,
+    job_name: str,
+    kafka_bootstrap: str,
+    topic_factory: Callable[..., str],
+) -> None:
+    """JSON for scripts; lag in seconds from the record timestamps; --fail-over as an exit code."""
+    s = ["--schema", migrated.schema]
+    topic = topic_factory(partitions=2)
+    old_ms = int(time.time() * 1000) - 3_600_000  # the first records are an hour old
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(4):
+        producer.produce(topic, value=b"x", partition=0, timestamp=old_ms + i * 1000)
+    producer.produce(topic, value=b"y", partition=1)
+    assert producer.flush(30) == 0
+    start_run(engine, migrated, job_name)
+    seed(engine, migrated, job_name, {(topic, 0): 1, (topic, 1): 1})  # p1 is caught up
+
+    code, out, err = run_cli("offsets", "lag", "--job", job_name, "--format", "json", *s)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["job"] == job_name and doc["total_lag"] == 3 and doc["isolation_level"] == "read_committed"
+    p0, p1 = doc["partitions"]
+    assert (p0["topic"], p0["partition"], p0["offset"], p0["end"], p0["lag"]) == (topic, 0, 1, 4, 3)
+    # the record at offset 1 was stamped an hour (+1 s) ago
+    assert 3595 < p0["lag_seconds"] < 3700
+    assert (p1["lag"], p1["lag_seconds"]) == (0, 0.0)
+    assert 3595 < doc["max_lag_seconds"] < 3700
+
+    code, out, err = run_cli("offsets", "lag", "--job", job_name, "--fail-over", "3", *s)
+    assert (code, err) == (0, "")
+    code, out, err = run_cli("offsets", "lag", "--job", job_name, "--fail-over", "2", *s)
+    assert code == 2 and "total lag" in out
+    assert err == f"txn-offsets: lag of job {job_name!r} is 3 offsets, over --fail-over 2\n"
+    code, _, err = run_cli("offsets", "lag", "--job", job_name, "--fail-over", "-1", *s)
+    assert code == 1 and "--fail-over" in err and err.count("\n") == 1

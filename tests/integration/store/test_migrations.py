@@ -6,12 +6,14 @@ import os
 import subprocess
 import sys
 import threading
+import uuid
+from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
 
 from txn_offsets import MigrationError, SchemaMissing
-from txn_offsets.config import DatabaseSettings
+from txn_offsets.config import DatabaseSettings, Secret
 from txn_offsets.store import migrate
 from txn_offsets.store.migrate import MIGRATIONS_DIR
 
@@ -29,6 +31,7 @@ def test_upgrade_downgrade_upgrade(engine: sa.Engine, db: DatabaseSettings) -> N
         "offsets",
         "offset_audit",
         "dead_letters",
+        "job_stats",
         "alembic_version",
     }
     migrate.check(db)
@@ -43,6 +46,7 @@ def test_upgrade_downgrade_upgrade(engine: sa.Engine, db: DatabaseSettings) -> N
         "offsets",
         "offset_audit",
         "dead_letters",
+        "job_stats",
         "alembic_version",
     }
     migrate.check(db)
@@ -112,3 +116,79 @@ def test_alembic_command_line_uses_pyproject(database_url: str, db: DatabaseSett
         )
         assert done.returncode == 0, done.stderr
     assert migrate.current(db) == migrate.head()
+
+
+def test_check_when_the_schema_is_on_the_search_path(db: DatabaseSettings) -> None:
+    """A search_path naming the schema (the URL's options) makes it the session's default schema:
+    `db check` must still compare it table by table, not report every table missing."""
+    url = db.url.update_query_dict({"options": f"-c search_path={db.schema},public"})
+    on_path = DatabaseSettings(Secret(url.render_as_string(hide_password=False)), schema=db.schema)
+    assert migrate.upgrade(on_path) == migrate.head()
+    migrate.check(on_path)
+    migrate.check(db)
+
+
+@pytest.fixture
+def role_named_like_schema(admin_engine: sa.Engine, db: DatabaseSettings) -> Iterator[DatabaseSettings]:
+    """A login role with the schema's name: PostgreSQL's default search_path ("$user", public) puts
+    the schema first, exactly like the local stack's role `txn_offsets` and its schema."""
+    role, password = db.schema, uuid.uuid4().hex
+    with admin_engine.begin() as conn:
+        database = conn.execute(sa.text("SELECT current_database()")).scalar_one()
+        # CREATE ROLE / GRANT take no bind parameters: the role is a validated identifier, the
+        # password generated hex, the database name quoted
+        conn.execute(sa.text(f"CREATE ROLE \"{role}\" LOGIN PASSWORD '{password}'"))
+        conn.execute(sa.text(f'GRANT CREATE ON DATABASE "{database}" TO "{role}"'))
+    url = db.url.set(username=role, password=password)
+    yield DatabaseSettings(Secret(url.render_as_string(hide_password=False)), schema=db.schema)
+    with admin_engine.begin() as conn:
+        conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{role}" CASCADE'))
+        conn.execute(sa.text(f'DROP OWNED BY "{role}"'))
+        conn.execute(sa.text(f'DROP ROLE "{role}"'))
+
+
+def test_check_for_a_role_named_like_the_schema(role_named_like_schema: DatabaseSettings) -> None:
+    db = role_named_like_schema
+    assert migrate.upgrade(db) == migrate.head()
+    engine = sa.create_engine(db.url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:  # the premise: the schema is the session's default
+            assert conn.execute(sa.text("SELECT current_schema()")).scalar_one() == db.schema
+    finally:
+        engine.dispose()
+    migrate.check(db)
+    assert migrate.current(db) == migrate.head()
+
+
+def test_check_names_each_difference_on_one_line(engine: sa.Engine, migrated: DatabaseSettings) -> None:
+    with engine.begin() as conn:
+        conn.execute(sa.text(f'DROP TABLE "{migrated.schema}".dead_letters'))
+        conn.execute(sa.text(f'ALTER TABLE "{migrated.schema}".jobs ADD COLUMN extra int'))
+    with pytest.raises(MigrationError) as info:
+        migrate.check(migrated)
+    message = str(info.value)
+    assert "add_table dead_letters" in message and "remove_column jobs.extra" in message
+    assert "\n" not in message and "Column(" not in message
+
+
+def test_db_commands_are_quiet_unless_verbose(database_url: str, db: DatabaseSettings) -> None:
+    env = {**os.environ, "TXN_OFFSETS_DATABASE_URL": database_url}
+    env.pop("TXN_OFFSETS_LOG_FORMAT", None)
+    cmd = [sys.executable, "-m", "txn_offsets.cli"]
+    quiet = subprocess.run(
+        [*cmd, "db", "upgrade", "--schema", db.schema], env=env, capture_output=True, text=True, check=True
+    )
+    assert quiet.stdout == f"schema {db.schema!r} is at revision {migrate.head()}\n"
+    assert quiet.stderr == ""
+    checked = subprocess.run(
+        [*cmd, "db", "check", "--schema", db.schema], env=env, capture_output=True, text=True, check=True
+    )
+    assert checked.stderr == ""
+    verbose = subprocess.run(
+        [*cmd, "-v", "db", "check", "--schema", db.schema],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "alembic" in verbose.stderr

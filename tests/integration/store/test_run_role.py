@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings, Secret
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.store import offset_rows
+from txn_offsets.store import offset_rows, stats
 from txn_offsets.store.runs import end_run, heartbeat, start_run
 from txn_offsets.store.schema import run_role_grants
 from txn_offsets.store.transaction import Outcome, commit_ranges
@@ -49,10 +49,14 @@ def test_run_role_runs_a_job_but_cannot_delete_or_alter(
             assert offset_rows.skip_lost(conn, db, job_name, "t", 0, 10, 20, "retention", actor="job")
         assert end_run(role_engine, db, run)
         assert offsets_of(engine, db, job_name) == {("t", 0): 20}
+        # the runner's batch statistics (job_stats) work with the same grants
+        assert stats.record_batch(role_engine, db, job_name, 0.5, {"committed": 1})
+        assert stats.record_failure(role_engine, db, job_name, "fenced")
 
         for forbidden in (
             f'DELETE FROM "{db.schema}".offsets',
             f'DELETE FROM "{db.schema}".offset_audit',
+            f'DELETE FROM "{db.schema}".job_stats',
             f'UPDATE "{db.schema}".offset_audit SET actor = reason',
             f'ALTER TABLE "{db.schema}".offsets ADD COLUMN x int',
             f'CREATE TABLE "{db.schema}".x (i int)',

@@ -1,0 +1,205 @@
+"""The Spark contenders that use txn_offsets' reader: exactly once per partition, per batch, and the
+at-least-once baseline. Each reads one topic from its start to its end in batches of ``cap``
+records per partition, aggregates page views per (1-minute window, page) and adds them into the
+result table; each returns the records it counted and the time each batch's results committed.
+
+The SSS contender is in :mod:`benchmarks.sss`, the limits in :mod:`benchmarks.limits`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+
+from benchmarks import sink
+from examples import pageviews, windowed_counts
+from txn_offsets import BatchWriter, Limits, StartPolicy, run_job
+from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.kafka.metadata import watermarks
+from txn_offsets.kafka.reader import Record
+from txn_offsets.ranges import OffsetRange, plan_ranges
+from txn_offsets.spark.batch import Batch
+from txn_offsets.spark.executor import PartitionTask, TaskReport
+from txn_offsets.store.runs import Run
+
+
+@dataclass(frozen=True)
+class Context:
+    """What one run needs: where to read and write, and the batch cap."""
+
+    db: DatabaseSettings  # the run's offsets schema
+    kafka: KafkaSettings
+    topic: str
+    partitions: int
+    cap: int  # records per partition per batch
+
+    @property
+    def batch_offsets(self) -> int:
+        return self.cap * self.partitions
+
+
+@dataclass
+class Outcome:
+    records: int = 0
+    started: float = field(default_factory=time.perf_counter)
+    commits: list[float] = field(default_factory=list)  # perf_counter() when each batch committed
+
+    def committed(self, records: int = 0) -> None:
+        self.commits.append(time.perf_counter())
+        self.records += records
+
+    def batch_seconds(self) -> list[float]:
+        """Each batch's share of the wall time: from the previous commit (or the start) to its own."""
+        marks = [self.started, *self.commits]
+        return [b - a for a, b in itertools.pairwise(marks)]
+
+
+def _job(name: str) -> str:
+    return f"bench-{name}-{uuid.uuid4().hex[:8]}"
+
+
+def eo_partition(spark: Any, ctx: Context) -> Outcome:
+    """examples/windowed_counts.py as it is: PartitionWriter, claim + upsert + offset per range."""
+    out = Outcome()
+    summary = run_job(
+        spark,
+        job=_job("partition"),
+        kafka=ctx.kafka,
+        database=ctx.db,
+        writer=windowed_counts.WRITER,
+        topics=[ctx.topic],
+        start=StartPolicy.earliest(),
+        limits=Limits(max_records_per_partition=ctx.cap),
+        until_caught_up=True,
+        on_batch=lambda report: out.committed(report.records),
+    )
+    _same(summary.records, out.records, "eo_partition")
+    return out
+
+
+def _aggregate_partition(records: Iterator[Record]) -> Iterator[tuple[tuple[int, str], list[int]]]:
+    return iter(windowed_counts.aggregate(pageviews.decode(r) for r in records).items())
+
+
+def _merge(a: list[int], b: list[int]) -> list[int]:
+    return [a[0] + b[0], a[1] + b[1]]
+
+
+def compute_partials(records: Any) -> windowed_counts.Partials:
+    """Spark over the batch's RDD[Record]: partial aggregates per range, reduced across ranges."""
+    parallelism = records.context.defaultParallelism
+    return dict(records.mapPartitions(_aggregate_partition).reduceByKey(_merge, parallelism).collect())
+
+
+def _write_batch(
+    conn: sa.Connection, ranges: Sequence[OffsetRange], partials: windowed_counts.Partials
+) -> None:
+    if ranges:
+        sink.write_upsert(conn, ranges[0].topic, partials)
+
+
+BATCH_WRITER: BatchWriter[windowed_counts.Partials] = BatchWriter(
+    compute=compute_partials, write=_write_batch
+)
+
+
+def eo_batch(spark: Any, ctx: Context) -> Outcome:
+    """BatchWriter: Spark computes over the whole batch, the driver commits all ranges at once."""
+    out = Outcome()
+    run_job(
+        spark,
+        job=_job("batch"),
+        kafka=ctx.kafka,
+        database=ctx.db,
+        writer=BATCH_WRITER,
+        topics=[ctx.topic],
+        start=StartPolicy.earliest(),
+        limits=Limits(max_records_per_partition=ctx.cap),
+        until_caught_up=True,
+        on_batch=lambda _report: out.committed(),
+    )
+    # a BatchWriter reports no per-range counts (compute saw the batch whole): the oracle check
+    # that follows every run is what proves the records were all counted, once
+    out.records = -1
+    return out
+
+
+def _unguarded(batch: Batch) -> list[TaskReport]:
+    """PartitionWriter.commit with ``guard=False``: the same tasks and transactions, no claim."""
+    task = PartitionTask(
+        database=batch.database,
+        kafka=batch.kafka,
+        run=batch.run,
+        ranges=batch.ranges,
+        prepare=windowed_counts.WRITER.prepare,
+        write=windowed_counts.WRITER.write,
+        read=batch.read,
+        guard=False,
+    )
+    reports: list[TaskReport] = batch.ranges_rdd().mapPartitionsWithIndex(task).collect()
+    return reports
+
+
+def alo(spark: Any, ctx: Context) -> Outcome:
+    """The same job with the guard off (at-least-once): the same ranges, tasks, reads and writes,
+    planned from offsets kept in this process only (nothing claims or stores them, so a crash
+    between a range's commit and the driver's bookkeeping would count the range twice)."""
+    out = Outcome()
+    run = Run(job=_job("alo"), generation=0, run_id=uuid.uuid4().hex)
+    parts = [(ctx.topic, p) for p in range(ctx.partitions)]
+    ends = {tp: end for tp, (_, end) in watermarks(ctx.kafka, parts).items()}
+    position = dict.fromkeys(ends, 0)
+    number = 0
+    while True:
+        ranges = plan_ranges(position, ends, max_per_partition=ctx.cap)
+        if not ranges:
+            return out
+        number += 1
+        reports = _unguarded(Batch(number, tuple(ranges), spark, ctx.db, ctx.kafka, run))
+        for report in reports:
+            if report.error is not None:
+                raise report.error
+        out.committed(sum(r.records for r in reports))
+        position.update({r.key: r.until for r in ranges})
+
+
+def follow_eo(spark: Any, ctx: Context, stop: threading.Event, interval_s: float) -> threading.Thread:
+    """run_job following the topic (caught-up latency probe) until `stop` is set."""
+    thread = threading.Thread(
+        target=run_job,
+        kwargs={
+            "spark": spark,
+            "job": _job("follow"),
+            "kafka": ctx.kafka,
+            "database": ctx.db,
+            "writer": windowed_counts.WRITER,
+            "topics": [ctx.topic],
+            "start": StartPolicy.earliest(),
+            "limits": Limits(max_records_per_partition=ctx.cap),
+            "batch_interval_s": interval_s,
+            "stop": stop,
+        },
+        name="bench-follow-eo",
+        daemon=True,
+    )
+    thread.start()
+    return thread
+
+
+def _same(reported: int, counted: int, name: str) -> None:
+    if reported != counted:
+        raise sink.WrongResult(f"{name}: the summary says {reported} records, the batches {counted}")
+
+
+RUNNERS: dict[str, Callable[[Any, Context], Outcome]] = {
+    "eo_partition": eo_partition,
+    "eo_batch": eo_batch,
+    "alo": alo,
+}

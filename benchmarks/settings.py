@@ -1,0 +1,152 @@
+"""What ``make bench`` measures: the sizes, the sweep points, the contenders and the headline ratios.
+
+Everything the other modules need to agree on lives here, as plain frozen data (it is pickled to
+the worker processes).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+# The contenders. Spark ones run in a worker process with its own SparkSession (and JVM).
+EO_PARTITION = "eo_partition"  # txn_offsets run_job + PartitionWriter (examples/windowed_counts.py)
+EO_BATCH = "eo_batch"  # txn_offsets run_job + BatchWriter (Spark computes, the driver commits)
+ALO = "alo"  # the same read/aggregate/upsert per range, no claim and no stored offsets
+SSS = "sss"  # Spark Structured Streaming, JVM Kafka source, foreachBatch upsert
+READER = "reader"  # one Python process: confluent-kafka consume + decode + aggregate (no Spark, no DB)
+UPSERT = "upsert"  # the per-range result rows written with upsert_add (what txn_offsets writes)
+COPY = "copy_merge"  # the same rows written with COPY into a temp table + one merge statement
+
+SPARK_CONTENDERS = (EO_PARTITION, EO_BATCH, ALO, SSS)
+LIMIT_CONTENDERS = (READER, UPSERT, COPY)
+FOLLOWERS = (EO_PARTITION, SSS)  # the caught-up latency probe
+LABELS = {
+    EO_PARTITION: "txn_offsets PartitionWriter",
+    EO_BATCH: "txn_offsets BatchWriter",
+    ALO: "at-least-once (no offsets)",
+    SSS: "Structured Streaming",
+    READER: "reader limit (1 process)",
+    UPSERT: "writes: upsert_add",
+    COPY: "writes: COPY + merge",
+}
+
+FRESH = "fresh"  # the first run in a new process (JVM start excluded, reported apart)
+WARM = "warm"  # a later run in the same process and SparkSession (what a long-running job sees)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One sweep configuration: a topic of `messages` records over `partitions`, read `cap` records
+    per partition per batch (SSS: maxOffsetsPerTrigger = cap x partitions, the same batch)."""
+
+    partitions: int
+    cap: int
+    messages: int
+
+    @property
+    def name(self) -> str:
+        return f"p{self.partitions}-c{self.cap}"
+
+    @property
+    def batch_offsets(self) -> int:
+        return self.cap * self.partitions
+
+
+@dataclass(frozen=True)
+class Size:
+    name: str
+    messages: int  # records per topic
+    partitions: tuple[int, ...]
+    small_cap: int
+    large_cap: int
+    # a point's topic holds at most cap x partitions x max_batches records, so that a small cap does
+    # not mean thousands of batches (skewed partitions still need more than max_batches)
+    max_batches: int
+    latency_rate: int  # records/s of the steady producer
+    latency_seconds: float
+    repeat: int  # rounds over the contenders (order rotated each round); the best warm run counts
+    warm_runs: int  # warm runs after each fresh one, in the same process
+    contenders: tuple[str, ...]  # which of SPARK_CONTENDERS + LIMIT_CONTENDERS run
+    process_per_point: bool  # True: a fresh worker per (point, contender); False: per contender
+
+    @property
+    def headline_partitions(self) -> int:
+        return 8 if 8 in self.partitions else self.partitions[-1]
+
+    def points(self) -> list[Point]:
+        out = []
+        for partitions in self.partitions:
+            for cap in (self.small_cap, self.large_cap):
+                messages = min(self.messages, cap * partitions * self.max_batches)
+                out.append(Point(partitions, cap, messages))
+        return out
+
+    def headline(self, cap: int) -> Point:
+        return next(p for p in self.points() if p.partitions == self.headline_partitions and p.cap == cap)
+
+
+FULL = Size(
+    name="full",
+    messages=1_000_000,
+    partitions=(1, 8, 128),
+    small_cap=1_000,
+    large_cap=40_000,
+    max_batches=40,
+    latency_rate=2_000,
+    latency_seconds=60.0,
+    repeat=1,
+    warm_runs=2,
+    contenders=(*SPARK_CONTENDERS, *LIMIT_CONTENDERS),
+    process_per_point=True,
+)
+SMOKE = Size(
+    name="smoke",
+    messages=2_000,
+    partitions=(1, 8),
+    small_cap=100,
+    large_cap=40_000,
+    max_batches=3,
+    latency_rate=400,
+    latency_seconds=4.0,
+    repeat=1,
+    warm_runs=1,
+    contenders=(*SPARK_CONTENDERS, *LIMIT_CONTENDERS),
+    process_per_point=False,
+)
+
+
+def size_from_env(name: str | None = None) -> Size:
+    """BENCH_SIZE (smoke|full), then the knobs: BENCH_MESSAGES, BENCH_PARTITIONS (e.g. "1,8"),
+    BENCH_REPEAT, BENCH_WARM_RUNS, BENCH_MAX_BATCHES, BENCH_CONTENDERS (e.g. "eo_partition,sss"),
+    BENCH_LATENCY_SECONDS, BENCH_LATENCY_RATE."""
+    chosen = (name or os.environ.get("BENCH_SIZE") or "full").strip().lower()
+    sizes = {FULL.name: FULL, SMOKE.name: SMOKE}
+    if chosen not in sizes:
+        raise SystemExit(f"bench: BENCH_SIZE={chosen!r}: use smoke or full")
+    base = sizes[chosen]
+    env = os.environ
+    partitions = base.partitions
+    contenders = base.contenders
+    if env.get("BENCH_CONTENDERS"):
+        contenders = tuple(c.strip() for c in env["BENCH_CONTENDERS"].split(",") if c.strip())
+        unknown = set(contenders) - set(base.contenders)
+        if unknown:
+            raise SystemExit(f"bench: unknown BENCH_CONTENDERS {sorted(unknown)}: use {base.contenders}")
+    if env.get("BENCH_PARTITIONS"):
+        # in the order given (the sweep runs them in that order)
+        partitions = tuple(dict.fromkeys(int(p) for p in env["BENCH_PARTITIONS"].split(",") if p.strip()))
+    return Size(
+        name=base.name,
+        messages=int(env.get("BENCH_MESSAGES", base.messages)),
+        partitions=partitions,
+        small_cap=base.small_cap,
+        large_cap=base.large_cap,
+        max_batches=int(env.get("BENCH_MAX_BATCHES", base.max_batches)),
+        latency_rate=int(env.get("BENCH_LATENCY_RATE", base.latency_rate)),
+        latency_seconds=float(env.get("BENCH_LATENCY_SECONDS", base.latency_seconds)),
+        repeat=int(env.get("BENCH_REPEAT", base.repeat)),
+        warm_runs=int(env.get("BENCH_WARM_RUNS", base.warm_runs)),
+        contenders=contenders,
+        process_per_point=base.process_per_point,
+    )

@@ -1,0 +1,219 @@
+"""One contender in its own process: ``Worker(spec)`` spawns it, ``worker.run(...)`` times one run.
+
+A worker of a Spark contender starts its own SparkSession (so its first run is a *fresh* process:
+cold JVM, no Python workers yet; the session start itself is reported apart) and keeps it for
+later runs (*warm*). Every run is checked against the oracle before its numbers are returned; a
+wrong result is an error, never a number. A worker can also follow a topic (the latency probe)
+until told to stop. Commands and replies are dicts over a multiprocessing pipe.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from benchmarks import contenders, limits, sink, sss
+from benchmarks.contenders import Context, Outcome
+from benchmarks.dataset import Dataset
+from benchmarks.resources import Sampler
+from benchmarks.settings import COPY, EO_PARTITION, READER, SPARK_CONTENDERS, SSS, UPSERT, Point
+from benchmarks.stats import percentile
+from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.store.database import engine_for
+
+
+@dataclass(frozen=True)
+class Spec:
+    contender: str
+    db: DatabaseSettings
+    kafka: KafkaSettings
+    jars: tuple[str, ...]  # spark.jars of every Spark worker (Spark's Kafka connector)
+
+
+class Service:
+    """The worker side: holds the SparkSession and answers commands."""
+
+    def __init__(self, spec: Spec) -> None:
+        self.spec = spec
+        self.spark: Any = None
+        self.engine = engine_for(spec.db)
+        self.prepared: dict[str, limits.RangeWrites] = {}
+        self.following: Any = None
+        self.follow_usage: Sampler | None = None
+
+    def start(self) -> dict[str, Any]:
+        if self.spec.contender not in SPARK_CONTENDERS:
+            return {"startup_s": 0.0, "startup_cpu_s": 0.0}
+        from txn_offsets import local_session
+
+        sampler = Sampler()
+        t0 = time.perf_counter()
+        with sampler as usage:
+            conf = {"spark.jars": ",".join(self.spec.jars)} if self.spec.jars else {}
+            self.spark = local_session(f"bench-{self.spec.contender}", master="local[2]", conf=conf)
+        return {"startup_s": time.perf_counter() - t0, "startup_cpu_s": usage.cpu_s}
+
+    def context(self, topic: str, partitions: int, cap: int) -> Context:
+        return Context(self.spec.db, self.spec.kafka, topic, partitions, cap)
+
+    def run(self, point: Point, data: Dataset, label: str) -> dict[str, Any]:
+        name = self.spec.contender
+        ctx = self.context(data.topic, data.partitions, point.cap)
+        if name in (UPSERT, COPY) and point.name not in self.prepared:
+            self.prepared[point.name] = limits.range_writes(ctx)  # before the clock
+        if name != READER:
+            sink.clear(self.engine, data.topic)
+        in_memory = None
+        t0 = time.perf_counter()
+        with Sampler() as usage:
+            if name in contenders.RUNNERS:
+                out = contenders.RUNNERS[name](self.spark, ctx)
+            elif name == SSS:
+                out = sss.run(self.spark, ctx)
+            elif name == READER:
+                out, in_memory = limits.reader(ctx)
+            elif name == UPSERT:
+                out = limits.upsert(ctx, self.prepared[point.name])
+            else:
+                out = limits.copy_merge(ctx, self.prepared[point.name])
+        seconds = time.perf_counter() - t0
+        # the check: only a right result has a time
+        if in_memory is not None:
+            if in_memory != data.expected:
+                raise sink.WrongResult(
+                    f"{name} on {data.topic}: the in-memory aggregate differs from the oracle"
+                )
+        else:
+            sink.check(self.engine, data.topic, data.expected, name)
+        if out.records not in (-1, data.messages):
+            raise sink.WrongResult(f"{name} counted {out.records} records, the topic has {data.messages}")
+        if name != READER:
+            sink.clear(self.engine, data.topic)
+        return _numbers(out, seconds, usage.peak_rss_mb, usage.cpu_s, data.messages)
+
+    def follow(self, topic: str, partitions: int, cap: int, interval_s: float) -> dict[str, Any]:
+        ctx = self.context(topic, partitions, cap)
+        self.follow_usage = Sampler()
+        self.follow_usage.__enter__()
+        if self.spec.contender == EO_PARTITION:
+            stop = threading.Event()
+            self.following = (stop, contenders.follow_eo(self.spark, ctx, stop, interval_s))
+        elif self.spec.contender == SSS:
+            self.following = sss.Follower(self.spark, ctx, interval_s)
+        else:
+            raise ValueError(f"{self.spec.contender} cannot follow a topic")
+        return {}
+
+    def unfollow(self) -> dict[str, Any]:
+        if isinstance(self.following, sss.Follower):
+            self.following.stop()
+        elif self.following is not None:
+            stop, thread = self.following
+            stop.set()
+            thread.join(120)
+        self.following = None
+        assert self.follow_usage is not None
+        self.follow_usage.__exit__(None, None, None)
+        usage = self.follow_usage.usage
+        return {"peak_rss_mb": usage.peak_rss_mb, "cpu_s": usage.cpu_s}
+
+    def close(self) -> None:
+        if self.spark is not None:
+            self.spark.stop()
+        self.engine.dispose()
+
+
+def _numbers(out: Outcome, seconds: float, rss_mb: float, cpu_s: float, records: int) -> dict[str, Any]:
+    batches = out.batch_seconds()
+    return {
+        "seconds": seconds,
+        "records": records,
+        "records_per_s": records / seconds if seconds > 0 else None,
+        "batches": len(batches),
+        "batch_p50_s": percentile(batches, 50),
+        "batch_p99_s": percentile(batches, 99),
+        "peak_rss_mb": rss_mb,
+        "cpu_s": cpu_s,
+        "cpu_s_per_1k": cpu_s / records * 1000 if records else None,
+    }
+
+
+def serve(conn: Connection, spec: Spec) -> None:
+    """The worker process: start, then answer commands until "exit"."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    service = Service(spec)
+    try:
+        conn.send(_answer(service.start))
+        while True:
+            cmd = conn.recv()
+            op = cmd.pop("op")
+            if op == "exit":
+                break
+            handler = {"run": service.run, "follow": service.follow, "unfollow": service.unfollow}[op]
+            conn.send(_answer(lambda h=handler, c=cmd: h(**c)))
+    finally:
+        service.close()
+        conn.send({"ok": True})
+
+
+def _answer(call: Any) -> dict[str, Any]:
+    try:
+        return {"ok": True, **call()}
+    except Exception as exc:
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-3000:]}
+
+
+class WorkerFailed(Exception):
+    pass
+
+
+class Worker:
+    """The orchestrator's handle on one worker process."""
+
+    def __init__(self, spec: Spec, timeout_s: float = 600.0) -> None:
+        self.spec = spec
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(
+            target=serve, args=(child, spec), name=f"bench-{spec.contender}", daemon=True
+        )
+        self._proc.start()
+        child.close()
+        self.hello = self._reply(timeout_s)
+
+    def _reply(self, timeout_s: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while not self._conn.poll(1.0):
+            if not self._proc.is_alive():
+                raise WorkerFailed(
+                    f"{self.spec.contender}: the worker process exited ({self._proc.exitcode})"
+                )
+            if time.monotonic() > deadline:
+                raise WorkerFailed(f"{self.spec.contender}: no answer within {timeout_s:.0f}s")
+        answer: dict[str, Any] = self._conn.recv()
+        if not answer.pop("ok"):
+            raise WorkerFailed(f"{self.spec.contender}: {answer['error']}\n{answer.get('trace', '')}")
+        return answer
+
+    def call(self, op: str, timeout_s: float = 3600.0, **args: Any) -> dict[str, Any]:
+        self._conn.send({"op": op, **args})
+        return self._reply(timeout_s)
+
+    def close(self) -> None:
+        if self._proc.is_alive():
+            try:
+                self._conn.send({"op": "exit"})
+                self._reply(120)
+            except (WorkerFailed, OSError, EOFError):
+                pass
+            self._proc.join(30)
+        if self._proc.is_alive() and self._proc.pid is not None:
+            os.kill(self._proc.pid, 9)
+            self._proc.join(10)

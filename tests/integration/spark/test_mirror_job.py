@@ -1,0 +1,78 @@
+"""A job run with the consumer-group mirror: after the run the group's offsets in Kafka equal the
+offsets table, and the run's batch statistics are in job_stats for `txn-offsets serve`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from tests.fix_services import TopicFactory
+from tests.integration.spark.conftest import Produce
+from tests.integration.spark.test_counting_job import counting_writer, stored_offsets, totals
+from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.kafka.mirror import group_offsets
+from txn_offsets.kafka.start import StartPolicy
+from txn_offsets.planner import Limits
+from txn_offsets.spark.runner import run_job
+from txn_offsets.store.schema import tables_for
+
+
+def test_mirror_group_equals_the_table_after_a_run(
+    spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    counts_table: str,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    job_name: str,
+) -> None:
+    topic = topic_factory(partitions=3)
+    expected = produce(topic, 3_000, 3)
+    group = f"{job_name}-mirror"
+    summary = run_job(
+        spark,
+        job=job_name,
+        kafka=kafka,
+        database=db,
+        writer=counting_writer(counts_table),
+        topics=[topic],
+        start=StartPolicy.earliest(),
+        limits=Limits(max_records_per_partition=400),
+        until_caught_up=True,
+        mirror_group=group,
+    )
+    assert summary.batches >= 3
+    assert totals(engine, counts_table) == dict(expected)
+    assert group_offsets(kafka, group) == stored_offsets(engine, db, job_name)
+
+
+def test_runner_records_batch_statistics(
+    spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    counts_table: str,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    job_name: str,
+) -> None:
+    topic = topic_factory(partitions=2)
+    produce(topic, 1_000, 2)
+    summary = run_job(
+        spark,
+        job=job_name,
+        kafka=kafka,
+        database=db,
+        writer=counting_writer(counts_table),
+        topics=[topic],
+        start=StartPolicy.earliest(),
+        limits=Limits(max_records_per_partition=200),
+        until_caught_up=True,
+    )
+    t = tables_for(db.schema).stats
+    with engine.connect() as conn:
+        row = conn.execute(sa.select(t).where(t.c.job == job_name)).one()
+    assert row.batches == summary.batches and sum(row.batch_buckets) == summary.batches
+    assert row.committed == summary.committed and row.already_committed == summary.already_committed

@@ -1,0 +1,133 @@
+"""``txn-offsets offsets import``: bring a job's position from another offset store.
+
+Parse, read the source, show the plan (always), then apply unless ``--dry-run``. The work behind
+it is in :mod:`txn_offsets.store.imports` (plan and apply), :mod:`txn_offsets.store.checkpoint`
+(Structured Streaming checkpoints) and :mod:`txn_offsets.kafka.mirror` (consumer groups).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from txn_offsets.cli import output
+from txn_offsets.config import database_from_env, kafka_from_env
+from txn_offsets.errors import ConfigError, JobAlreadyRunning
+from txn_offsets.ranges import TopicPartition
+from txn_offsets.store.database import engine_for
+
+__all__ = ["register"]
+
+
+def _source(args: argparse.Namespace, engine: sa.Engine) -> tuple[str, dict[TopicPartition, int]]:
+    from txn_offsets.kafka.mirror import group_offsets
+    from txn_offsets.store import checkpoint, imports
+
+    if args.from_spark_checkpoint:
+        found = checkpoint.read_checkpoint(Path(args.from_spark_checkpoint), batch=args.checkpoint_batch)
+        return f"spark checkpoint {args.from_spark_checkpoint} (batch {found.batch})", dict(found.offsets)
+    if args.checkpoint_batch is not None:
+        raise ConfigError("--checkpoint-batch", "goes with --from-spark-checkpoint")
+    if args.from_consumer_group:
+        kafka = kafka_from_env(bootstrap=args.kafka_bootstrap)
+        offsets = group_offsets(kafka, args.from_consumer_group)
+        if not offsets:
+            raise ConfigError(
+                "--from-consumer-group",
+                f"group {args.from_consumer_group!r} has no committed offsets on {kafka.bootstrap_servers} "
+                f"(check the name: kafka-consumer-groups.sh --list)",
+            )
+        return f"consumer group {args.from_consumer_group!r}", offsets
+    columns = args.table_columns.split(",") if args.table_columns else None
+    where = None
+    if args.table_filter:
+        column, eq, value = args.table_filter.partition("=")
+        if not eq or not column:
+            raise ConfigError("--table-filter", f"{args.table_filter!r}: give COLUMN=VALUE")
+        where = (column, value)
+    db = database_from_env(schema=args.schema)
+    return f"table {args.from_table}", imports.read_table(
+        engine, db, args.from_table, columns=columns, where=where
+    )
+
+
+def _import(args: argparse.Namespace) -> int:
+    from txn_offsets.store import imports
+
+    db = database_from_env(schema=args.schema)
+    kafka = kafka_from_env(bootstrap=args.kafka_bootstrap)
+    engine = engine_for(db)
+    try:
+        with output.progress("import", total=3) as bar:
+            source, offsets = _source(args, engine)
+            bar.advance(note=f"read {len(offsets)} offset(s) from {source}")
+            plan = imports.plan_import(engine, db, args.job, offsets, source=source, kafka=kafka)
+            bar.advance(note="checked against Kafka and the store")
+            gen = "new job" if plan.generation is None else f"generation {plan.generation}"
+            print(f"import plan for job {plan.job!r} ({gen}) from {plan.source}:")
+            for s in plan.steps:
+                old = "(none)" if s.old is None else str(s.old)
+                delta = "" if s.old is None else f"  ({s.new - s.old:+d})"
+                print(f"  {s.topic}[{s.partition}]  {old} -> {s.new}{delta}  (log {s.log_start}..{s.end})")
+            for note in plan.notes():
+                print(f"note: {note}")
+            if plan.live_run is not None:
+                print(
+                    f"note: live run {plan.live_run} holds the lease; "
+                    f"the import needs --force, which fences it"
+                )
+            if args.dry_run:
+                print("dry run: nothing changed")
+                return 0
+            if plan.live_run is not None and not args.force:
+                raise JobAlreadyRunning(plan.job, plan.live_run, plan.generation or 0, plan.heartbeat_age_s)
+            generation = imports.apply_import(engine, db, plan, reason=args.reason, force=args.force)
+            bar.advance(note="written")
+    finally:
+        engine.dispose()
+    print(f"imported {len(plan.steps)} partition(s) into job {plan.job!r}; generation is now {generation}")
+    return 0
+
+
+def register(
+    offsets: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    cmd = offsets.add_parser(
+        "import",
+        parents=[common],
+        help="take a job's offsets from a Spark checkpoint, a consumer group or a legacy table (audited)",
+    )
+    cmd.add_argument("--job", required=True)
+    src = cmd.add_mutually_exclusive_group(required=True)
+    src.add_argument(
+        "--from-spark-checkpoint", metavar="DIR", help="a Structured Streaming checkpointLocation"
+    )
+    src.add_argument(
+        "--from-consumer-group", metavar="GROUP", help="a Kafka consumer group's committed offsets"
+    )
+    src.add_argument(
+        "--from-table", metavar="SCHEMA.TABLE", help="a (topic, partition, offset) table in this database"
+    )
+    cmd.add_argument(
+        "--checkpoint-batch",
+        type=int,
+        metavar="ID",
+        help="take the offsets of this batch (needed when the last batch was planned but not committed)",
+    )
+    cmd.add_argument(
+        "--table-columns", metavar="TOPIC,PARTITION,OFFSET", help="the legacy table's column names"
+    )
+    cmd.add_argument(
+        "--table-filter", metavar="COLUMN=VALUE", help="only the legacy table's rows where COLUMN = VALUE"
+    )
+    cmd.add_argument("--reason", help="why (written to the audit table with the source)")
+    cmd.add_argument("--dry-run", action="store_true", help="print the plan and stop")
+    cmd.add_argument("--force", action="store_true", help="replace offsets the job has; fence a live run")
+    cmd.add_argument(
+        "--kafka-bootstrap",
+        default=None,
+        help="Kafka bootstrap servers (default: $TXN_OFFSETS_KAFKA_BOOTSTRAP)",
+    )
+    cmd.set_defaults(handler=_import)

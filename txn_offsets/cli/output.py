@@ -1,0 +1,85 @@
+"""How the CLI prints: aligned tables, JSON documents, and progress for long work.
+
+Progress goes to stderr: a live display (rich) when stderr is a terminal, else one plain line per
+step, so scripts and CI logs stay readable and stdout stays the command's result alone.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any, Protocol, TextIO
+
+__all__ = ["Progress", "emit_json", "progress", "table"]
+
+FORMATS = ("table", "json")
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[object]], *, out: TextIO | None = None) -> None:
+    """Columns padded to their widest cell; None prints as ``-``."""
+    stream = out or sys.stdout
+    cells = [[str(c) for c in header], *[["-" if c is None else str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    for row in cells:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip(), file=stream)
+
+
+def _default(value: object) -> object:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def emit_json(document: Any, *, out: TextIO | None = None) -> None:
+    """One JSON document on stdout (datetimes as ISO 8601)."""
+    print(json.dumps(document, default=_default, indent=2, sort_keys=False), file=out or sys.stdout)
+
+
+class Progress(Protocol):
+    def advance(self, step: int = 1, *, note: str = "") -> None: ...
+
+
+class _Lines:
+    """Plain progress lines for logs and pipes."""
+
+    def __init__(self, label: str, total: int | None, stream: TextIO) -> None:
+        self.label, self.total, self.stream, self.done = label, total, stream, 0
+
+    def advance(self, step: int = 1, *, note: str = "") -> None:
+        self.done += step
+        of = f"/{self.total}" if self.total is not None else ""
+        print(f"{self.label}: {self.done}{of}{f' {note}' if note else ''}", file=self.stream, flush=True)
+
+
+class _Rich:
+    def __init__(self, bar: Any, task: Any) -> None:
+        self.bar, self.task = bar, task
+
+    def advance(self, step: int = 1, *, note: str = "") -> None:
+        self.bar.update(self.task, advance=step, description=note or None)
+
+
+@contextmanager
+def progress(label: str, total: int | None = None, *, stream: TextIO | None = None) -> Iterator[Progress]:
+    """A progress display for `total` steps (None: unknown), live on a terminal, lines otherwise."""
+    out = stream or sys.stderr
+    if not out.isatty():
+        yield _Lines(label, total, out)
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import Progress as RichProgress
+
+    with RichProgress(
+        # topic[partition] notes are not rich markup
+        TextColumn(f"{label} {{task.description}}", markup=False),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(file=out),
+        transient=True,
+    ) as bar:
+        yield _Rich(bar, bar.add_task("", total=total))

@@ -1,0 +1,136 @@
+"""Running the service: bind, print where, serve with uvicorn until SIGTERM/SIGINT.
+
+The socket is bound here, before uvicorn starts, so a port that is taken or a host that does not
+exist is one clear error, and ``--port 0`` can report the port the system chose. The service's
+engine has short timeouts of its own (a scrape is a few plain SELECTs): its sessions never hold a
+lock and never wait long for one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import logging
+import os
+import signal
+import socket
+import threading
+from collections.abc import Callable, Iterator
+
+from txn_offsets.config import DatabaseSettings, KafkaSettings, Secret
+from txn_offsets.errors import ConfigError
+from txn_offsets.service.app import Service, create_app
+from txn_offsets.service.kafka_view import KafkaView
+from txn_offsets.store.database import engine_for
+
+__all__ = ["TOKEN_ENV", "bind", "serve", "token_from_env"]
+
+logger = logging.getLogger(__name__)
+
+TOKEN_ENV = "TXN_OFFSETS_SERVE_TOKEN"  # noqa: S105 - the variable's name, not a token
+
+
+def token_from_env(environ: dict[str, str] | None = None) -> Secret | None:
+    """The bearer token from TXN_OFFSETS_SERVE_TOKEN (unset or empty: no token). A token shorter
+    than 16 characters is refused: it would be guessable."""
+    env = os.environ if environ is None else environ
+    value = (env.get(TOKEN_ENV) or "").strip()
+    if not value:
+        return None
+    if len(value) < 16:
+        raise ConfigError(TOKEN_ENV, "is shorter than 16 characters; use a long random token (or unset it)")
+    return Secret(value)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on host:port (port 0: any free port)."""
+    if not 0 <= port <= 65535:
+        raise ConfigError("--port", f"{port} is not a TCP port (0-65535; 0 picks a free one)")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ConfigError(
+            "--host", f"{host!r} cannot be resolved ({exc.strerror}); give an address such as 127.0.0.1"
+        ) from None
+    family, kind, proto, _name, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError("--port", f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.setblocking(False)
+    return sock
+
+
+@contextlib.contextmanager
+def _stop_quietly() -> Iterator[None]:
+    """uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal to the handler
+    that was installed before it: a no-op one here, so a requested stop exits 0 (not -15)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {
+        sig: signal.signal(sig, lambda _signum, _frame: None) for sig in (signal.SIGTERM, signal.SIGINT)
+    }
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def serve(
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 9478,
+    token: Secret | None = None,
+    kafka_cache_s: float = 5.0,
+    on_listening: Callable[[str], None] = print,
+) -> None:
+    """Serve until SIGTERM/SIGINT. `on_listening` gets the URL once the socket is bound."""
+    import uvicorn
+
+    view = KafkaView(kafka, ttl_s=kafka_cache_s)
+    sock = bind(host, port)
+    short = DatabaseSettings(
+        db.url,
+        schema=db.schema,
+        connect_timeout_s=min(db.connect_timeout_s, 5.0),
+        lock_timeout_s=1.0,
+        statement_timeout_s=5.0,
+        idle_in_transaction_timeout_s=10.0,
+    )
+    engine = engine_for(short, pool_size=4, max_overflow=4, pool_timeout=5)
+    try:
+        app = create_app(Service(engine, short, view, token))
+        bound_host, bound_port = sock.getsockname()[:2]
+        shown = f"[{bound_host}]" if ":" in str(bound_host) else bound_host
+        if not _is_loopback(str(bound_host)) and token is None:
+            logger.warning(
+                "serving on %s without %s: anyone who can reach this address can read the offsets",
+                host,
+                TOKEN_ENV,
+            )
+        on_listening(f"http://{shown}:{bound_port}")
+        # log_config=None: our logging setup (configure_logging) applies to uvicorn's loggers too
+        config = uvicorn.Config(
+            app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=5
+        )
+        server = uvicorn.Server(config)
+        with _stop_quietly():
+            server.run(sockets=[sock])
+    finally:
+        sock.close()
+        engine.dispose()

@@ -1,0 +1,161 @@
+"""One consistent picture of the store for a scrape: jobs, stored offsets, statistics, Kafka facts.
+
+The database part is plain SELECTs in one READ ONLY transaction (a snapshot of all three tables),
+with lock and statement timeouts of a few seconds set for that transaction only: a scrape never
+takes a row lock, so it can never make a claim, a new run or a reset wait, and a stuck database
+costs a scrape seconds. The Kafka part comes from :class:`~txn_offsets.service.kafka_view.KafkaView`
+(cached for a few seconds).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import sqlalchemy as sa
+
+from txn_offsets.cli.lag import PartitionLag, partition_lags
+from txn_offsets.config import DatabaseSettings
+from txn_offsets.errors import TxnOffsetsError
+from txn_offsets.ranges import TopicPartition
+from txn_offsets.service.kafka_view import KafkaFacts, KafkaView
+from txn_offsets.store.database import translate_errors
+from txn_offsets.store.schema import tables_for
+from txn_offsets.store.stats import JobStats, load_stats
+
+__all__ = ["JobView", "Snapshot", "read_snapshot"]
+
+logger = logging.getLogger(__name__)
+
+_TIMEOUTS = sa.select(
+    sa.func.set_config("statement_timeout", "5s", True),
+    sa.func.set_config("lock_timeout", "1s", True),
+)
+
+
+@dataclass(frozen=True)
+class StoredRow:
+    offset: int
+    last_commit_age_s: float  # since the row last moved (a commit, seed, skip or reset)
+
+
+@dataclass(frozen=True)
+class JobView:
+    job: str
+    generation: int
+    run_id: str | None
+    live: bool
+    heartbeat_age_s: float | None
+    stored: dict[TopicPartition, StoredRow]
+    partitions: tuple[PartitionLag, ...]  # where Kafka answered: lag in offsets and seconds
+    stats: JobStats | None
+
+    @property
+    def total_lag(self) -> int:
+        return sum(p.lag for p in self.partitions)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "job": self.job,
+            "generation": self.generation,
+            "state": "live" if self.live else "idle",
+            "run_id": self.run_id,
+            "heartbeat_age_s": self.heartbeat_age_s,
+            "total_lag": self.total_lag,
+            "partitions": [
+                {
+                    **p.as_dict(),
+                    "last_commit_age_s": (
+                        self.stored[(p.topic, p.partition)].last_commit_age_s
+                        if (p.topic, p.partition) in self.stored
+                        else None
+                    ),
+                }
+                for p in self.partitions
+            ],
+            "without_kafka_facts": [
+                {"topic": t, "partition": p, "offset": row.offset}
+                for (t, p), row in sorted(self.stored.items())
+                if not any((x.topic, x.partition) == (t, p) for x in self.partitions)
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    jobs: tuple[JobView, ...] = ()
+    database_error: str | None = None
+    kafka: KafkaFacts | None = None
+    stats_error: str | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+def _read_db(
+    engine: sa.Engine, db: DatabaseSettings
+) -> tuple[
+    list[sa.Row[tuple[object, ...]]],
+    dict[str, dict[TopicPartition, StoredRow]],
+    dict[str, JobStats],
+    str | None,
+]:
+    t = tables_for(db.schema)
+    j, o = t.jobs, t.offsets
+    jobs_q = sa.select(
+        j.c.job,
+        j.c.generation,
+        j.c.run_id,
+        sa.and_(j.c.run_id.is_not(None), j.c.lease_until > sa.func.now()).label("live"),
+        sa.extract("epoch", sa.func.now() - j.c.heartbeat_at).label("age"),
+    ).order_by(j.c.job)
+    offsets_q = sa.select(
+        o.c.job,
+        o.c.topic,
+        o.c.part,
+        o.c.off,
+        sa.extract("epoch", sa.func.now() - o.c.updated_at).label("age"),
+    ).order_by(o.c.job, o.c.topic, o.c.part)
+    stored: dict[str, dict[TopicPartition, StoredRow]] = {}
+    stats: dict[str, JobStats] = {}
+    stats_error = None
+    with translate_errors(db), engine.connect() as conn, conn.begin():
+        conn.execute(sa.text("SET TRANSACTION READ ONLY"))
+        conn.execute(_TIMEOUTS)
+        jobs = list(conn.execute(jobs_q))
+        for r in conn.execute(offsets_q):
+            stored.setdefault(r.job, {})[(r.topic, r.part)] = StoredRow(r.off, max(0.0, float(r.age)))
+        try:
+            with conn.begin_nested():
+                stats = load_stats(conn, db)
+        except sa.exc.ProgrammingError:  # job_stats missing: the schema is older than 0004
+            stats_error = "job_stats table missing: run `txn-offsets db upgrade`"
+    return jobs, stored, stats, stats_error
+
+
+def read_snapshot(engine: sa.Engine, db: DatabaseSettings, kafka: KafkaView | None) -> Snapshot:
+    """Everything /metrics and /offsets show. Never raises for an unreachable service: the
+    snapshot says what could not be read (``database_error``, ``kafka.error``)."""
+    try:
+        jobs, stored, stats, stats_error = _read_db(engine, db)
+    except (TxnOffsetsError, sa.exc.SQLAlchemyError) as exc:
+        detail = str(exc) if isinstance(exc, TxnOffsetsError) else type(exc).__name__
+        logger.warning("scrape: database not read: %s", detail)
+        return Snapshot(database_error=detail)
+    every: dict[TopicPartition, set[int]] = {}
+    for rows in stored.values():
+        for key, row in rows.items():
+            every.setdefault(key, set()).add(row.offset)
+    facts = kafka.facts(every) if kafka is not None and every else None
+    views = []
+    for r in jobs:
+        mine = stored.get(r.job, {})
+        lags: tuple[PartitionLag, ...] = ()
+        if facts is not None and facts.error is None:
+            offsets = {k: row.offset for k, row in mine.items()}
+            own_ts = {
+                (t, p): facts.timestamps.get((t, p, max(offsets.get((t, p), lo), lo)))
+                for (t, p), (lo, _end) in facts.marks.items()
+            }
+            lags = partition_lags(offsets, facts.partitions, facts.marks, own_ts)
+        age = None if r.age is None else float(r.age)
+        views.append(JobView(r.job, r.generation, r.run_id, bool(r.live), age, mine, lags, stats.get(r.job)))
+    return Snapshot(tuple(views), None, facts, stats_error)

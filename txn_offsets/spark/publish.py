@@ -1,0 +1,101 @@
+"""What a run tells the outside world after each batch, never before its database commit: the
+batch statistics for ``txn-offsets serve`` (``job_stats``), the consumer-group mirror for Kafka's
+lag tools, and the user's ``on_batch`` callback.
+
+Statistics and the mirror are best effort: they run on one background thread, so a slow or
+unreachable Kafka or a busy ``job_stats`` row never delays the next batch, and their failures are
+logged and counted, never raised. The table of offsets stays the only truth.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import sqlalchemy as sa
+
+from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.errors import DataLoss, Fenced, OffsetConflict, RecordRejected, TxnOffsetsError
+from txn_offsets.kafka.mirror import GroupMirror
+from txn_offsets.ranges import TopicPartition
+from txn_offsets.spark.executor import TaskReport
+from txn_offsets.store import stats
+
+__all__ = ["BatchPublisher"]
+
+logger = logging.getLogger(__name__)
+
+# the failures counted in job_stats (the rest are transient or configuration errors)
+_FAILURE_OUTCOMES: dict[type[TxnOffsetsError], str] = {
+    OffsetConflict: "conflict",
+    Fenced: "fenced",
+    RecordRejected: "rejected",
+    DataLoss: "data_loss",
+}
+
+
+class BatchPublisher:
+    """Publishes each committed batch of one run (statistics, mirror, ``on_batch``)."""
+
+    def __init__(
+        self,
+        engine: sa.Engine,
+        db: DatabaseSettings,
+        kafka: KafkaSettings,
+        job: str,
+        *,
+        mirror_group: str | None,
+        on_batch: Callable[[Any], None] | None,
+    ) -> None:
+        self._engine = engine
+        self._db = db
+        self._job = job
+        self._on_batch = on_batch
+        self._mirror = (
+            GroupMirror(kafka, mirror_group, on_failure=lambda: self._count_failure("mirror_failed"))
+            if mirror_group is not None
+            else None
+        )
+        self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"publish-{job[:20]}")
+
+    def batch_committed(self, report: object, seconds: float, reports: Sequence[TaskReport]) -> None:
+        """After every range of the batch committed: queue statistics and the mirror, then call
+        the user's callback (in this thread: its exceptions are the user's to see)."""
+        outcomes = {
+            "committed": sum(1 for r in reports if r.outcome == "committed"),
+            "already_committed": sum(1 for r in reports if r.outcome == "already_committed"),
+        }
+        self._background.submit(self._record, seconds, outcomes)
+        if self._mirror is not None:
+            ends: dict[TopicPartition, int] = {r.range.key: r.range.until for r in reports}
+            self._background.submit(self._mirror.commit, ends)
+        if self._on_batch is not None:
+            self._on_batch(report)
+
+    def run_failed(self, exc: BaseException) -> None:
+        """Count a failure that ends the run (conflict, fencing, rejected record, data loss)."""
+        outcome = next((name for cls, name in _FAILURE_OUTCOMES.items() if isinstance(exc, cls)), None)
+        if outcome is not None:
+            self._background.submit(self._count_failure, outcome)
+
+    def close(self) -> None:
+        """Finish what is queued (bounded by the mirror's and the statistics' own timeouts)."""
+        if self._mirror is not None:
+            self._background.submit(self._mirror.flush)
+        self._background.shutdown(wait=True)
+        if self._mirror is not None:
+            self._mirror.close()
+
+    def _record(self, seconds: float, outcomes: dict[str, int]) -> None:
+        try:
+            stats.record_batch(self._engine, self._db, self._job, seconds, outcomes)
+        except Exception as exc:  # best effort: never lose the batch over a statistic
+            logger.warning("job %r: batch statistics not recorded (%s)", self._job, type(exc).__name__)
+
+    def _count_failure(self, outcome: str) -> None:
+        try:
+            stats.record_failure(self._engine, self._db, self._job, outcome)
+        except Exception as exc:
+            logger.warning("job %r: failure statistic not recorded (%s)", self._job, type(exc).__name__)

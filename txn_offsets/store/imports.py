@@ -1,0 +1,257 @@
+"""Importing a job's offsets from another offset store: a plan first, then one audited transaction.
+
+Sources (each gives ``{(topic, partition): next offset to read}``): a Structured Streaming
+checkpoint (:mod:`txn_offsets.store.checkpoint`), a Kafka consumer group
+(:func:`txn_offsets.kafka.mirror.group_offsets`) or a legacy ``(topic, partition, offset)`` table
+(:func:`read_table`). :func:`plan_import` checks them against Kafka and the store and changes
+nothing; :func:`apply_import` writes them under the job row's lock, like a reset: rows the job did
+not have are inserted and audited ``import``; with ``force``, rows it had are moved by
+:func:`txn_offsets.store.offset_rows.reset_offsets` (audited ``reset``, reason "import ..."); the
+generation is bumped either way, so a run that planned from the old offsets is fenced.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+from txn_offsets.config import DatabaseSettings, KafkaSettings, validate_identifier
+from txn_offsets.errors import ConfigError, JobAlreadyRunning, UnknownJob
+from txn_offsets.ranges import TopicPartition
+from txn_offsets.store import offset_rows
+from txn_offsets.store.database import translate_errors
+from txn_offsets.store.runs import lock_job, validate_job
+from txn_offsets.store.schema import tables_for
+
+__all__ = ["ImportPlan", "ImportStep", "apply_import", "plan_import", "read_table"]
+
+logger = logging.getLogger(__name__)
+
+_PARTITION_NAMES = ("partition", "part", "partition_id", "kafka_partition")
+_OFFSET_NAMES = ("offset", "off", "until_offset", "next_offset", "kafka_offset")
+
+
+@dataclass(frozen=True)
+class ImportStep:
+    topic: str
+    partition: int
+    old: int | None  # the job's offset now (None: no row)
+    new: int
+    log_start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class ImportPlan:
+    job: str
+    source: str
+    generation: int | None  # None: the job does not exist yet (the import creates it)
+    steps: tuple[ImportStep, ...]
+    live_run: str | None
+    heartbeat_age_s: float
+    topic_ids: Mapping[str, str]
+    unlisted: tuple[TopicPartition, ...]  # partitions of the topics the source has no offset for
+
+    @property
+    def existing(self) -> list[ImportStep]:
+        return [s for s in self.steps if s.old is not None]
+
+    def notes(self) -> list[str]:
+        out = []
+        for s in self.steps:
+            if s.new < s.log_start:
+                out.append(
+                    f"{s.topic}[{s.partition}]: offsets [{s.new}, {s.log_start}) were deleted by Kafka; "
+                    f"the job will raise DataLoss there (or skip, audited, with on_data_loss='skip')"
+                )
+        if self.unlisted:
+            shown = ", ".join(f"{t}[{p}]" for t, p in self.unlisted[:8])
+            out.append(f"no offset in the source for {shown}: the job starts those at their log start")
+        return out
+
+
+def _ident(value: str, what: str) -> str:
+    return validate_identifier(value, what)
+
+
+def read_table(
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    table: str,
+    *,
+    columns: Sequence[str] | None = None,
+    where: tuple[str, str] | None = None,
+) -> dict[TopicPartition, int]:
+    """Offsets from a legacy table ``SCHEMA.TABLE`` with a topic, a partition and an offset column
+    (the NEXT offset to read). `columns` names them (default: found by name); `where` keeps the
+    rows whose column equals a value (e.g. one job's rows of a shared table)."""
+    schema, dot, name = table.partition(".")
+    if not dot:
+        raise ConfigError("--from-table", f"{table!r}: give SCHEMA.TABLE")
+    _ident(schema, "--from-table schema")
+    _ident(name, "--from-table table")
+    with translate_errors(db), engine.connect() as conn:
+        try:
+            found = [c["name"] for c in sa.inspect(conn).get_columns(name, schema=schema)]
+        except sa.exc.NoSuchTableError:
+            found = []
+        if not found:
+            raise ConfigError(
+                "--from-table", f"{table} does not exist or has no columns visible to this role"
+            )
+        if columns is None:
+            pick = [
+                next((c for c in found if c == "topic"), None),
+                next((c for n in _PARTITION_NAMES for c in found if c == n), None),
+                next((c for n in _OFFSET_NAMES for c in found if c == n), None),
+            ]
+            if None in pick:
+                raise ConfigError(
+                    "--table-columns",
+                    f"{table} has columns {', '.join(found)}: name them as TOPIC,PARTITION,OFFSET",
+                )
+            cols = [str(c) for c in pick]
+        else:
+            cols = [_ident(c, "--table-columns") for c in columns]
+            missing = [c for c in cols if c not in found]
+            if len(cols) != 3 or missing:
+                raise ConfigError(
+                    "--table-columns", f"give three of the columns of {table}: {', '.join(found)}"
+                )
+        src = sa.table(name, *(sa.column(c) for c in {*cols, *([where[0]] if where else [])}), schema=schema)
+        stmt = sa.select(src.c[cols[0]], src.c[cols[1]], src.c[cols[2]])
+        if where is not None:
+            if _ident(where[0], "--table-filter column") not in found:
+                raise ConfigError("--table-filter", f"{table} has no column {where[0]!r}")
+            stmt = stmt.where(sa.cast(src.c[where[0]], sa.Text) == where[1])
+        out: dict[TopicPartition, int] = {}
+        for topic, part, off in conn.execute(stmt):
+            key = (str(topic), int(part))
+            if key in out and out[key] != int(off):
+                raise ConfigError(
+                    "--from-table",
+                    f"{table} has two offsets for {key[0]}[{key[1]}]; filter with --table-filter",
+                )
+            out[key] = int(off)
+    if not out:
+        raise ConfigError("--from-table", f"{table} has no rows{' matching the filter' if where else ''}")
+    return out
+
+
+def plan_import(
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    job: str,
+    offsets: Mapping[TopicPartition, int],
+    *,
+    source: str,
+    kafka: KafkaSettings,
+    timeout_s: float = 10.0,
+) -> ImportPlan:
+    """Check `offsets` against Kafka (topics and partitions exist, no offset past the end) and
+    against the store; changes nothing."""
+    from txn_offsets.kafka import metadata
+
+    validate_job(job)
+    offset_rows._check_offsets(offsets)  # the store's own validation of topic/partition/offset values
+    if not offsets:
+        raise ConfigError("import", f"{source} has no offsets")
+    infos = metadata.describe_topics(kafka, sorted({t for t, _ in offsets}), timeout_s=timeout_s)
+    for topic, part in sorted(offsets):
+        if part not in infos[topic].partitions:
+            raise ConfigError(
+                "import",
+                f"{source}: {topic} has no partition {part} (it has {list(infos[topic].partitions)})",
+            )
+    marks = metadata.watermarks(kafka, offsets.keys(), timeout_s=timeout_s)
+    for (topic, part), off in sorted(offsets.items()):
+        if off > marks[(topic, part)][1]:
+            raise ConfigError(
+                "import",
+                f"{source}: {topic}[{part}] offset {off} is past the end of the log "
+                f"({marks[(topic, part)][1]}); it is not a position in this topic (another cluster, "
+                f"or the topic was re-created)",
+            )
+    with translate_errors(db), engine.connect() as conn:
+        try:
+            state = lock_job(conn, db, job, for_update=False)
+        except UnknownJob:
+            state = None
+        stored = offset_rows.load_offsets(conn, db, job)
+    steps = tuple(
+        ImportStep(t, p, stored.get((t, p)), off, *marks[(t, p)]) for (t, p), off in sorted(offsets.items())
+    )
+    unlisted = tuple(sorted((t, p) for t in infos for p in infos[t].partitions if (t, p) not in offsets))
+    return ImportPlan(
+        job,
+        source,
+        None if state is None else state.generation,
+        steps,
+        state.run_id if state is not None and state.live else None,
+        0.0 if state is None else state.heartbeat_age_s,
+        {t: info.topic_id for t, info in infos.items()},
+        unlisted,
+    )
+
+
+def apply_import(
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    plan: ImportPlan,
+    *,
+    reason: str | None = None,
+    actor: str | None = None,
+    force: bool = False,
+) -> int:
+    """Write `plan` in one transaction; returns the job's new generation. Refuses (changing
+    nothing) when the job has offsets for the imported partitions or a live run, unless `force`,
+    and when the offsets moved since the plan was made."""
+    who = actor or offset_rows.default_actor()
+    why = f"import from {plan.source}" + (f": {reason.strip()}" if reason and reason.strip() else "")
+    t = tables_for(db.schema)
+    with translate_errors(db), engine.begin() as conn:
+        conn.execute(pg_insert(t.jobs).values(job=plan.job).on_conflict_do_nothing())
+        state = lock_job(conn, db, plan.job)  # FOR UPDATE: claims in flight finish first
+        current = offset_rows.load_offsets(conn, db, plan.job)
+        for s in plan.steps:
+            if current.get((s.topic, s.partition)) != s.old:
+                raise ConfigError(
+                    "import", f"{s.topic}[{s.partition}] moved since the plan was made; run the import again"
+                )
+        if state.live and not force:
+            raise JobAlreadyRunning(plan.job, state.run_id or "?", state.generation, state.heartbeat_age_s)
+        if current and not force:
+            first = next(iter(sorted(current.items())))
+            raise ConfigError(
+                "--force",
+                f"job {plan.job!r} already has offsets for {len(current)} partition(s) "
+                f"(e.g. {first[0][0]}[{first[0][1]}] at {first[1]}); importing would replace them: "
+                f"pass --force, or import into a new job name",
+            )
+        moved = {(s.topic, s.partition): s.new for s in plan.steps if s.old is not None}
+        fresh = {(s.topic, s.partition): s.new for s in plan.steps if s.old is None}
+        if fresh:
+            offset_rows.seed_offsets(
+                conn, db, plan.job, fresh, action="import", reason=why, actor=who, topic_ids=plan.topic_ids
+            )
+        if moved:  # audits 'reset', bumps the generation and drops the lease
+            offset_rows.reset_offsets(conn, db, plan.job, moved, reason=why, actor=who)
+        else:
+            conn.execute(
+                sa.update(t.jobs)
+                .where(t.jobs.c.job == plan.job)
+                .values(generation=t.jobs.c.generation + 1, run_id=None, lease_until=None)
+            )
+        generation = lock_job(conn, db, plan.job).generation
+    logger.info(
+        "job %r: imported %r partition(s) from %s, generation now %r",
+        plan.job,
+        len(plan.steps),
+        plan.source,
+        generation,
+    )
+    return generation

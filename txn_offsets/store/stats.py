@@ -1,0 +1,162 @@
+"""Per job batch statistics for the metrics service: a batch duration histogram and outcome counters.
+
+The runner calls :func:`record_batch` after each batch and :func:`record_failure` when a batch ends
+in a conflict, fencing, a rejected record, data loss or a failed mirror. Each call is one short
+transaction of its own on the ``job_stats`` table - never inside a batch's transaction, never on
+a job or offset row - with tight lock and statement timeouts, and best effort: statistics must
+never fail or stall a job, so a failure is logged (without the database's message, which could
+echo values) and reported as False.
+
+``txn-offsets serve`` reads them with :func:`load_stats` (a plain SELECT).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+from txn_offsets.config import DatabaseSettings
+from txn_offsets.errors import ConfigError, TxnOffsetsError
+from txn_offsets.store.database import sqlstate, translate_errors
+from txn_offsets.store.schema import BATCH_SECONDS_BUCKETS, STAT_OUTCOMES, tables_for
+
+__all__ = [
+    "BATCH_SECONDS_BUCKETS",
+    "STAT_OUTCOMES",
+    "JobStats",
+    "load_stats",
+    "record_batch",
+    "record_failure",
+]
+
+logger = logging.getLogger(__name__)
+
+FAILURES = ("conflict", "fenced", "rejected", "data_loss", "mirror_failed")
+_LOCK_TIMEOUT = "2s"
+_STATEMENT_TIMEOUT = "5s"
+
+
+@dataclass(frozen=True)
+class JobStats:
+    """The cumulative statistics of one job."""
+
+    job: str
+    batches: int
+    batch_seconds_sum: float
+    buckets: tuple[int, ...]  # non-cumulative, one per BATCH_SECONDS_BUCKETS bound, then +Inf
+    outcomes: Mapping[str, int]
+
+    def cumulative_buckets(self) -> list[tuple[str, int]]:
+        """(le, cumulative count) pairs as Prometheus histograms expose them, ending with +Inf."""
+        bounds = [*(repr(float(b)) for b in BATCH_SECONDS_BUCKETS), "+Inf"]
+        out, total = [], 0
+        for le, count in zip(bounds, self.buckets, strict=False):
+            total += count
+            out.append((le, total))
+        return out
+
+
+def bucket_index(seconds: float) -> int:
+    """0-based bucket of a duration: the first bound >= it (the +Inf bucket past the last)."""
+    return bisect.bisect_left(BATCH_SECONDS_BUCKETS, seconds)
+
+
+def _check(job: str, seconds: float | None, outcomes: Mapping[str, int]) -> None:
+    if not isinstance(job, str) or not job.strip():
+        raise ConfigError("job", f"{job!r}: give the job's name")
+    if seconds is not None and (
+        not isinstance(seconds, int | float) or not math.isfinite(seconds) or seconds < 0
+    ):
+        raise ConfigError("seconds", f"{seconds!r}: a batch duration is a finite number >= 0")
+    for name, count in outcomes.items():
+        if name not in STAT_OUTCOMES:
+            raise ConfigError("outcome", f"{name!r}: use one of {', '.join(STAT_OUTCOMES)}")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ConfigError("outcome", f"{name}={count!r}: counts are integers >= 0")
+
+
+def _apply(
+    engine: sa.Engine, db: DatabaseSettings, job: str, seconds: float | None, outcomes: Mapping[str, int]
+) -> bool:
+    t = tables_for(db.schema).stats
+    empty = [0] * (len(BATCH_SECONDS_BUCKETS) + 1)
+    values: dict[sa.ColumnElement[object] | str, object] = {
+        name: getattr(t.c, name) + count for name, count in outcomes.items() if count
+    }
+    values["updated_at"] = sa.func.now()
+    if seconds is not None:
+        slot = bucket_index(seconds) + 1  # PostgreSQL arrays count from 1
+        values.update(
+            {
+                "batches": t.c.batches + 1,
+                "batch_seconds_sum": t.c.batch_seconds_sum + float(seconds),
+                t.c.batch_buckets[slot]: t.c.batch_buckets[slot] + 1,
+                "last_batch_at": sa.func.now(),
+            }
+        )
+    try:
+        with translate_errors(db), engine.begin() as conn:
+            # bound, transaction-local: a stuck holder of the stats row costs seconds, not the job
+            conn.execute(
+                sa.select(
+                    sa.func.set_config("lock_timeout", _LOCK_TIMEOUT, True),
+                    sa.func.set_config("statement_timeout", _STATEMENT_TIMEOUT, True),
+                )
+            )
+            conn.execute(
+                pg_insert(t)
+                .values(job=job, batch_buckets=empty)
+                .on_conflict_do_nothing(index_elements=["job"])
+            )
+            conn.execute(sa.update(t).where(t.c.job == job).values(values))
+    except (TxnOffsetsError, sa.exc.SQLAlchemyError) as exc:
+        state = sqlstate(exc)
+        logger.warning(
+            "job=%r batch statistics not recorded (%s%s); the job is not affected",
+            job,
+            type(exc).__name__,
+            f", sqlstate {state}" if state else "",
+        )
+        return False
+    return True
+
+
+def record_batch(
+    engine: sa.Engine, db: DatabaseSettings, job: str, seconds: float, outcomes: Mapping[str, int]
+) -> bool:
+    """Count one finished batch of `job`: its duration and its ranges' outcomes (e.g.
+    ``{"committed": 8, "already_committed": 0}``). Best effort: False (and a warning) if it could
+    not be recorded; raises ConfigError only for arguments that are wrong in themselves."""
+    _check(job, seconds, outcomes)
+    return _apply(engine, db, job, float(seconds), outcomes)
+
+
+def record_failure(engine: sa.Engine, db: DatabaseSettings, job: str, outcome: str) -> bool:
+    """Count one failure of `job`: ``conflict``, ``fenced``, ``rejected``, ``data_loss`` or
+    ``mirror_failed``. Best effort, like :func:`record_batch`."""
+    if outcome not in FAILURES:
+        raise ConfigError("outcome", f"{outcome!r}: use one of {', '.join(FAILURES)}")
+    _check(job, None, {outcome: 1})
+    return _apply(engine, db, job, None, {outcome: 1})
+
+
+def load_stats(conn: sa.Connection, db: DatabaseSettings) -> dict[str, JobStats]:
+    """Every job's statistics (a plain SELECT: no row locks)."""
+    t = tables_for(db.schema).stats
+    out = {}
+    for row in conn.execute(sa.select(t).order_by(t.c.job)):
+        counts = {name: int(getattr(row, name)) for name in STAT_OUTCOMES}
+        out[row.job] = JobStats(
+            row.job,
+            int(row.batches),
+            float(row.batch_seconds_sum),
+            tuple(int(b or 0) for b in row.batch_buckets),
+            counts,
+        )
+    return out
