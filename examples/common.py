@@ -7,11 +7,11 @@ Every example reads TXN_OFFSETS_DATABASE_URL / TXN_OFFSETS_KAFKA_BOOTSTRAP from 
 from __future__ import annotations
 
 import argparse
-import logging
 from collections.abc import Callable
 from typing import Any
 
 from txn_offsets import Limits, StartPolicy, from_env, local_session, run_job
+from txn_offsets.logs import configure_logging
 from txn_offsets.spark.runner import BatchReport, JobSummary
 from txn_offsets.spark.writers import Writer
 
@@ -34,7 +34,7 @@ def run_example(
     on_batch: Callable[[BatchReport], None] | None = None,
     spark: Any = None,
 ) -> JobSummary:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging()  # text, or JSON lines with TXN_OFFSETS_LOG_FORMAT=json
     db, kafka = from_env()
     session = spark or local_session(f"txn-offsets-{args.job}", master=args.master)
     try:

@@ -3,7 +3,8 @@ exactly once, then verified against the data that was produced.
 
 Steps: migrate the offsets schema and the examples' tables; create a fresh 8-partition topic;
 produce the page views in Kafka transactions (every 10th aborted: those must never be counted);
-run ``windowed_counts`` to completion on local Spark with a progress display; print the busiest
+run ``windowed_counts`` to completion on local Spark with a progress display (``--connect``: as a
+Spark Connect client of a local Connect server, on the DataFrame execution path); print the busiest
 windows; compare every (window, page) total and the stored offsets with the oracle. The last line
 is ``demo: messages=<N> batches=<B> seconds=<S> verified=ok`` (or ``verified=FAILED ...``, exit 1).
 """
@@ -26,8 +27,10 @@ from examples.schema import window_counts
 from examples.windowed_counts import WRITER
 from txn_offsets import BatchReport, Limits, StartPolicy, from_env, local_session, run_job
 from txn_offsets.kafka.metadata import watermarks
-from txn_offsets.store import load_offsets, migrate
+from txn_offsets.spark.session import connect_client
+from txn_offsets.store import migrate
 from txn_offsets.store.database import engine_for
+from txn_offsets.store.offset_rows import load_offsets
 
 PARTITIONS = 8
 
@@ -69,6 +72,11 @@ def main() -> int:
         "--max-per-partition", type=int, default=40_000, help="records per partition per batch"
     )
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument(
+        "--connect",
+        action="store_true",
+        help="run the job through Spark Connect (a local Connect server on --master; no RDD API)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     started = time.monotonic()
@@ -100,7 +108,8 @@ def main() -> int:
         f"{time.monotonic() - t0:.1f}s"
     )
 
-    spark = local_session("txn-offsets-demo", master=args.master)
+    server = local_session("txn-offsets-demo", master=args.master, serve_connect=args.connect)
+    spark = connect_client(server) if args.connect else server
     t1 = time.monotonic()
     done = 0
 
@@ -114,7 +123,8 @@ def main() -> int:
             flush=True,
         )
 
-    print(f"demo: running windowed_counts (job {job}) on Spark {args.master}")
+    how = "through Spark Connect on a local server" if args.connect else "on Spark"
+    print(f"demo: running windowed_counts (job {job}) {how} {args.master}")
     try:
         summary = run_job(
             spark,
@@ -129,7 +139,9 @@ def main() -> int:
             on_batch=progress,
         )
     finally:
-        spark.stop()
+        if spark is not server:
+            spark.stop()  # the Connect session; then the server's own session
+        server.stop()
     engine = engine_for(db)
     with engine.connect() as conn:
         top = conn.execute(

@@ -1,14 +1,20 @@
-"""One batch on Spark: its ranges spread over a few Spark tasks.
+"""One batch on Spark: its ranges spread over a few Spark tasks, on one of two execution paths.
 
 Each task is given the indexes of its ranges as its input, so it always knows its ranges, even one
 that holds no visible record (only transaction markers or aborted records): such a range still
 commits and advances its offset. A batch has at most one task per core by default: a Spark task
 costs tens of milliseconds however small its range, which dominates small batches.
+
+The tasks run on the RDD path (``parallelize`` + ``mapPartitionsWithIndex``: classic Spark only) or
+on the DataFrame path (``spark.range`` + ``mapInArrow``, :mod:`txn_offsets.spark.frames`: classic
+Spark and Spark Connect). ``execution="auto"`` takes the DataFrame path on a Connect session and the
+RDD path otherwise; the task bodies, and so the outcomes, are the same on both.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 from collections.abc import Iterator
@@ -17,10 +23,12 @@ from typing import Any
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.ranges import OffsetRange
+from txn_offsets.spark import frames
 from txn_offsets.spark.executor import ReadOptions, ReadTask
+from txn_offsets.spark.frames import EXECUTION_PATHS, check_execution
 from txn_offsets.store.runs import Run
 
-__all__ = ["Batch", "assign_ranges", "batch_deadline"]
+__all__ = ["EXECUTION_PATHS", "Batch", "assign_ranges", "batch_deadline", "check_execution"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,26 +44,42 @@ class Batch:
     kafka: KafkaSettings
     run: Run
     read: ReadOptions = field(default_factory=ReadOptions)
+    execution: str = "auto"  # auto | rdd | dataframe
+
+    def __post_init__(self) -> None:
+        check_execution(self.execution, self.spark)
+
+    @property
+    def path(self) -> str:
+        """The execution path this batch takes: 'rdd' or 'dataframe'."""
+        if self.execution != "auto":
+            return self.execution
+        return "dataframe" if frames.is_connect(self.spark) else "rdd"
 
     def groups(self) -> tuple[tuple[int, ...], ...]:
         """Range indexes per Spark task: at most ``read.max_tasks`` (default: the session's cores)
         groups balanced by span, largest range first (LPT), each group in range order."""
-        limit = self.read.max_tasks or _cores(self.spark)
+        limit = self.read.max_tasks or frames.session_cores(self.spark)
         return assign_ranges([r.span for r in self.ranges], max(1, min(len(self.ranges), limit)))
 
     def ranges_rdd(self) -> Any:
-        """An RDD with one partition per group; its only element is the group's range indexes."""
+        """An RDD with one partition per group; its only element is the group's range indexes
+        (the RDD path; classic Spark only)."""
         groups = self.groups()
         return self.spark.sparkContext.parallelize(groups, len(groups))
 
     def records(self) -> Any:
-        """RDD[Record]: the visible records of every range, each range in offset order."""
+        """RDD[Record]: the visible records of every range, each range in offset order (classic
+        Spark only)."""
         task = ReadTask(self.kafka, self.ranges, self.read)
         return self.ranges_rdd().mapPartitionsWithIndex(task, preservesPartitioning=True)
 
-
-def _cores(spark: Any) -> int:
-    return int(spark.sparkContext.defaultParallelism)
+    def records_frame(self) -> Any:
+        """A DataFrame of the visible records of every range (``frames.record_schema()``: key, value,
+        topic, partition, offset, timestamp, headers), one Spark partition per task group, each
+        range in offset order. Uses no RDD API: the same on classic Spark and Spark Connect."""
+        task = ReadTask(self.kafka, self.ranges, self.read)
+        return frames.records_frame(self.spark, self.groups(), task, self.read.batch_size)
 
 
 def assign_ranges(spans: list[int], tasks: int) -> tuple[tuple[int, ...], ...]:
@@ -72,20 +96,30 @@ def assign_ranges(spans: list[int], tasks: int) -> tuple[tuple[int, ...], ...]:
 
 @contextlib.contextmanager
 def batch_deadline(spark: Any, group: str, timeout_s: float | None) -> Iterator[threading.Event]:
-    """Run the body's Spark jobs in job group `group`; after `timeout_s` cancel them.
+    """Run the body's Spark jobs in job group `group` (under Spark Connect: with operation tag
+    `group`); after `timeout_s` cancel them.
 
     Cancelling interrupts the tasks and Spark kills their Python workers, even one frozen by
     SIGSTOP, whose database session then ends, releasing any claimed row. The yielded event is set
     if the deadline fired (the body's collect() then fails).
     """
     expired = threading.Event()
-    sc = spark.sparkContext
-    sc.setJobGroup(group, "txn_offsets batch", interruptOnCancel=True)
+    if frames.is_connect(spark):
+        # no SparkContext: tag this thread's operations, interrupt them by tag (a server-side call
+        # that any thread may make)
+        spark.addTag(group)
+        interrupt = functools.partial(spark.interruptTag, group)
+        clear = functools.partial(spark.removeTag, group)
+    else:
+        sc = spark.sparkContext
+        sc.setJobGroup(group, "txn_offsets batch", interruptOnCancel=True)
+        interrupt = functools.partial(sc.cancelJobGroup, group)
+        clear = functools.partial(sc.setLocalProperty, "spark.jobGroup.id", None)
 
     def cancel() -> None:
         expired.set()
         logger.warning("batch %s: still running after %ss; cancelling its Spark jobs", group, timeout_s)
-        sc.cancelJobGroup(group)
+        interrupt()
 
     timer = threading.Timer(timeout_s, cancel) if timeout_s is not None else None
     if timer is not None:
@@ -96,4 +130,4 @@ def batch_deadline(spark: Any, group: str, timeout_s: float | None) -> Iterator[
     finally:
         if timer is not None:
             timer.cancel()
-        sc.setLocalProperty("spark.jobGroup.id", None)
+        clear()

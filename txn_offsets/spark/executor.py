@@ -1,9 +1,11 @@
-"""What runs inside a Spark task: read one range, decode, aggregate, and commit it with the results.
+"""What runs inside a Spark task: read each of its ranges, decode, aggregate, and commit each range
+with its results, one transaction per range.
 
-Every task handles exactly one range (partition index == position in the batch's range list).
-Records are read and reduced *before* the transaction opens, so the transaction only holds the
-claimed offset row for as long as the write takes. The SQLAlchemy engine is created once per Python
-worker (Spark reuses workers) and keyed by the database settings.
+A task's input is the list of its range indexes (on the RDD path and the DataFrame path alike), so
+a task always knows its ranges, however many it was given. Records are read and reduced *before*
+the transaction opens, so the transaction only holds the claimed offset row for as long as the
+write takes. The SQLAlchemy engine is created once per Python worker (Spark reuses workers) and
+keyed by the database settings.
 """
 
 from __future__ import annotations
@@ -301,8 +303,8 @@ class _Counting(Iterator[Record]):
 
 @dataclass(frozen=True)
 class ReadTask:
-    """The picklable body of the records RDD: a partition yields the records of each range it was
-    given, range after range, each in offset order."""
+    """The picklable body of a batch's records (RDD or DataFrame path): a task yields the records
+    of each range it was given, range after range, each in offset order."""
 
     kafka: KafkaSettings
     ranges: tuple[OffsetRange, ...]

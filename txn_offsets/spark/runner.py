@@ -28,7 +28,7 @@ from txn_offsets.errors import (
 )
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import ON_DATA_LOSS, Limits, TopicSelection, plan_batch, preflight
-from txn_offsets.spark.batch import Batch, batch_deadline
+from txn_offsets.spark.batch import Batch, batch_deadline, check_execution
 from txn_offsets.spark.executor import ReadOptions, TaskReport
 from txn_offsets.spark.publish import BatchPublisher
 from txn_offsets.spark.signals import stop_on_signals
@@ -102,6 +102,7 @@ def run_job(
     retry_backoff_s: float = 1.0,
     batch_timeout_s: float | None = 600.0,
     mirror_group: str | None = None,
+    execution: str = "auto",
 ) -> JobSummary:
     """Run `job` on `spark` until stopped; returns a summary. Raises our errors with context.
 
@@ -138,6 +139,7 @@ def run_job(
         raise ConfigError(
             "retries", f"retries ({retries}) and retry_backoff_s ({retry_backoff_s}) must be >= 0"
         )
+    check_execution(execution, spark)
     selection = TopicSelection(tuple(topics), topic_pattern)
     limits = limits or Limits()
     read = read or ReadOptions()
@@ -183,6 +185,7 @@ def run_job(
                     on_data_loss=on_data_loss,
                     lease_s=lease_s,
                     batch_timeout_s=batch_timeout_s,
+                    execution=execution,
                 )
             except TRANSIENT as exc:
                 failures += 1
@@ -239,6 +242,7 @@ def _step(
     on_data_loss: str,
     lease_s: float,
     batch_timeout_s: float | None,
+    execution: str,
 ) -> bool:
     """Heartbeat, plan, and run one batch if there is anything to read; True if a batch ran."""
     heartbeat(engine, database, run)  # Fenced if a newer run started
@@ -268,6 +272,7 @@ def _step(
             lag_after=plan.lag_after,
             publisher=publisher,
             timeout_s=batch_timeout_s,
+            execution=execution,
         )
     return True
 
@@ -294,9 +299,10 @@ def _run_batch(
     lag_after: int,
     publisher: BatchPublisher,
     timeout_s: float | None,
+    execution: str,
 ) -> None:
     number = summary.batches + 1
-    batch = Batch(number, ranges, spark, database, kafka, run, read)
+    batch = Batch(number, ranges, spark, database, kafka, run, read, execution)
     t0 = time.monotonic()
     try:
         with batch_deadline(spark, f"txn-offsets-{run.run_id}-{number}", timeout_s) as expired:

@@ -1,13 +1,30 @@
-"""SparkSession helpers for examples and tests: loopback only, UI off, executors on our interpreter."""
+"""SparkSession helpers for examples and tests: loopback only, UI off, executors on our interpreter.
+
+:func:`local_session` is a classic session. With ``serve_connect=True`` its driver also runs a Spark
+Connect server (Spark's ``SparkConnectPlugin``) on a free loopback port behind a random token, and
+:func:`connect_client` opens a Spark Connect session to it: no SparkContext, no RDD API, so
+``run_job`` takes the DataFrame execution path there. :func:`local_connect_session` does both.
+
+Why not pyspark's ``SparkSession.builder.remote("local[2]")``: it refuses to start while the process
+holds a classic session (tests use both), always listens on port 15002 on every interface, and
+switches the whole process into Connect mode (``pyspark.sql.functions`` then build Connect columns
+for classic sessions too). The server started here is the same Spark Connect service.
+"""
 
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 from collections.abc import Mapping
 from typing import Any
 
 from txn_offsets._java import find_java
+from txn_offsets.errors import ConfigError
+
+__all__ = ["connect_client", "local_connect_session", "local_session"]
+
+_AUTH_SETTING = "spark.connect.authenticate.token"
 
 
 def local_session(
@@ -15,12 +32,14 @@ def local_session(
     *,
     master: str = "local[2]",
     conf: Mapping[str, str] | None = None,
+    serve_connect: bool = False,
 ) -> Any:  # pyspark.sql.SparkSession (pyspark ships no type information)
     """A SparkSession on `master` bound to 127.0.0.1, with the Spark UI off.
 
     PYSPARK_PYTHON is set to the running interpreter so Python workers import the same installed
     txn_offsets as the driver. Raises :class:`txn_offsets.JavaNotFound` before starting a JVM if
-    no Java >= 17 is available.
+    no Java >= 17 is available. ``serve_connect=True`` also starts a Spark Connect server in the
+    driver (needs pyspark's ``connect`` extra in the clients): see :func:`connect_client`.
     """
     java = find_java()
     os.environ.setdefault("JAVA_HOME", os.path.dirname(os.path.dirname(os.path.realpath(java))))
@@ -29,19 +48,50 @@ def local_session(
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "8")
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
-    )
-    for key, value in (conf or {}).items():
+    settings = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.sql.shuffle.partitions": "8",
+        "spark.python.worker.reuse": "true",
+        "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
+    }
+    if serve_connect:
+        settings.update(
+            {
+                "spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
+                "spark.connect.grpc.binding.address": "127.0.0.1",
+                "spark.connect.grpc.binding.port": "0",  # a free port, read back by connect_client
+                _AUTH_SETTING: secrets.token_hex(16),
+            }
+        )
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in {**settings, **(conf or {})}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+def connect_client(server: Any) -> Any:  # pyspark.sql.connect.session.SparkSession
+    """A new Spark Connect session to the Connect server running in `server`, a classic session
+    from ``local_session(..., serve_connect=True)``. Each call is a separate server-side session."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    token = server.sparkContext.getConf().get(_AUTH_SETTING)
+    if token is None:
+        raise ConfigError(
+            "serve_connect", "this session runs no Connect server: use local_session(..., serve_connect=True)"
+        )
+    service = getattr(server._jvm, "org.apache.spark.sql.connect.service.SparkConnectService$")
+    port = int(getattr(service, "MODULE$").localPort())
+    # "localhost": the client then uses gRPC local credentials, which may carry the token in clear
+    return ConnectSession.builder.remote(f"sc://localhost:{port}/;token={token}").create()
+
+
+def local_connect_session(
+    app_name: str, *, master: str = "local[2]", conf: Mapping[str, str] | None = None
+) -> Any:  # pyspark.sql.connect.session.SparkSession
+    """A Spark Connect session to a local Connect server started in this process on `master`."""
+    return connect_client(local_session(app_name, master=master, conf=conf, serve_connect=True))

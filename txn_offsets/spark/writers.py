@@ -5,6 +5,9 @@
   range's results can be applied on their own (counts, sums, upserts that add).
 * :class:`BatchWriter` - for results that need a shuffle: Spark computes over the whole batch, the
   driver collects the result and commits every range of the batch with it in one transaction.
+
+Both run on either execution path of the batch (:mod:`txn_offsets.spark.batch`): the same task body
+(:class:`PartitionTask`) runs in an RDD partition or in a ``mapInArrow`` partition.
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import sqlalchemy as sa
 
+from txn_offsets.errors import ConfigError
 from txn_offsets.kafka.reader import Record
 from txn_offsets.ranges import OffsetRange
+from txn_offsets.spark import frames
 from txn_offsets.spark.batch import Batch
 from txn_offsets.spark.executor import DeadLetter, PartitionTask, TaskReport, commit_reporting, decoded
 
@@ -76,24 +81,44 @@ class PartitionWriter(Generic[T, A]):
             after_commit=self.after_commit,
             dead_letters=self.dead_letters,
         )
-        reports: list[TaskReport] = batch.ranges_rdd().mapPartitionsWithIndex(task).collect()
+        if batch.path == "dataframe":
+            return frames.run_tasks(batch.spark, batch.groups(), task)
+        with frames.worker_imports():
+            reports: list[TaskReport] = batch.ranges_rdd().mapPartitionsWithIndex(task).collect()
         return reports
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BatchWriter(Generic[R]):
-    """Commit the whole batch from the driver: ``write(conn, ranges, compute(records_rdd))``.
+    """Commit the whole batch from the driver: ``write(conn, ranges, compute(...))``.
 
-    ``compute`` runs any Spark job over the batch's RDD[Record] (shuffles allowed) and returns a
-    driver-side result (e.g. a collected list of rows). Nothing is claimed until it has finished.
+    Give exactly one of:
+
+    * ``compute_df(records)`` - runs any Spark job over the batch's **DataFrame** of records
+      (``key, value, topic, partition, offset, timestamp, headers``; shuffles allowed). Works on
+      every session, classic or Spark Connect, and on both execution paths.
+    * ``compute(records)`` - the same over the batch's **RDD[Record]**: classic Spark only, on the
+      RDD execution path (under Spark Connect it is refused with a ConfigError naming compute_df).
+
+    Either returns a driver-side result (e.g. a collected list of rows). Nothing is claimed until
+    it has finished.
     """
 
-    compute: Callable[[Any], R]
     write: Callable[[sa.Connection, Sequence[OffsetRange], R], None]
+    compute: Callable[[Any], R] | None = None
+    compute_df: Callable[[Any], R] | None = None
     isolation_level: str = "READ COMMITTED"
 
+    def __post_init__(self) -> None:
+        if (self.compute is None) == (self.compute_df is None):
+            raise ConfigError(
+                "compute",
+                "give exactly one of compute_df (over a DataFrame of records: any session) or "
+                "compute (over an RDD[Record]: classic Spark only)",
+            )
+
     def commit(self, batch: Batch) -> list[TaskReport]:
-        result = self.compute(batch.records())
+        result = self._compute(batch)
         return commit_reporting(
             batch.database,
             batch.run,
@@ -102,3 +127,17 @@ class BatchWriter(Generic[R]):
             isolation_level=self.isolation_level,
             records=-1,  # unknown per range: compute() saw the batch as a whole
         )
+
+    def _compute(self, batch: Batch) -> R:
+        if self.compute_df is not None:
+            with frames.worker_imports():
+                return self.compute_df(batch.records_frame())
+        if self.compute is None or batch.path != "rdd":  # (compute is set: checked on construction)
+            raise ConfigError(
+                "compute",
+                "BatchWriter(compute=...) computes over an RDD, and this batch runs on the DataFrame "
+                "path (Spark Connect has no RDD API): give BatchWriter(compute_df=...) a function "
+                "over the batch's DataFrame of records instead",
+            )
+        with frames.worker_imports():
+            return self.compute(batch.records())

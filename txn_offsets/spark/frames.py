@@ -1,0 +1,226 @@
+"""The DataFrame execution path: a batch's tasks without the RDD API (Spark Connect has none).
+
+One Spark partition per task group: ``spark.range(0, n, 1, n)`` has exactly one row per partition,
+its id being the group's index (``repartition(n)`` would not guarantee that, SPARK-40407). A
+``mapInArrow`` function then runs the same task bodies as the RDD path (:class:`PartitionTask`,
+:class:`ReadTask`) on the group's ranges: a group always reaches a task through its row, so a range
+with no visible record (markers only) still commits. Task reports travel back as pickled bytes in a
+binary column, so their errors reach the driver with their context (``TxnOffsetsError.__reduce__``).
+
+Functions are pickled by reference to their module: the Python workers of the Spark server must be
+able to import txn_offsets and the job's own modules. When they cannot, :func:`worker_imports`
+turns the worker's ModuleNotFoundError into a :class:`ConfigError` that says how to fix it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import pickle
+import re
+import sys
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+from txn_offsets.errors import ConfigError
+from txn_offsets.kafka.reader import Record
+from txn_offsets.spark.executor import TaskReport
+
+__all__ = [
+    "EXECUTION_PATHS",
+    "check_execution",
+    "is_connect",
+    "record_schema",
+    "records_frame",
+    "run_tasks",
+    "session_cores",
+    "worker_imports",
+]
+
+EXECUTION_PATHS = ("auto", "rdd", "dataframe")
+
+
+@functools.cache
+def record_schema() -> Any:
+    """The batch's records as a DataFrame (a pyspark StructType): the columns of Spark's own Kafka
+    source, minus timestampType. (Built on first use: importing txn_offsets does not import pyspark.)"""
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+    return StructType(
+        [
+            StructField("key", BinaryType()),
+            StructField("value", BinaryType()),
+            StructField("topic", StringType()),
+            StructField("partition", IntegerType()),
+            StructField("offset", LongType()),
+            StructField("timestamp", TimestampType()),
+            StructField("headers", ArrayType(header)),
+        ]
+    )
+
+
+@functools.cache
+def _report_schema() -> Any:
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    return StructType([StructField("report", BinaryType(), nullable=False)])
+
+
+TaskBody = Callable[[int, Iterable[Any]], Iterator[Any]]
+
+
+def check_execution(execution: str, spark: Any = None) -> str:
+    """Validate an ``execution`` setting: 'auto' (from the session), 'rdd' or 'dataframe'; with
+    `spark`, also that the session can take that path."""
+    if execution not in EXECUTION_PATHS:
+        raise ConfigError(
+            "execution",
+            f"{execution!r}: use 'auto' (the DataFrame path on Spark Connect, the RDD path on classic "
+            f"Spark), 'rdd' (classic Spark only) or 'dataframe' (any session)",
+        )
+    if execution == "rdd" and spark is not None and is_connect(spark):
+        raise ConfigError(
+            "execution", "'rdd' needs a classic SparkSession: Spark Connect has no RDD API (use 'auto')"
+        )
+    return execution
+
+
+def is_connect(spark: Any) -> bool:
+    """True for a Spark Connect session (no SparkContext, no RDD API)."""
+    # never imports the Connect client (grpc, pandas, pyarrow): if its module is not loaded, no
+    # Connect session can exist in this process
+    module = sys.modules.get("pyspark.sql.connect.session")
+    return module is not None and isinstance(spark, module.SparkSession)
+
+
+_cores: dict[str, int] = {}
+_cores_lock = threading.Lock()
+
+
+def session_cores(spark: Any) -> int:
+    """The session's default parallelism: ``defaultParallelism`` on classic Spark; under Connect
+    (no SparkContext) the number of partitions of ``spark.range`` without a partition count (the
+    same default), found once per session. The last row of a range is always in its last
+    partition, so one row tells the count without a shuffle."""
+    if not is_connect(spark):
+        return int(spark.sparkContext.defaultParallelism)
+    key = str(spark.session_id)
+    with _cores_lock:
+        if key not in _cores:
+            (row,) = spark.range(0, 1).selectExpr("spark_partition_id() AS p").collect()
+            _cores[key] = int(row.p) + 1
+        return _cores[key]
+
+
+def task_frame(spark: Any, tasks: int) -> Any:
+    """A DataFrame of `tasks` partitions holding one row each: the task's group index."""
+    return spark.range(0, tasks, 1, tasks)
+
+
+def run_tasks(spark: Any, groups: Sequence[tuple[int, ...]], body: TaskBody) -> list[TaskReport]:
+    """Run `body` (a PartitionTask) once per group, one Spark task each; the reports, in group order."""
+    frame = task_frame(spark, len(groups)).mapInArrow(
+        functools.partial(_report_batches, body, tuple(groups)), _report_schema()
+    )
+    with worker_imports():
+        rows = frame.collect()
+    # the bytes were pickled by our own task body in this job's Spark tasks (the same trust as the
+    # results an RDD's collect() unpickles)
+    return [pickle.loads(row[0]) for row in rows]  # noqa: S301
+
+
+def records_frame(spark: Any, groups: Sequence[tuple[int, ...]], body: TaskBody, batch_size: int) -> Any:
+    """A DataFrame (:func:`record_schema`) of every visible record of the groups' ranges, read by
+    `body` (a ReadTask), each range in offset order, in Arrow batches of at most `batch_size`."""
+    return task_frame(spark, len(groups)).mapInArrow(
+        functools.partial(_record_batches, body, tuple(groups), batch_size), record_schema()
+    )
+
+
+def _group_ids(batches: Iterable[Any]) -> list[int]:
+    # read the input to its end first (as the RDD path does): a worker is only reused when its
+    # input was consumed completely
+    return [int(i) for batch in batches for i in batch.column(0).to_pylist()]
+
+
+def _report_batches(
+    body: TaskBody, groups: tuple[tuple[int, ...], ...], batches: Iterable[Any]
+) -> Iterator[Any]:
+    import pyarrow as pa
+
+    schema = pa.schema([pa.field("report", pa.binary(), nullable=False)])
+    for g in _group_ids(batches):
+        for report in body(g, [groups[g]]):
+            yield pa.RecordBatch.from_arrays([pa.array([pickle.dumps(report)], pa.binary())], schema=schema)
+
+
+def _record_batches(
+    body: TaskBody, groups: tuple[tuple[int, ...], ...], batch_size: int, batches: Iterable[Any]
+) -> Iterator[Any]:
+    chunk: list[Record] = []
+    for g in _group_ids(batches):
+        for rec in body(g, [groups[g]]):
+            chunk.append(rec)
+            if len(chunk) >= batch_size:
+                yield _arrow_records(chunk)
+                chunk = []
+    if chunk:
+        yield _arrow_records(chunk)
+
+
+def _arrow_records(records: list[Record]) -> Any:
+    import pyarrow as pa
+
+    topics, partitions, offsets, keys, values, timestamps, headers = zip(*records, strict=True)
+    header = pa.struct([("key", pa.string()), ("value", pa.binary())])
+    if any(headers):
+        header_column = pa.array([[{"key": k, "value": v} for k, v in h] for h in headers], pa.list_(header))
+    else:  # the common case, without a Python object per record
+        empty = pa.array([0] * (len(records) + 1), pa.int32())
+        header_column = pa.ListArray.from_arrays(empty, pa.array([], header))
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(keys, pa.binary()),
+            pa.array(values, pa.binary()),
+            pa.array(topics, pa.string()),
+            pa.array(partitions, pa.int32()),
+            pa.array(offsets, pa.int64()),
+            # Spark's TimestampType is microseconds since the epoch, UTC
+            pa.array(timestamps, pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC")),
+            header_column,
+        ],
+        names=["key", "value", "topic", "partition", "offset", "timestamp", "headers"],
+    )
+
+
+_MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([^']+)'")
+
+
+@contextlib.contextmanager
+def worker_imports() -> Iterator[None]:
+    """Turn a Spark failure caused by a module the Python workers cannot import into a ConfigError
+    naming the module and the fix; any other failure passes through unchanged."""
+    try:
+        yield
+    except Exception as exc:
+        found = _MISSING_MODULE.search(str(exc))
+        if found is None:
+            raise
+        raise ConfigError(
+            "python workers",
+            f"the Spark workers cannot import module {found.group(1)!r} (ModuleNotFoundError): task "
+            f"functions are pickled by reference to their modules. Install txn_offsets and the job's "
+            f"own modules in the Python environment of the Spark cluster (or Connect server), or ship "
+            f"them with spark.addArtifacts('<module>.py' or '<package>.zip', pyfile=True)",
+        ) from exc
