@@ -96,6 +96,25 @@ class TopicInfo:
     partitions: tuple[int, ...]
 
 
+def _result(kafka: KafkaSettings, fut: Future[Any], timeout_s: float, what: str) -> Any:
+    """One admin future's answer: an unknown topic or partition is a ConfigError naming `what`;
+    anything else that fails, or no answer in time, is ServiceUnavailable (and the cached client is
+    dropped)."""
+    try:
+        return fut.result(timeout=timeout_s + 5)
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else None
+        if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            raise ConfigError("topics", f"{what} does not exist on {kafka.bootstrap_servers}") from None
+        forget_admin_client(kafka)
+        raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, _describe(exc)) from None
+    except TimeoutError:
+        forget_admin_client(kafka)
+        raise ServiceUnavailable(
+            "Kafka", kafka.bootstrap_servers, f"no answer about {what} in {timeout_s}s"
+        ) from None
+
+
 def describe_topics(
     kafka: KafkaSettings, topics: Sequence[str], *, timeout_s: float = 10.0
 ) -> dict[str, TopicInfo]:
@@ -106,21 +125,7 @@ def describe_topics(
     futures = admin.describe_topics(TopicCollection(list(topics)), request_timeout=timeout_s)
     out: dict[str, TopicInfo] = {}
     for topic, fut in futures.items():
-        try:
-            desc = fut.result(timeout=timeout_s + 5)
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                raise ConfigError(
-                    "topics", f"topic {topic!r} does not exist on {kafka.bootstrap_servers}"
-                ) from None
-            forget_admin_client(kafka)
-            raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, _describe(exc)) from None
-        except TimeoutError:
-            forget_admin_client(kafka)
-            raise ServiceUnavailable(
-                "Kafka", kafka.bootstrap_servers, f"no description of topic {topic!r} in {timeout_s}s"
-            ) from None
+        desc = _result(kafka, fut, timeout_s, f"topic {topic!r}")
         out[topic] = TopicInfo(topic, str(desc.topic_id), tuple(sorted(p.id for p in desc.partitions)))
     return out
 
@@ -154,21 +159,7 @@ def _list_offsets(
     )
     out: dict[TP, ListOffsetsResultInfo] = {}
     for tp, fut in futures.items():
-        try:
-            out[(tp.topic, tp.partition)] = fut.result(timeout=timeout_s + 5)
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                raise ConfigError(
-                    "topics", f"{tp.topic}[{tp.partition}] does not exist on {kafka.bootstrap_servers}"
-                ) from None
-            forget_admin_client(kafka)
-            raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, _describe(exc)) from None
-        except TimeoutError:
-            forget_admin_client(kafka)
-            raise ServiceUnavailable(
-                "Kafka", kafka.bootstrap_servers, f"no offsets for {tp.topic}[{tp.partition}] in {timeout_s}s"
-            ) from None
+        out[(tp.topic, tp.partition)] = _result(kafka, fut, timeout_s, f"{tp.topic}[{tp.partition}]")
     return out
 
 
