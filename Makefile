@@ -21,7 +21,7 @@ LINT_PATHS := $(wildcard txn_offsets tests examples migrations benchmarks chaos)
 .PHONY: help install stack-up stack-down stack-status lint test test-unit demo chaos bench clean
 
 help:
-	@echo "make demo        bring the local stack up and run the demo job"
+	@echo "make demo        bring the local stack up and run the demo job (DEMO_ARGS=--connect: on Spark Connect)"
 	@echo "make test        install, bring the stack up, lint, run the tests (not the slow ones)"
 	@echo "make lint        ruff + mypy --strict"
 	@echo "make stack-up    start PostgreSQL + Kafka on loopback (idempotent); settings in $(STACK_DIR)/env"
