@@ -19,6 +19,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from txn_offsets.errors import ConfigError
+from txn_offsets.redaction import SECRET_KAFKA_KEYS, Secret, redact_url, secret_query_values
 
 __all__ = [
     "DatabaseSettings",
@@ -32,46 +33,8 @@ __all__ = [
 ]
 
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")  # used with fullmatch: no "$" newline loophole
-# librdkafka properties whose values must never be shown: passwords and passphrases, SASL secrets
-# (JAAS config, OAUTHBEARER config and client secret, tokens) and private key material
-# (``ssl.key.pem``, ``sasl.oauthbearer.assertion.private.key.pem``, the ``ssl_key`` object).
-# Certificates and file locations are not secret.
-_SECRET_KAFKA_KEYS = re.compile(
-    r"password|passphrase|secret|token|sasl\.jaas|oauthbearer\.config|key\.pem|^ssl[._]key$",
-    re.IGNORECASE,
-)
-# database URL query parameters whose values must never be shown (password=, sslpassword=, ...)
-_SECRET_QUERY_KEYS = re.compile(r"password|secret|token", re.IGNORECASE)
-_MASK = "***"
 # PostgreSQL's and libpq's millisecond settings are C ints
 _MAX_MS = 2**31 - 1
-
-
-class Secret:
-    """A string that does not show itself in reprs, logs or tracebacks."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def get(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret('***')"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and other._value == self._value
-
-    def __hash__(self) -> int:
-        return hash(self._value)
-
-    def __reduce__(self) -> tuple[type[Secret], tuple[str]]:
-        # Settings travel to Spark executors by pickle; the value must survive that trip.
-        return (Secret, (self._value,))
 
 
 def validate_identifier(value: str, what: str) -> str:
@@ -83,35 +46,6 @@ def validate_identifier(value: str, what: str) -> str:
             f"starting with a letter or underscore",
         )
     return value
-
-
-def _secret_query_values(url: URL) -> list[str]:
-    values: list[str] = []
-    for key, value in url.query.items():
-        if _SECRET_QUERY_KEYS.search(key):
-            values.extend([value] if isinstance(value, str) else value)
-    return values
-
-
-def redact_url(url: str | URL) -> str:
-    """The URL with its password, and the value of every query parameter whose name contains
-    ``password``, ``secret`` or ``token`` (any case), replaced by ``***``.
-
-    Never raises: garbage gives a placeholder that shows nothing of the input.
-    """
-    try:
-        parsed = make_url(url) if isinstance(url, str) else url
-        masked = {
-            key: (_MASK if isinstance(value, str) else tuple(_MASK for _ in value))
-            for key, value in parsed.query.items()
-            if _SECRET_QUERY_KEYS.search(key)
-        }
-        if masked:
-            parsed = parsed.update_query_dict(masked)
-        # the query is rendered URL-quoted: show the mask as *** rather than %2A%2A%2A
-        return parsed.render_as_string(hide_password=True).replace("%2A%2A%2A", _MASK)
-    except Exception:
-        return "<unparseable database URL>"
 
 
 def _parse_database_url(url: str | URL | Secret) -> URL:
@@ -279,7 +213,7 @@ class DatabaseSettings:
         """Every secret string these settings hold: the URL's password and the values of its
         secret query parameters (see :func:`redact_url`); empty ones left out. Longest first, so
         scrubbing text with them in order never leaves part of a longer secret behind."""
-        found = [self.url.password, *_secret_query_values(self.url)]
+        found = [self.url.password, *secret_query_values(self.url)]
         return tuple(sorted({str(v) for v in found if v}, key=lambda v: (-len(v), v)))
 
     def connect_args(self) -> dict[str, object]:
@@ -340,7 +274,7 @@ class KafkaSettings:
         return {"bootstrap.servers": self.bootstrap_servers, **self.extra}
 
     def __repr__(self) -> str:
-        shown = {k: ("***" if _SECRET_KAFKA_KEYS.search(k) else v) for k, v in self.extra.items()}
+        shown = {k: ("***" if SECRET_KAFKA_KEYS.search(k) else v) for k, v in self.extra.items()}
         return (
             f"KafkaSettings(bootstrap_servers={self.bootstrap_servers!r}, extra={shown!r}, "
             f"isolation_level={self.isolation_level!r})"

@@ -23,6 +23,7 @@ from txn_offsets.config import DatabaseSettings, KafkaSettings, validate_identif
 from txn_offsets.errors import ConfigError, JobAlreadyRunning, UnknownJob
 from txn_offsets.ranges import TopicPartition
 from txn_offsets.store import offset_rows
+from txn_offsets.store.audit import check_offsets
 from txn_offsets.store.database import translate_errors
 from txn_offsets.store.runs import lock_job, validate_job
 from txn_offsets.store.schema import tables_for
@@ -157,7 +158,7 @@ def plan_import(
     from txn_offsets.kafka import metadata
 
     validate_job(job)
-    offset_rows._check_offsets(offsets)  # the store's own validation of topic/partition/offset values
+    check_offsets(offsets)  # the store's own validation of topic/partition/offset values
     if not offsets:
         raise ConfigError("import", f"{source} has no offsets")
     infos = metadata.describe_topics(kafka, sorted({t for t, _ in offsets}), timeout_s=timeout_s)

@@ -7,9 +7,7 @@ outcome means is decided by the pure functions of :mod:`txn_offsets.store.classi
 
 from __future__ import annotations
 
-import getpass
 import logging
-import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -19,9 +17,10 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import ConfigError, Fenced, OffsetConflict
 from txn_offsets.ranges import OffsetRange, TopicPartition
+from txn_offsets.store.audit import OffsetChange, check_audit, check_offsets, default_actor, write_audit
 from txn_offsets.store.classify import ClaimResult, Settled, classify_claim, classify_reread
 from txn_offsets.store.runs import JobState, Run, lock_job
-from txn_offsets.store.schema import AUDIT_ACTIONS, tables_for
+from txn_offsets.store.schema import tables_for
 
 __all__ = [
     "ClaimResult",
@@ -47,30 +46,11 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class OffsetChange:
-    """One audited move of a stored offset (``old`` None: the row did not exist)."""
-
-    topic: str
-    partition: int
-    old: int | None
-    new: int
-
-
-@dataclass(frozen=True)
 class StoredOffset:
     """A stored offset and the Kafka topic id it belongs to (None: stored before ids were kept)."""
 
     off: int
     topic_id: str | None
-
-
-def default_actor() -> str:
-    """Who is acting, for the audit table: OS user at host."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # no passwd entry (containers) and no LOGNAME/USER
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"
 
 
 def load_offsets(conn: sa.Connection, db: DatabaseSettings, job: str) -> dict[TopicPartition, int]:
@@ -128,58 +108,6 @@ def adopt_topic_ids(
         )
 
 
-def _check_offsets(offsets: Mapping[TopicPartition, int]) -> None:
-    for (topic, part), off in offsets.items():
-        if not isinstance(topic, str) or not topic:
-            raise ConfigError("topic", f"{topic!r} is not a topic name")
-        if isinstance(part, bool) or not isinstance(part, int) or part < 0:
-            raise ConfigError("partition", f"{part!r} of topic {topic!r} must be an integer >= 0")
-        if isinstance(off, bool) or not isinstance(off, int) or off < 0:
-            raise ConfigError("offset", f"{off!r} for {topic}[{part}] must be an integer >= 0")
-
-
-def _check_audit(action: str, reason: str, actor: str) -> None:
-    if action not in AUDIT_ACTIONS:
-        raise ConfigError("action", f"{action!r}: use one of {', '.join(AUDIT_ACTIONS)}")
-    if not reason or not reason.strip():
-        raise ConfigError("reason", "is empty; say why the offsets move (it goes to the audit table)")
-    if not actor or not actor.strip():
-        raise ConfigError("actor", "is empty; say who moves the offsets")
-
-
-def _audit(
-    conn: sa.Connection,
-    db: DatabaseSettings,
-    job: str,
-    changes: Sequence[OffsetChange],
-    *,
-    action: str,
-    reason: str,
-    actor: str,
-    generation: int | None,
-) -> None:
-    if not changes:
-        return
-    audit = tables_for(db.schema).audit
-    conn.execute(
-        sa.insert(audit),
-        [
-            {
-                "job": job,
-                "topic": c.topic,
-                "part": c.partition,
-                "old_off": c.old,
-                "new_off": c.new,
-                "action": action,
-                "reason": reason,
-                "actor": actor,
-                "generation": generation,
-            }
-            for c in changes
-        ],
-    )
-
-
 def seed_offsets(
     conn: sa.Connection,
     db: DatabaseSettings,
@@ -197,8 +125,8 @@ def seed_offsets(
     ``topic_ids`` records which incarnation of each topic the offsets belong to; with `generation`
     a fenced run raises Fenced instead of seeding.
     """
-    _check_offsets(offsets)
-    _check_audit(action, reason, actor)
+    check_offsets(offsets)
+    check_audit(action, reason, actor)
     if not offsets:
         return {}
     t = tables_for(db.schema)
@@ -217,7 +145,9 @@ def seed_offsets(
     )
     inserted = {(r.topic, r.part): r.off for r in conn.execute(stmt)}
     changes = [OffsetChange(tp, p, None, off) for (tp, p), off in sorted(inserted.items())]
-    _audit(conn, db, job, changes, action=action, reason=reason, actor=actor, generation=state.generation)
+    write_audit(
+        conn, db, job, changes, action=action, reason=reason, actor=actor, generation=state.generation
+    )
     if inserted:
         logger.info("job %r: seeded %r partitions (%r)", job, len(inserted), action)
     return inserted
@@ -300,9 +230,9 @@ def skip_lost(  # noqa: PLR0917 - positional order is the planner's contract
     `topic_id` then records the incarnation the offset now belongs to.
     """
     who = actor or default_actor()
-    _check_offsets({(topic, part): old})
-    _check_offsets({(topic, part): new})
-    _check_audit("data_loss_skip", reason, who)
+    check_offsets({(topic, part): old})
+    check_offsets({(topic, part): new})
+    check_audit("data_loss_skip", reason, who)
     if new < old and not to_new_log:
         raise ConfigError(
             "new offset", f"{new} is below {old} for {topic}[{part}]; a skip only moves forward"
@@ -323,7 +253,7 @@ def skip_lost(  # noqa: PLR0917 - positional order is the planner's contract
             return False
         raise OffsetConflict(job, topic, part, old, found[(topic, part)])
     change = OffsetChange(topic, part, old, new)
-    _audit(
+    write_audit(
         conn,
         db,
         job,
@@ -352,8 +282,8 @@ def reset_offsets(
     read; the generation bump then fences the run that planned from them. Checking whether a live
     run may be fenced is the caller's decision (see :mod:`txn_offsets.cli.commands`).
     """
-    _check_offsets(targets)
-    _check_audit("reset", reason, actor)
+    check_offsets(targets)
+    check_audit("reset", reason, actor)
     if not targets:
         raise ConfigError("reset", "no partitions selected")
     lock_job(conn, db, job)
@@ -378,6 +308,6 @@ def reset_offsets(
         .values(generation=t.jobs.c.generation + 1, run_id=None, lease_until=None)
         .returning(t.jobs.c.generation)
     ).scalar_one()
-    _audit(conn, db, job, changes, action="reset", reason=reason, actor=actor, generation=generation)
+    write_audit(conn, db, job, changes, action="reset", reason=reason, actor=actor, generation=generation)
     logger.warning("job %r: offsets of %r partitions reset by %r", job, len(changes), actor)
     return changes
