@@ -1,5 +1,6 @@
-"""The exact range reader against the real broker: gaps from transaction markers, aborted records,
-marker-only ranges, compaction, out-of-range starts and a dead broker."""
+"""The exact range reader against the real broker: every field of a Record, gaps from transaction
+markers, aborted records, marker-only ranges, ranges ending at the partition's end, compaction,
+out-of-range starts and a dead broker."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from tests.fix_services import TopicFactory
 from txn_offsets.config import KafkaSettings
 from txn_offsets.errors import KafkaReadError
 from txn_offsets.kafka.metadata import watermarks
-from txn_offsets.kafka.reader import read_range
+from txn_offsets.kafka.reader import Record, read_range
 from txn_offsets.ranges import OffsetRange
 
 
@@ -54,6 +55,83 @@ def test_transactions_with_gaps(kafka_bootstrap: str, topic_factory: TopicFactor
     assert list(read_range(kafka, OffsetRange(topic, 0, 3, 7))) == []
     assert list(read_range(kafka, OffsetRange(topic, 0, 8, 9))) == []
     assert list(read_range(kafka, OffsetRange(topic, 0, 5, 5))) == []
+
+
+def test_records_exactly_as_produced(kafka_bootstrap: str, topic_factory: TopicFactory) -> None:
+    """Every field of a Record: the range's topic and partition, offsets, keys (None when absent),
+    values, timestamps (ms), headers as (str, bytes | None) tuples in order; markers skipped."""
+    topic = topic_factory(partitions=2)
+    kafka = KafkaSettings(kafka_bootstrap)
+    producer = _tx_producer(kafka_bootstrap)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"v0", partition=1, timestamp=1_700_000_000_000)
+    producer.produce(topic, key=b"k1", value=b"v1", partition=1, timestamp=1_700_000_000_001)
+    producer.produce(
+        topic,
+        key=b"k2",
+        value=None,
+        partition=1,
+        timestamp=1_700_000_000_002,
+        headers=[("h1", b"x"), ("h2", None), ("h1", b"y")],
+    )
+    producer.flush(30)
+    producer.commit_transaction(30)  # offsets 0-2, marker 3
+    producer.begin_transaction()
+    producer.produce(topic, key=b"k4", value=b"gone", partition=1)
+    producer.flush(30)
+    producer.abort_transaction(30)  # 4 aborted, marker 5
+    producer.begin_transaction()
+    producer.produce(topic, key=b"", value=b"", partition=1, timestamp=1_700_000_000_006)
+    producer.flush(30)
+    producer.commit_transaction(30)  # 6, marker 7
+    assert watermarks(kafka, [(topic, 1)])[(topic, 1)] == (0, 8)
+
+    records = list(read_range(kafka, OffsetRange(topic, 1, 0, 8)))
+    assert records == [
+        Record(topic, 1, 0, None, b"v0", 1_700_000_000_000, ()),
+        Record(topic, 1, 1, b"k1", b"v1", 1_700_000_000_001, ()),
+        Record(topic, 1, 2, b"k2", None, 1_700_000_000_002, (("h1", b"x"), ("h2", None), ("h1", b"y"))),
+        Record(topic, 1, 6, b"", b"", 1_700_000_000_006, ()),
+    ]
+    for rec in records:
+        assert type(rec) is Record
+        assert rec._fields == ("topic", "partition", "offset", "key", "value", "timestamp_ms", "headers")
+        assert type(rec.topic) is str and type(rec.partition) is int and type(rec.offset) is int
+        assert rec.key is None or type(rec.key) is bytes
+        assert type(rec.headers) is tuple
+    # the records pickle (they travel between Spark stages) and compare equal afterwards
+    import pickle
+
+    assert pickle.loads(pickle.dumps(records)) == records  # noqa: S301 - our own bytes
+    # the other partition is empty: nothing, and no record of partition 1 leaks into it
+    assert list(read_range(kafka, OffsetRange(topic, 0, 0, 0))) == []
+    # any cut gives the same records once each, with the same fields
+    cuts = [(0, 1), (1, 3), (3, 6), (6, 8)]
+    assert [r for a, b in cuts for r in read_range(kafka, OffsetRange(topic, 1, a, b))] == records
+    # reading fewer records per consume() call changes nothing
+    assert list(read_range(kafka, OffsetRange(topic, 1, 0, 8), batch_size=1)) == records
+
+
+def test_range_ending_at_the_partition_end_does_not_wait(
+    kafka_bootstrap: str, topic_factory: TopicFactory
+) -> None:
+    """A range whose tail holds fewer records than offsets (an aborted transaction and markers)
+    and ends at the partition's end - every range of a caught-up job - ends as soon as the end is
+    reached, not after a poll timeout spent waiting for records that cannot come."""
+    topic = topic_factory(partitions=1)
+    kafka = KafkaSettings(kafka_bootstrap)
+    producer = _tx_producer(kafka_bootstrap)
+    _tx(producer, topic, [f"a{i}".encode() for i in range(50)], commit=True)  # 0-49, marker 50
+    _tx(producer, topic, [f"x{i}".encode() for i in range(30)], commit=False)  # 51-80, marker 81
+    _, end = watermarks(kafka, [(topic, 0)])[(topic, 0)]
+    assert end == 82
+    assert len(list(read_range(kafka, OffsetRange(topic, 0, 0, end)))) == 50  # connect, warm the pool
+    for start in (0, 40, 50, 51):
+        t0 = time.monotonic()
+        got = [r.offset for r in read_range(kafka, OffsetRange(topic, 0, start, end), poll_timeout_s=5.0)]
+        elapsed = time.monotonic() - t0
+        assert got == list(range(start, 50))
+        assert elapsed < 2.5, f"range [{start}, {end}) took {elapsed:.2f}s: it waited out the poll timeout"
 
 
 def test_open_transaction_bounds_the_lso(kafka_bootstrap: str, topic_factory: TopicFactory) -> None:

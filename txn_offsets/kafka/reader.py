@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from txn_offsets.config import KafkaSettings
 from txn_offsets.errors import ConfigError, KafkaReadError
@@ -110,18 +110,8 @@ def _position(consumer: Consumer, rng: OffsetRange) -> int:
     return int(pos) if pos is not None and pos >= 0 else rng.start
 
 
-def _record(msg: Message) -> Record:
-    ts_type, ts = msg.timestamp()
-    headers = msg.headers()
-    return Record(
-        topic=msg.topic() or "",
-        partition=msg.partition() or 0,
-        offset=msg.offset() or 0,
-        key=_as_bytes(msg.key()),
-        value=_as_bytes(msg.value()),
-        timestamp_ms=ts if ts_type != 0 and ts >= 0 else None,
-        headers=tuple((str(h[0]), _as_bytes(h[1])) for h in headers) if headers else (),
-    )
+def _headers(headers: Any) -> Headers:
+    return tuple((str(k), _as_bytes(v)) for k, v in headers)
 
 
 def _as_bytes(value: object) -> bytes | None:
@@ -152,50 +142,81 @@ def read_range(
         return
     consumer = _pool.take(kafka)
     clean = False
+    # per record: no attribute lookups that can be made once, no call that can be avoided (the
+    # topic and partition are the range's: one partition is assigned), a Record built with
+    # tuple.__new__ (NamedTuple's own __new__ is a Python-level function)
+    topic, partition, until = rng.topic, rng.partition, rng.until
+    consume = consumer.consume
+    new = tuple.__new__
+    record_type = Record
     try:
-        consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
+        consumer.assign([TopicPartition(topic, partition, rng.start)])
         position = rng.start
         polled_at = position  # the position at the last progress check
         last_progress = time.monotonic()
-        while position < rng.until:
-            # never ask for more than can remain: librdkafka waits until it has that many or the
-            # timeout passes, which would make a range ending at the partition's end slow
-            wanted = max(1, min(batch_size, rng.until - position))
-            messages = consumer.consume(num_messages=wanted, timeout=poll_timeout_s)
+        while position < until:
+            # what librdkafka has already fetched, without waiting; when that is nothing, wait for
+            # the first message or event only. Never wait for a full batch: librdkafka's consume()
+            # waits for all `num_messages` or the timeout, and the tail of a range can hold fewer
+            # records than offsets (transaction markers, aborted records) - at a partition's end
+            # (every range of a caught-up job) each range would pay the whole timeout.
+            wanted = min(batch_size, until - position)
+            messages = consume(wanted, 0)
+            if not messages:
+                messages = consume(1, poll_timeout_s)
             for msg in messages:
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
                         continue  # the position check below sees where the log ends
                     raise _read_error(rng, position, err)
-                offset = msg.offset() or 0
-                if offset >= rng.until:
-                    position = rng.until
-                    break
-                if offset < position:
+                offset = msg.offset()
+                if offset is None or offset < position:
                     raise KafkaReadError(
-                        rng.topic,
-                        rng.partition,
+                        topic,
+                        partition,
                         rng.start,
-                        rng.until,
+                        until,
                         f"offset {offset} delivered after position {position}: offsets must be monotonic",
                     )
-                yield _record(msg)
+                if offset >= until:
+                    position = until
+                    break
+                key = msg.key()
+                value = msg.value()
+                if key.__class__ is not bytes and key is not None:
+                    key = _as_bytes(key)
+                if value.__class__ is not bytes and value is not None:
+                    value = _as_bytes(value)
+                ts_type, ts = msg.timestamp()
+                headers = msg.headers()
+                yield new(
+                    record_type,
+                    (
+                        topic,
+                        partition,
+                        offset,
+                        key,
+                        value,
+                        ts if ts_type and ts >= 0 else None,  # 0: TIMESTAMP_NOT_AVAILABLE
+                        _headers(headers) if headers else (),
+                    ),
+                )
                 position = offset + 1
-            if position < rng.until:
+            if position < until:
                 # the position moves past markers and aborted records that are never delivered
                 position = max(position, _position(consumer, rng))
             # progress is the position moving, not messages arriving: a consumer handed messages
             # that do not advance it is as stuck as one handed nothing
-            if position > polled_at or position >= rng.until:
+            if position > polled_at or position >= until:
                 last_progress = time.monotonic()
                 polled_at = position
             elif time.monotonic() - last_progress > stall_timeout_s:
                 raise KafkaReadError(
-                    rng.topic,
-                    rng.partition,
+                    topic,
+                    partition,
                     rng.start,
-                    rng.until,
+                    until,
                     f"no progress for {stall_timeout_s:.0f}s at offset {position} (is the broker at "
                     f"{kafka.bootstrap_servers} reachable? was the range planned past the end offset?)",
                 )
