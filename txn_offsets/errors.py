@@ -26,6 +26,7 @@ __all__ = [
     "SchemaMissing",
     "ServiceUnavailable",
     "StackError",
+    "StreamDiverged",
     "TransactionAborted",
     "TxnOffsetsError",
     "UnknownJob",
@@ -350,4 +351,20 @@ class WriteFailed(TxnOffsetsError):
         super().__init__(
             f"the write of job {job!r} ranges {ranges} failed: {error}, sqlstate {sqlstate or '?'}{at}; "
             f"nothing was committed. Values are not shown (they may be record payloads)."
+        )
+
+
+class StreamDiverged(TxnOffsetsError):
+    """A Structured Streaming query and the offset table disagree: the query's batch was not
+    committed by the exactly-once sink, or the offsets moved under the running query."""
+
+    __module__ = "txn_offsets"
+
+    def __init__(self, job: str, generation: int, problem: str) -> None:
+        self.job = job
+        self.generation = generation
+        self.problem = problem
+        super().__init__(
+            f"streaming query of job {job!r} (generation {generation}): {problem}. The offset table "
+            f"is the truth: restart the stream (a new run plans from the table)."
         )

@@ -38,6 +38,7 @@ def test_tables_are_per_schema_and_cached() -> None:
         "s1.offset_audit",
         "s1.dead_letters",
         "s1.job_stats",
+        "s1.stream_plans",
     }
 
 

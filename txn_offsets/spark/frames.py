@@ -29,6 +29,7 @@ from txn_offsets.spark.executor import TaskReport
 
 __all__ = [
     "EXECUTION_PATHS",
+    "arrow_batches",
     "check_execution",
     "is_connect",
     "record_schema",
@@ -168,13 +169,18 @@ def _report_batches(
 def _record_batches(
     body: TaskBody, groups: tuple[tuple[int, ...], ...], batch_size: int, batches: Iterable[Any]
 ) -> Iterator[Any]:
+    ids = _group_ids(batches)
+    yield from arrow_batches((rec for g in ids for rec in body(g, [groups[g]])), batch_size)
+
+
+def arrow_batches(records: Iterable[Record], batch_size: int) -> Iterator[Any]:
+    """`records` as pyarrow RecordBatches of :func:`record_schema`, at most `batch_size` rows each."""
     chunk: list[Record] = []
-    for g in _group_ids(batches):
-        for rec in body(g, [groups[g]]):
-            chunk.append(rec)
-            if len(chunk) >= batch_size:
-                yield _arrow_records(chunk)
-                chunk = []
+    for rec in records:
+        chunk.append(rec)
+        if len(chunk) >= batch_size:
+            yield _arrow_records(chunk)
+            chunk = []
     if chunk:
         yield _arrow_records(chunk)
 

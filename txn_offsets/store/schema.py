@@ -5,7 +5,7 @@ are built per schema name by :func:`tables_for` (cached: one set of Table object
 alembic environment uses :func:`metadata_for` as ``target_metadata`` and ``alembic check`` compares
 it with the migrations, so a change here without a migration is caught as drift.
 
-Five tables:
+Six tables:
 
 * ``offsets``: the next offset to read per (job, topic, partition), and the Kafka topic id it belongs
   to. It moves only by the guarded claim of a batch (``off = :from``), or by an audited action.
@@ -19,6 +19,9 @@ Five tables:
 * ``job_stats``: per job, cumulative batch statistics for ``txn-offsets serve`` (a histogram of
   batch durations, outcome counters). Written by the runner in its own short transaction after a
   batch, never inside one; no foreign key, so writing it never locks a job row.
+* ``stream_plans``: per job, the ranges of the batch a Structured Streaming query is running (the
+  ``txn_offsets`` source writes it when it plans a batch; the exactly-once sink commits exactly
+  those ranges with the batch's results). Tagged with the run's generation.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import functools
 from dataclasses import dataclass
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 
 from txn_offsets.config import validate_identifier
 
@@ -83,6 +87,7 @@ class Tables:
     audit: sa.Table
     dead_letters: sa.Table
     stats: sa.Table
+    stream_plans: sa.Table
 
 
 @functools.cache
@@ -174,7 +179,16 @@ def tables_for(schema: str = DEFAULT_SCHEMA) -> Tables:
         sa.Column("updated_at", _TS, nullable=False, server_default=sa.func.now()),
         sa.CheckConstraint("batches >= 0", name="batches_nonneg"),
     )
-    return Tables(md, jobs, offsets, audit, dead_letters, stats)
+    stream_plans = sa.Table(
+        "stream_plans",
+        md,
+        sa.Column("job", sa.Text, sa.ForeignKey(jobs.c.job), primary_key=True),
+        sa.Column("generation", sa.BigInteger, nullable=False),
+        # [[topic, partition, start, until], ...] in range order
+        sa.Column("ranges", postgresql.JSONB, nullable=False),
+        sa.Column("planned_at", _TS, nullable=False, server_default=sa.func.now()),
+    )
+    return Tables(md, jobs, offsets, audit, dead_letters, stats, stream_plans)
 
 
 def metadata_for(schema: str = DEFAULT_SCHEMA) -> sa.MetaData:
@@ -196,5 +210,6 @@ def run_role_grants(schema: str, role: str) -> list[str]:
         f"GRANT SELECT, INSERT ON {s}.offset_audit TO {r}",
         f"GRANT SELECT, INSERT ON {s}.dead_letters TO {r}",
         f"GRANT SELECT, INSERT, UPDATE ON {s}.job_stats TO {r}",
+        f"GRANT SELECT, INSERT, UPDATE ON {s}.stream_plans TO {r}",
         f"GRANT SELECT ON {s}.alembic_version TO {r}",
     ]

