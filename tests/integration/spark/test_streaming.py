@@ -5,6 +5,7 @@ foreign sink and streaming state, and honour a reset made while the query is sto
 
 from __future__ import annotations
 
+import collections
 import functools
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,12 +20,14 @@ from tests.integration.spark.test_connect import produce_transactions
 from tests.integration.spark.test_counting_job import counts_table_of, stored_offsets, totals
 from tests.integration.spark.test_job_faults import ends_of
 from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.errors import ConfigError
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.sinks import upsert_add
 from txn_offsets.spark.stream_sink import ExactlyOnceSink
 from txn_offsets.spark.streaming import open_stream
+from txn_offsets.store.offset_rows import reset_offsets
 from txn_offsets.store.stats import load_stats
 
 
@@ -145,3 +148,91 @@ def _wait_for(condition: Any, timeout_s: float = 120.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.5)
+
+
+def test_a_stream_written_by_another_sink_fails_instead_of_looping(
+    spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    job_name: str,
+    tmp_path: Path,
+) -> None:
+    topic = topic_factory(partitions=1)
+    produce(topic, 300, 1)
+    with open_stream(
+        spark,
+        job=job_name,
+        kafka=kafka,
+        database=db,
+        topics=[topic],
+        start=StartPolicy.earliest(),
+        limits=Limits(max_records_per_batch=100),
+        checkpoint_root=str(tmp_path),
+    ) as stream:
+        # a plain foreachBatch: reads the batch, commits nothing
+        query = (
+            stream.records()
+            .writeStream.foreachBatch(lambda df, i: df.count())
+            .option("checkpointLocation", str(tmp_path / "foreign"))
+            .trigger(processingTime="200 milliseconds")
+            .start()
+        )
+        with pytest.raises(Exception, match="the previous batch was not committed .* exactly-once sink"):
+            query.awaitTermination(120)
+    assert stored_offsets(engine, db, job_name) == {(topic, 0): 0}  # seeded, never moved
+
+
+def test_streaming_state_and_unknown_jobs_are_refused(
+    spark: Any, db: DatabaseSettings, kafka: KafkaSettings, topic_factory: TopicFactory, job_name: str, tmp_path: Path
+) -> None:
+    topic = topic_factory(partitions=1)
+    with open_stream(
+        spark, job=job_name, kafka=kafka, database=db, topics=[topic], checkpoint_root=str(tmp_path)
+    ) as stream:
+        counted = stream.records().groupBy("key").count()
+        with pytest.raises(ConfigError, match="streaming state .*Aggregate.* compute_df"):
+            stream.start(counted, write=refuse_write)
+        with pytest.raises(ConfigError, match="interval_s"):
+            stream.start(write=refuse_write, interval_s=600)
+        other = spark.readStream.format("txn_offsets").option("job", "nope").load()
+        with pytest.raises(Exception, match="open_stream in this session"):
+            other.writeStream.foreachBatch(lambda df, i: None).start().awaitTermination(30)
+    with pytest.raises(ConfigError, match="checkpoint_root"):
+        open_stream(spark, job=job_name, kafka=kafka, database=db, topics=[topic], checkpoint_root=" ")
+
+
+def test_a_reset_while_the_stream_is_stopped_is_honoured_on_restart(
+    any_spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    counts_table: str,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    job_name: str,
+    tmp_path: Path,
+) -> None:
+    topic = topic_factory(partitions=2)
+    expected = produce(topic, 200, 2)
+    common: dict[str, Any] = {
+        "job": job_name,
+        "kafka": kafka,
+        "database": db,
+        "topics": [topic],
+        "checkpoint_root": str(tmp_path),
+    }
+    write = functools.partial(write_counts, counts_table)
+    with open_stream(any_spark, start=StartPolicy.earliest(), **common) as stream:
+        stream.start(compute_df=key_counts, write=write, available_now=True).awaitTermination(300)
+    assert totals(engine, counts_table) == dict(expected)
+    # the operator rewinds partition 1 by 40 offsets while the stream is stopped
+    with engine.begin() as conn:
+        reset_offsets(conn, db, job_name, {(topic, 1): 60}, reason="replay test", actor="test")
+    replayed = collections.Counter(f"k{(i * 7919) % 97}" for i in range(200) if i % 2 == 1 and i // 2 >= 60)
+    with open_stream(any_spark, **common) as stream:
+        stream.start(compute_df=key_counts, write=write, available_now=True).awaitTermination(300)
+    assert totals(engine, counts_table) == dict(expected + replayed)
+    assert stored_offsets(engine, db, job_name) == {(topic, 0): 100, (topic, 1): 100}
