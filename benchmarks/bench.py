@@ -6,6 +6,7 @@ duration per 1-minute window and page, examples/windowed_counts.py) into the sam
 and is checked against the oracle before its time counts (a wrong result exits non-zero):
 
 * ``eo_partition``  txn_offsets run_job + PartitionWriter (claim + upsert + offset per range)
+* ``eo_frame``      the same on the DataFrame execution path (run_job(execution="dataframe"))
 * ``eo_batch``      txn_offsets run_job + BatchWriter (Spark computes, one transaction per batch)
 * ``alo``           the same reads and writes without claim or offsets (at-least-once)
 * ``sss``           Spark Structured Streaming, Spark's JVM Kafka source, foreachBatch upsert
@@ -13,9 +14,13 @@ and is checked against the oracle before its time counts (a wrong result exits n
 * ``upsert`` / ``copy_merge``  the result rows of each range written with upsert_add vs COPY + merge
 
 swept over batch caps x partitions, each contender in a fresh process (first run: *fresh*) and
-again in the same SparkSession (*warm*), plus a caught-up latency probe. Output: a table, JSON
-under benchmarks/results/, a PNG, and (``--docs``, default for full) docs/benchmarks.md. The last
-line is ``bench: eo_vs_sss_small=.. eo_vs_sss_large=.. eo_vs_alo=.. reader_vs_raw=.. writes_vs_copy=..``
+again in the same SparkSession (*warm*), plus a caught-up latency probe. Two more phases: *scale*
+times each batch of eo_partition at the same records per batch on topics of 8 and 128 partitions
+(alternating runs in one session), *memory* samples the Spark Python workers' RSS over one job of
+many small batches (500 in full). Output: a table, JSON under benchmarks/results/, a PNG, and
+(``--docs``, default for full) docs/benchmarks.md. The line before last is ``bench:
+per_batch_128_vs_8=.. workers_rss_growth_mb=.. workers_rss_growth_pct=..``, the last
+``bench: eo_vs_sss_small=.. eo_vs_sss_large=.. eo_vs_alo=.. reader_vs_raw=.. writes_vs_copy=..``
 (txn_offsets' warm records/s over the peer's). Sizes: BENCH_SIZE=smoke|full; knobs in settings.py.
 """
 
@@ -37,11 +42,15 @@ from benchmarks import latency, machine, plot, report
 from benchmarks.dataset import Dataset, delete_topics, produce_dataset
 from benchmarks.settings import (
     COPY,
+    EO_PARTITION,
     FOLLOWERS,
     FRESH,
     FULL,
+    MEMORY,
     READER,
+    SCALE,
     SPARK_CONTENDERS,
+    SWEEP,
     UPSERT,
     WARM,
     Point,
@@ -74,6 +83,8 @@ class Bench:
         self.datasets: dict[tuple[int, int], Dataset] = {}
         self.runs: list[dict[str, Any]] = []
         self.latency: list[dict[str, Any]] = []
+        self.scale_runs: list[dict[str, Any]] = []
+        self.memory: dict[str, Any] = {}
         # the reader runs once per topic, not per point
         self.swept = tuple(c for c in (*SPARK_CONTENDERS, UPSERT, COPY) if c in size.contenders)
         self.followers = tuple(c for c in FOLLOWERS if c in size.contenders)
@@ -82,13 +93,21 @@ class Bench:
         return Spec(contender, self.db, self.kafka, self.jars if contender in SPARK_CONTENDERS else ())
 
     def produce(self) -> None:
-        for key in sorted({(p.partitions, p.messages) for p in self.points}):
+        if SWEEP in self.size.phases:
+            for key in sorted({(p.partitions, p.messages) for p in self.points}):
+                self.topic(*key)
+
+    def topic(self, partitions: int, messages: int) -> Dataset:
+        """The topic of `messages` page views over `partitions` (produced on first use)."""
+        key = (partitions, messages)
+        if key not in self.datasets:
             data = produce_dataset(self.kafka, *key)
             self.datasets[key] = data
             say(
                 f"produced {data.messages:,} page views (+{data.aborted:,} aborted) to {data.topic} "
                 f"({key[0]} partitions) in {data.produce_seconds:.1f}s"
             )
+        return self.datasets[key]
 
     def dataset(self, point: Point) -> Dataset:
         return self.datasets[(point.partitions, point.messages)]
@@ -188,6 +207,70 @@ class Bench:
             f"p99 {probe['p99_ms']:.0f} ms, max {probe['max_ms']:.0f} ms"
         )
 
+    def scale(self) -> None:
+        """eo_partition at the same records per batch on two partition counts: one session, a
+        first run of each, then `scale_runs` rounds in alternating order (ABBA...)."""
+        a, b = self.size.scale_partitions
+        per_batch = self.size.scale_batch_records
+        # about 25 batches per run (the sweep's topics when they have that size)
+        messages = min(self.size.messages, per_batch * 25)
+        data = {p: self.topic(p, messages) for p in (a, b)}
+        order = [a, b]
+        for round_ in range(self.size.scale_runs):
+            order += [b, a] if round_ % 2 == 0 else [a, b]
+        worker = Worker(self.spec(EO_PARTITION))
+        try:
+            seen: set[int] = set()
+            for i, partitions in enumerate(order):
+                numbers = worker.call("scale", data=data[partitions], batch_records=per_batch)
+                label = WARM if partitions in seen else "first"
+                seen.add(partitions)
+                run = {"partitions": partitions, "label": label, "order": i, "batch_records": per_batch}
+                run |= {"topic": data[partitions].topic, "messages": data[partitions].messages, **numbers}
+                self.scale_runs.append(run)
+                one = report.scale_stats(run["batches"])
+                say(
+                    f"scale p{partitions:<4} {label:5} {numbers['seconds']:7.2f}s batches "
+                    f"{len(numbers['batches']) + 1:3d} ranges/batch {one['ranges_p50']:.0f} per-batch p50 "
+                    f"{one['interval_p50_s']:.3f}s (job {one['job_p50_s']:.3f}s, outside "
+                    f"{one['outside_p50_s']:.3f}s) p99 {one['interval_p99_s']:.3f}s"
+                )
+        finally:
+            worker.close()
+
+    def memory_phase(self) -> None:
+        """One job of many small batches in a fresh worker; its Python workers' RSS over time."""
+        size = self.size
+        data = self.topic(size.headline_partitions, size.messages)
+        # enough batches in the topic (aborted records and markers are offsets too)
+        per_batch = max(1, min(size.memory_batch_records, data.messages // (size.memory_batches + 10)))
+        worker = Worker(self.spec(EO_PARTITION))
+        try:
+            numbers = worker.call(
+                "memory",
+                data=data,
+                batch_records=per_batch,
+                batches=size.memory_batches,
+                every=size.memory_every,
+            )
+        finally:
+            worker.close()
+        self.memory = {
+            "partitions": data.partitions,
+            "topic": data.topic,
+            "batch_records": per_batch,
+            "from_batch": size.memory_from,
+            **numbers,
+        }
+        self.memory |= report.memory_growth(self.memory)
+        m = self.memory
+        say(
+            f"memory {numbers['batches']} batches of <= {per_batch} records in {numbers['seconds']:.1f}s: "
+            f"Python workers {m['workers_mb_from']:.1f} MB at batch {m['sampled_from']}"
+            f" -> {m['workers_mb_to']:.1f} MB at batch {m['sampled_to']} "
+            f"({m['workers_rss_growth_mb']:+.1f} MB, {m['workers_rss_growth_pct']:+.1f} %)"
+        )
+
     def close(self) -> None:
         delete_topics(self.kafka, [d.topic for d in self.datasets.values()])
         with self.engine.begin() as conn:
@@ -216,7 +299,12 @@ def measure(size: Size) -> dict[str, Any]:
     try:
         described = machine.describe(bench.engine)
         bench.produce()
-        bench.sweep()
+        if SWEEP in size.phases:
+            bench.sweep()
+        if SCALE in size.phases:
+            bench.scale()
+        if MEMORY in size.phases:
+            bench.memory_phase()
     finally:
         bench.close()
     small, large = size.headline(size.small_cap), size.headline(size.large_cap)
@@ -235,7 +323,7 @@ def measure(size: Size) -> dict[str, Any]:
                     "partitions": p.partitions,
                     "cap": p.cap,
                     "messages": p.messages,
-                    "topic": bench.dataset(p).topic,
+                    "topic": getattr(bench.datasets.get((p.partitions, p.messages)), "topic", None),
                 }
                 for p in bench.points
             ],
@@ -246,8 +334,11 @@ def measure(size: Size) -> dict[str, Any]:
         },
         "runs": bench.runs,
         "latency": bench.latency,
+        "scale": report.scale_summary(bench.scale_runs, size.scale_partitions, size.scale_batch_records),
+        "memory": bench.memory,
     }
     result["headline"] = report.headline(result)
+    result["findings"] = report.findings(result)
     return result
 
 
@@ -263,6 +354,7 @@ def publish(result: dict[str, Any], out: Path, docs: bool) -> None:
     print(report.console_table(result))
     print()
     say(f"json {out}; plot {png}{'; docs/benchmarks.md updated' if docs else ''}")
+    print(report.findings_line(report.findings(result)), flush=True)
     print(report.final_line(report.headline(result)), flush=True)
 
 

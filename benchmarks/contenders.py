@@ -1,7 +1,9 @@
-"""The Spark contenders that use txn_offsets' reader: exactly once per partition, per batch, and the
-at-least-once baseline. Each reads one topic from its start to its end in batches of ``cap``
-records per partition, aggregates page views per (1-minute window, page) and adds them into the
-result table; each returns the records it counted and the time each batch's results committed.
+"""The Spark contenders that use txn_offsets' reader: exactly once per partition (on the RDD and on
+the DataFrame execution path), per batch, and the at-least-once baseline. Each reads one topic from
+its start to its end in batches of ``cap`` records per partition, aggregates page views per
+(1-minute window, page) and adds them into the result table; each returns the records it counted
+and the time each batch's results committed. :func:`per_batch` is the PartitionWriter job capped by
+records per batch instead, for the scale and memory phases.
 
 The SSS contender is in :mod:`benchmarks.sss`, the limits in :mod:`benchmarks.limits`.
 """
@@ -20,7 +22,7 @@ import sqlalchemy as sa
 
 from benchmarks import sink
 from examples import pageviews, windowed_counts
-from txn_offsets import BatchWriter, Limits, StartPolicy, run_job
+from txn_offsets import BatchReport, BatchWriter, Limits, StartPolicy, run_job
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.kafka.metadata import watermarks
 from txn_offsets.kafka.reader import Record
@@ -50,6 +52,7 @@ class Outcome:
     records: int = 0
     started: float = field(default_factory=time.perf_counter)
     commits: list[float] = field(default_factory=list)  # perf_counter() when each batch committed
+    reports: list[BatchReport] = field(default_factory=list)  # run_job's, when kept (per_batch)
 
     def committed(self, records: int = 0) -> None:
         self.commits.append(time.perf_counter())
@@ -65,12 +68,12 @@ def _job(name: str) -> str:
     return f"bench-{name}-{uuid.uuid4().hex[:8]}"
 
 
-def eo_partition(spark: Any, ctx: Context) -> Outcome:
+def eo_partition(spark: Any, ctx: Context, execution: str = "rdd") -> Outcome:
     """examples/windowed_counts.py as it is: PartitionWriter, claim + upsert + offset per range."""
     out = Outcome()
     summary = run_job(
         spark,
-        job=_job("partition"),
+        job=_job("partition" if execution == "rdd" else "frame"),
         kafka=ctx.kafka,
         database=ctx.db,
         writer=windowed_counts.WRITER,
@@ -79,8 +82,52 @@ def eo_partition(spark: Any, ctx: Context) -> Outcome:
         limits=Limits(max_records_per_partition=ctx.cap),
         until_caught_up=True,
         on_batch=lambda report: out.committed(report.records),
+        execution=execution,
     )
-    _same(summary.records, out.records, "eo_partition")
+    _same(summary.records, out.records, f"eo_partition ({execution})")
+    return out
+
+
+def eo_frame(spark: Any, ctx: Context) -> Outcome:
+    """The same job on the DataFrame execution path (spark.range + mapInArrow, no RDD API: what
+    runs under Spark Connect), forced on this classic session."""
+    return eo_partition(spark, ctx, execution="dataframe")
+
+
+def per_batch(
+    spark: Any,
+    ctx: Context,
+    *,
+    job: str,
+    batch_records: int,
+    max_batches: int | None = None,
+    on_batch: Callable[[BatchReport], None] | None = None,
+) -> Outcome:
+    """eo_partition capped by records per batch (``max_records_per_batch``: the same total at any
+    partition count, like SSS's maxOffsetsPerTrigger), keeping run_job's report of each batch."""
+    out = Outcome()
+
+    def committed(report: BatchReport) -> None:
+        out.committed(report.records)
+        out.reports.append(report)
+        if on_batch is not None:
+            on_batch(report)
+
+    summary = run_job(
+        spark,
+        job=job,
+        kafka=ctx.kafka,
+        database=ctx.db,
+        writer=windowed_counts.WRITER,
+        topics=[ctx.topic],
+        start=StartPolicy.earliest(),
+        limits=Limits(max_records_per_batch=batch_records),
+        until_caught_up=True,  # or max_batches, whichever comes first
+        max_batches=max_batches,
+        batch_interval_s=0.0,
+        on_batch=committed,
+    )
+    _same(summary.records, out.records, "per_batch")
     return out
 
 
@@ -200,6 +247,7 @@ def _same(reported: int, counted: int, name: str) -> None:
 
 RUNNERS: dict[str, Callable[[Any, Context], Outcome]] = {
     "eo_partition": eo_partition,
+    "eo_frame": eo_frame,
     "eo_batch": eo_batch,
     "alo": alo,
 }

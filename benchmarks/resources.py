@@ -3,14 +3,16 @@ JVM it started and the Python workers the JVM forks.
 
 * peak RSS: the largest sum of the tree's resident sets seen by a sampler thread (every 100 ms);
 * CPU seconds: the tree's user + system time, including children already reaped by a parent in the
-  tree (a Python worker that exited counts in its daemon's ``cutime``).
+  tree (a Python worker that exited counts in its daemon's ``cutime``);
+* by role (:func:`roles`): the RSS of the driver, the JVM, PySpark's daemon and each Python worker
+  now (the memory phase samples it between batches).
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -106,3 +108,51 @@ class Sampler:
         self.usage.cpu_s = cpu_seconds(pids) - self._cpu0
         self.usage.peak_rss_mb = self._peak / 2**20
         self.usage.processes = len(self._seen)
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return (_PROC / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def parent(pid: int) -> int | None:
+    fields = _stat_fields(pid)
+    return int(fields[1]) if fields is not None else None
+
+
+@dataclass
+class Roles:
+    """The process tree of a bench worker by role: the Python driver (the root), the Spark JVM,
+    PySpark's daemon and the Python workers it forked (``pyspark.daemon`` children), with each
+    process's resident set in MB."""
+
+    driver_mb: float = 0.0
+    jvm_mb: float = 0.0
+    daemon_mb: float = 0.0
+    workers_mb: dict[int, float] = field(default_factory=dict)  # pid -> RSS MB
+
+    @property
+    def workers_total_mb(self) -> float:
+        return sum(self.workers_mb.values())
+
+
+def roles(root: int | None = None) -> Roles:
+    """The RSS of each role in `root`'s tree now (default: this process)."""
+    root = root or os.getpid()
+    out = Roles()
+    pids = tree(root)
+    python = {pid for pid in pids if "pyspark.daemon" in cmdline(pid) or "pyspark/daemon" in cmdline(pid)}
+    for pid in pids:
+        mb = rss_bytes([pid]) / 2**20
+        if pid == root:
+            out.driver_mb = mb
+        elif pid in python:
+            if parent(pid) in python:
+                out.workers_mb[pid] = mb  # forked by the daemon: a Python worker
+            else:
+                out.daemon_mb += mb
+        elif "java" in cmdline(pid).split(" ", 1)[0]:
+            out.jvm_mb += mb
+    return out

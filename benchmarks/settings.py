@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 # The contenders. Spark ones run in a worker process with its own SparkSession (and JVM).
 EO_PARTITION = "eo_partition"  # txn_offsets run_job + PartitionWriter (examples/windowed_counts.py)
+EO_FRAME = "eo_frame"  # the same job on the DataFrame execution path (run_job(execution="dataframe"))
 EO_BATCH = "eo_batch"  # txn_offsets run_job + BatchWriter (Spark computes, the driver commits)
 ALO = "alo"  # the same read/aggregate/upsert per range, no claim and no stored offsets
 SSS = "sss"  # Spark Structured Streaming, JVM Kafka source, foreachBatch upsert
@@ -18,11 +19,12 @@ READER = "reader"  # one Python process: confluent-kafka consume + decode + aggr
 UPSERT = "upsert"  # the per-range result rows written with upsert_add (what txn_offsets writes)
 COPY = "copy_merge"  # the same rows written with COPY into a temp table + one merge statement
 
-SPARK_CONTENDERS = (EO_PARTITION, EO_BATCH, ALO, SSS)
+SPARK_CONTENDERS = (EO_PARTITION, EO_FRAME, EO_BATCH, ALO, SSS)
 LIMIT_CONTENDERS = (READER, UPSERT, COPY)
 FOLLOWERS = (EO_PARTITION, SSS)  # the caught-up latency probe
 LABELS = {
     EO_PARTITION: "txn_offsets PartitionWriter",
+    EO_FRAME: "txn_offsets PartitionWriter, DataFrame path",
     EO_BATCH: "txn_offsets BatchWriter",
     ALO: "at-least-once (no offsets)",
     SSS: "Structured Streaming",
@@ -33,6 +35,11 @@ LABELS = {
 
 FRESH = "fresh"  # the first run in a new process (JVM start excluded, reported apart)
 WARM = "warm"  # a later run in the same process and SparkSession (what a long-running job sees)
+
+# The phases of a run: the sweep (above), the per-batch cost at two partition counts and the same
+# records per batch ("scale"), and the Python workers' memory over many small batches ("memory").
+SWEEP, SCALE, MEMORY = "sweep", "scale", "memory"
+PHASES = (SWEEP, SCALE, MEMORY)
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,19 @@ class Size:
     warm_runs: int  # warm runs after each fresh one, in the same process
     contenders: tuple[str, ...]  # which of SPARK_CONTENDERS + LIMIT_CONTENDERS run
     process_per_point: bool  # True: a fresh worker per (point, contender); False: per contender
+    # scale: eo_partition with Limits(max_records_per_batch=scale_batch_records) on topics of
+    # scale_partitions[0] and [1] partitions, alternating, scale_runs runs of each after a first one
+    scale_partitions: tuple[int, int]
+    scale_batch_records: int
+    scale_runs: int
+    # memory: one eo_partition job of memory_batches batches of at most memory_batch_records
+    # records (max_records_per_batch) on the headline topic, the Python workers' RSS sampled
+    # every memory_every batches; growth is measured from batch memory_from to the last
+    memory_batches: int
+    memory_batch_records: int
+    memory_every: int
+    memory_from: int
+    phases: tuple[str, ...] = PHASES
 
     @property
     def headline_partitions(self) -> int:
@@ -99,6 +119,13 @@ FULL = Size(
     warm_runs=2,
     contenders=(*SPARK_CONTENDERS, *LIMIT_CONTENDERS),
     process_per_point=True,
+    scale_partitions=(8, 128),
+    scale_batch_records=8_000,
+    scale_runs=2,
+    memory_batches=500,
+    memory_batch_records=200,
+    memory_every=10,
+    memory_from=50,
 )
 SMOKE = Size(
     name="smoke",
@@ -113,13 +140,21 @@ SMOKE = Size(
     warm_runs=1,
     contenders=(*SPARK_CONTENDERS, *LIMIT_CONTENDERS),
     process_per_point=False,
+    scale_partitions=(8, 128),
+    scale_batch_records=500,
+    scale_runs=1,
+    memory_batches=40,
+    memory_batch_records=40,
+    memory_every=5,
+    memory_from=5,
 )
 
 
 def size_from_env(name: str | None = None) -> Size:
     """BENCH_SIZE (smoke|full), then the knobs: BENCH_MESSAGES, BENCH_PARTITIONS (e.g. "1,8"),
     BENCH_REPEAT, BENCH_WARM_RUNS, BENCH_MAX_BATCHES, BENCH_CONTENDERS (e.g. "eo_partition,sss"),
-    BENCH_LATENCY_SECONDS, BENCH_LATENCY_RATE."""
+    BENCH_LATENCY_SECONDS, BENCH_LATENCY_RATE, BENCH_PHASES (e.g. "scale,memory"),
+    BENCH_SCALE_RECORDS, BENCH_MEMORY_BATCHES."""
     chosen = (name or os.environ.get("BENCH_SIZE") or "full").strip().lower()
     sizes = {FULL.name: FULL, SMOKE.name: SMOKE}
     if chosen not in sizes:
@@ -133,6 +168,11 @@ def size_from_env(name: str | None = None) -> Size:
         unknown = set(contenders) - set(base.contenders)
         if unknown:
             raise SystemExit(f"bench: unknown BENCH_CONTENDERS {sorted(unknown)}: use {base.contenders}")
+    phases = base.phases
+    if env.get("BENCH_PHASES"):
+        phases = tuple(p.strip() for p in env["BENCH_PHASES"].split(",") if p.strip())
+        if set(phases) - set(PHASES):
+            raise SystemExit(f"bench: unknown BENCH_PHASES {sorted(set(phases) - set(PHASES))}: use {PHASES}")
     if env.get("BENCH_PARTITIONS"):
         # in the order given (the sweep runs them in that order)
         partitions = tuple(dict.fromkeys(int(p) for p in env["BENCH_PARTITIONS"].split(",") if p.strip()))
@@ -149,4 +189,12 @@ def size_from_env(name: str | None = None) -> Size:
         warm_runs=int(env.get("BENCH_WARM_RUNS", base.warm_runs)),
         contenders=contenders,
         process_per_point=base.process_per_point,
+        scale_partitions=base.scale_partitions,
+        scale_batch_records=int(env.get("BENCH_SCALE_RECORDS", base.scale_batch_records)),
+        scale_runs=base.scale_runs,
+        memory_batches=int(env.get("BENCH_MEMORY_BATCHES", base.memory_batches)),
+        memory_batch_records=base.memory_batch_records,
+        memory_every=base.memory_every,
+        memory_from=min(base.memory_from, int(env.get("BENCH_MEMORY_BATCHES", base.memory_batches))),
+        phases=phases,
     )

@@ -4,7 +4,9 @@ A worker of a Spark contender starts its own SparkSession (so its first run is a
 cold JVM, no Python workers yet; the session start itself is reported apart) and keeps it for
 later runs (*warm*). Every run is checked against the oracle before its numbers are returned; a
 wrong result is an error, never a number. A worker can also follow a topic (the latency probe)
-until told to stop. Commands and replies are dicts over a multiprocessing pipe.
+until told to stop, time each batch of a job capped by records per batch (``scale``), and sample
+its Python workers' memory over many batches (``memory``). Commands and replies are dicts over a
+multiprocessing pipe.
 """
 
 from __future__ import annotations
@@ -19,14 +21,19 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from benchmarks import contenders, limits, sink, sss
+from benchmarks import contenders, limits, resources, sink, sss
 from benchmarks.contenders import Context, Outcome
-from benchmarks.dataset import Dataset
+from benchmarks.dataset import Dataset, Expected, expected_of
 from benchmarks.resources import Sampler
 from benchmarks.settings import COPY, EO_PARTITION, READER, SPARK_CONTENDERS, SSS, UPSERT, Point
 from benchmarks.stats import percentile
+from examples import pageviews, windowed_counts
+from txn_offsets import BatchReport
 from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.kafka.reader import read_range
+from txn_offsets.ranges import OffsetRange
 from txn_offsets.store.database import engine_for
+from txn_offsets.store.offset_rows import load_offsets
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,68 @@ class Service:
             sink.clear(self.engine, data.topic)
         return _numbers(out, seconds, usage.peak_rss_mb, usage.cpu_s, data.messages)
 
+    def scale(self, data: Dataset, batch_records: int) -> dict[str, Any]:
+        """One job over the whole topic, at most `batch_records` per batch; each batch's time
+        (from the previous batch's commit to its own: heartbeat + plan + Spark job + commits +
+        publish) and the part of it that was the Spark job with its per-range transactions."""
+        ctx = self.context(data.topic, data.partitions, 0)
+        sink.clear(self.engine, data.topic)
+        t0 = time.perf_counter()
+        out = contenders.per_batch(self.spark, ctx, job=contenders._job("scale"), batch_records=batch_records)
+        seconds = time.perf_counter() - t0
+        sink.check(self.engine, data.topic, data.expected, f"scale p{data.partitions}")
+        if out.records != data.messages:
+            raise sink.WrongResult(f"scale counted {out.records} records, the topic has {data.messages}")
+        sink.clear(self.engine, data.topic)
+        # the first batch also holds run_job's start (preflight, run registration): left out
+        batches = [
+            {
+                "interval_s": b - a,
+                "job_s": report.seconds,
+                "outside_s": max(0.0, b - a - report.seconds),
+                "ranges": report.ranges,
+                "records": report.records,
+            }
+            for a, b, report in zip(out.commits, out.commits[1:], out.reports[1:], strict=False)
+        ]
+        return {"seconds": seconds, "records": out.records, "batches": batches}
+
+    def memory(self, data: Dataset, batch_records: int, batches: int, every: int) -> dict[str, Any]:
+        """One job of `batches` small batches; the RSS of the Spark Python workers (and of the
+        daemon, the JVM and the driver) after batch 1 and every `every` batches."""
+        ctx = self.context(data.topic, data.partitions, 0)
+        sink.clear(self.engine, data.topic)
+        samples: list[dict[str, Any]] = []
+
+        def sample(report: BatchReport) -> None:
+            if report.number == 1 or report.number % every == 0 or report.number == batches:
+                now = resources.roles()
+                samples.append(
+                    {
+                        "batch": report.number,
+                        "workers": len(now.workers_mb),
+                        "workers_mb": now.workers_total_mb,
+                        "worker_max_mb": max(now.workers_mb.values(), default=0.0),
+                        "worker_pids": sorted(now.workers_mb),
+                        "daemon_mb": now.daemon_mb,
+                        "jvm_mb": now.jvm_mb,
+                        "driver_mb": now.driver_mb,
+                    }
+                )
+
+        job = contenders._job("memory")
+        t0 = time.perf_counter()
+        out = contenders.per_batch(
+            self.spark, ctx, job=job, batch_records=batch_records, max_batches=batches, on_batch=sample
+        )
+        seconds = time.perf_counter() - t0
+        # the check: the result rows equal the oracle of exactly the offsets the job committed
+        with self.engine.connect() as conn:
+            stored = load_offsets(conn, self.spec.db, job)
+        sink.check(self.engine, data.topic, _expected_before(ctx, stored), "memory")
+        sink.clear(self.engine, data.topic)
+        return {"seconds": seconds, "records": out.records, "batches": len(out.commits), "samples": samples}
+
     def follow(self, topic: str, partitions: int, cap: int, interval_s: float) -> dict[str, Any]:
         ctx = self.context(topic, partitions, cap)
         self.follow_usage = Sampler()
@@ -130,6 +199,13 @@ class Service:
         self.engine.dispose()
 
 
+def _expected_before(ctx: Context, stored: dict[tuple[str, int], int]) -> Expected:
+    """The oracle of the records before the stored offsets, read back from Kafka."""
+    ranges = [OffsetRange(t, p, 0, end) for (t, p), end in sorted(stored.items()) if t == ctx.topic]
+    records = (rec for rng in ranges for rec in read_range(ctx.kafka, rng))
+    return expected_of(windowed_counts.aggregate(pageviews.decode(r) for r in records))
+
+
 def _numbers(out: Outcome, seconds: float, rss_mb: float, cpu_s: float, records: int) -> dict[str, Any]:
     batches = out.batch_seconds()
     return {
@@ -156,7 +232,13 @@ def serve(conn: Connection, spec: Spec) -> None:
             op = cmd.pop("op")
             if op == "exit":
                 break
-            handler = {"run": service.run, "follow": service.follow, "unfollow": service.unfollow}[op]
+            handler = {
+                "run": service.run,
+                "scale": service.scale,
+                "memory": service.memory,
+                "follow": service.follow,
+                "unfollow": service.unfollow,
+            }[op]
             conn.send(_answer(lambda h=handler, c=cmd: h(**c)))
     finally:
         service.close()

@@ -1,7 +1,9 @@
 """``make bench`` at BENCH_SIZE=smoke, as a subprocess: every contender's result is checked against
 the oracle inside the benchmark (a wrong count exits non-zero); here we check that it measured every
-contender at every point, fresh and warm, ran both latency probes, wrote its JSON and plot, and
-ended with the ratio line. No timing is asserted: performance claims come from ``make bench``."""
+contender (the DataFrame path among them) at every point, fresh and warm, ran both latency probes,
+the scale phase (per-batch times at 8 and 128 partitions) and the memory phase (Python workers' RSS
+sampled over many batches), wrote its JSON and plot, and ended with the findings and ratio lines.
+No timing is asserted: performance claims come from ``make bench``."""
 
 from __future__ import annotations
 
@@ -16,6 +18,10 @@ from pathlib import Path
 from benchmarks.settings import FOLLOWERS, LIMIT_CONTENDERS, READER, SPARK_CONTENDERS
 from tests.fix_services import REPO, Services
 
+FINDINGS = re.compile(
+    r"^bench: per_batch_128_vs_8=(?P<ratio>\S+) workers_rss_growth_mb=(?P<mb>\S+) "
+    r"workers_rss_growth_pct=(?P<pct>\S+)$"
+)
 FINAL = re.compile(
     r"^bench: eo_vs_sss_small=(?P<a>\S+) eo_vs_sss_large=(?P<b>\S+) eo_vs_alo=(?P<c>\S+) "
     r"reader_vs_raw=(?P<d>\S+) writes_vs_copy=(?P<e>\S+)$"
@@ -31,7 +37,16 @@ def test_bench_smoke(services: Services, tmp_path: Path) -> None:
         "PYTHONPATH": str(REPO),
         "BENCH_SIZE": "smoke",
     }
-    for knob in ("BENCH_MESSAGES", "BENCH_PARTITIONS", "BENCH_REPEAT", "BENCH_MAX_BATCHES"):
+    for knob in (
+        "BENCH_MESSAGES",
+        "BENCH_PARTITIONS",
+        "BENCH_REPEAT",
+        "BENCH_MAX_BATCHES",
+        "BENCH_PHASES",
+        "BENCH_CONTENDERS",
+        "BENCH_SCALE_RECORDS",
+        "BENCH_MEMORY_BATCHES",
+    ):
         env.pop(knob, None)
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.bench", "--out", str(out), "--no-docs"],
@@ -43,10 +58,14 @@ def test_bench_smoke(services: Services, tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    last = done.stdout.strip().splitlines()[-1]
+    *_, before_last, last = done.stdout.strip().splitlines()
     match = FINAL.match(last)
     assert match, f"unexpected last line: {last!r}"
     assert all(math.isfinite(float(v)) and float(v) > 0 for v in match.groupdict().values()), last
+    found = FINDINGS.match(before_last)
+    assert found, f"unexpected line before the last: {before_last!r}"
+    assert all(math.isfinite(float(v)) for v in found.groupdict().values()), before_last
+    assert float(found["ratio"]) > 0, before_last
 
     result = json.loads(out.read_text())
     assert out.with_suffix(".png").stat().st_size > 10_000
@@ -70,6 +89,35 @@ def test_bench_smoke(services: Services, tmp_path: Path) -> None:
     for probe in result["latency"]:
         assert probe["producer_batches"] > 0
         assert 0 < probe["p50_ms"] <= probe["p99_ms"] <= probe["max_ms"]
+    # the scale phase: both partition counts timed, first and warm, every batch's parts reported
+    scale = result["scale"]
+    assert scale["partitions"] == [8, 128]
+    assert {(r["partitions"], r["label"]) for r in scale["runs"]} == {
+        (8, "first"),
+        (128, "first"),
+        (8, "warm"),
+        (128, "warm"),
+    }
+    for run in scale["runs"]:
+        assert run["records"] == run["messages"] > 0
+        assert run["batches"], run
+        for batch in run["batches"]:
+            assert batch["interval_s"] >= batch["job_s"] > 0 and batch["outside_s"] >= 0
+            assert batch["ranges"] >= 1 and batch["records"] >= 0
+    assert scale["ratio_label"] == "warm" and scale["ratio"] > 0
+    # the memory phase: one job of max_batches batches, the workers found and sampled
+    memory = result["memory"]
+    assert memory["batches"] == 40
+    assert [s["batch"] for s in memory["samples"]][:2] == [1, 5]
+    assert memory["samples"][-1]["batch"] == 40
+    assert all(s["workers"] >= 1 and s["workers_mb"] > 0 and s["jvm_mb"] > 0 for s in memory["samples"])
+    assert memory["sampled_from"] == 5 and memory["sampled_to"] == 40
+    assert math.isfinite(memory["workers_rss_growth_mb"])
+    assert set(result["findings"]) == {
+        "per_batch_128_vs_8",
+        "workers_rss_growth_mb",
+        "workers_rss_growth_pct",
+    }
     assert set(result["headline"]) == {
         "eo_vs_sss_small",
         "eo_vs_sss_large",
