@@ -22,7 +22,7 @@ from typing import Any
 from txn_offsets._java import find_java
 from txn_offsets.errors import ConfigError
 
-__all__ = ["connect_client", "local_connect_session", "local_session"]
+__all__ = ["connect_client", "connect_url", "local_connect_session", "local_session"]
 
 _AUTH_SETTING = "spark.connect.authenticate.token"
 
@@ -79,6 +79,11 @@ def connect_client(server: Any) -> Any:  # pyspark.sql.connect.session.SparkSess
     from ``local_session(..., serve_connect=True)``. Each call is a separate server-side session."""
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
+    return ConnectSession.builder.remote(connect_url(server)).create()
+
+
+def connect_url(server: Any) -> str:
+    """The ``sc://`` URL of the Connect server in `server` (it holds the server's token: a secret)."""
     token = server.sparkContext.getConf().get(_AUTH_SETTING)
     if token is None:
         raise ConfigError(
@@ -87,7 +92,7 @@ def connect_client(server: Any) -> Any:  # pyspark.sql.connect.session.SparkSess
     service = getattr(server._jvm, "org.apache.spark.sql.connect.service.SparkConnectService$")
     port = int(getattr(service, "MODULE$").localPort())
     # "localhost": the client then uses gRPC local credentials, which may carry the token in clear
-    return ConnectSession.builder.remote(f"sc://localhost:{port}/;token={token}").create()
+    return f"sc://localhost:{port}/;token={token}"
 
 
 def local_connect_session(

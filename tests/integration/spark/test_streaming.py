@@ -180,20 +180,25 @@ def test_a_stream_written_by_another_sink_fails_instead_of_looping(
             .trigger(processingTime="200 milliseconds")
             .start()
         )
-        with pytest.raises(Exception, match="the previous batch was not committed .* exactly-once sink"):
+        with pytest.raises(Exception, match=r"the previous batch was not committed .* exactly-once sink"):
             query.awaitTermination(120)
     assert stored_offsets(engine, db, job_name) == {(topic, 0): 0}  # seeded, never moved
 
 
 def test_streaming_state_and_unknown_jobs_are_refused(
-    spark: Any, db: DatabaseSettings, kafka: KafkaSettings, topic_factory: TopicFactory, job_name: str, tmp_path: Path
+    spark: Any,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    topic_factory: TopicFactory,
+    job_name: str,
+    tmp_path: Path,
 ) -> None:
     topic = topic_factory(partitions=1)
     with open_stream(
         spark, job=job_name, kafka=kafka, database=db, topics=[topic], checkpoint_root=str(tmp_path)
     ) as stream:
         counted = stream.records().groupBy("key").count()
-        with pytest.raises(ConfigError, match="streaming state .*Aggregate.* compute_df"):
+        with pytest.raises(ConfigError, match=r"streaming state .*Aggregate.* compute_df"):
             stream.start(counted, write=refuse_write)
         with pytest.raises(ConfigError, match="interval_s"):
             stream.start(write=refuse_write, interval_s=600)
