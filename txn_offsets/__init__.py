@@ -1,8 +1,10 @@
 """txn_offsets: exactly-once processing from Apache Kafka into PostgreSQL for PySpark jobs.
 
 The public API: settings (:class:`DatabaseSettings`, :class:`KafkaSettings`, :func:`from_env`),
-the job runner (:func:`run_job` with a :class:`PartitionWriter` or :class:`BatchWriter`), start
-policies and limits, the set-based sink helper :func:`upsert_add`, and the error classes.
+the job runner (:func:`run_job` with a :class:`PartitionWriter` or :class:`BatchWriter`), the
+Structured Streaming adapter (:func:`open_stream`: ``readStream.format("txn_offsets")`` and an
+exactly-once sink), start policies and limits, the set-based sink helper :func:`upsert_add`, and
+the error classes.
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -25,6 +27,7 @@ from txn_offsets.errors import (
     SchemaMissing,
     ServiceUnavailable,
     StackError,
+    StreamDiverged,
     TransactionAborted,
     TxnOffsetsError,
     UnknownJob,
@@ -72,6 +75,7 @@ __all__ = [
     "ServiceUnavailable",
     "StackError",
     "StartPolicy",
+    "StreamDiverged",
     "TransactionAborted",
     "TxnOffsetsError",
     "UnknownJob",
@@ -79,6 +83,16 @@ __all__ = [
     "__version__",
     "from_env",
     "local_session",
+    "open_stream",
     "run_job",
     "upsert_add",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # the streaming adapter imports pyspark: only when asked for
+    if name == "open_stream":
+        from txn_offsets.spark.streaming import open_stream
+
+        return open_stream
+    raise AttributeError(f"module 'txn_offsets' has no attribute {name!r}")
