@@ -15,10 +15,10 @@ from tests.fix_services import REPO, TopicFactory
 from txn_offsets.config import DatabaseSettings
 
 
-def readme_example() -> str:
+def readme_example(name: str = "usage-example") -> str:
     text = (REPO / "README.md").read_text()
-    match = re.search(r"<!-- usage-example[^>]*-->\s*```python\n(.*?)```", text, re.DOTALL)
-    assert match, "README.md lost its usage example block"
+    match = re.search(rf"<!-- {name}[^>]*-->\s*```python\n(.*?)```", text, re.DOTALL)
+    assert match, f"README.md lost its {name} block"
     return match.group(1)
 
 
@@ -31,6 +31,7 @@ def test_readme_usage_example_runs(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     database_url: str,
+    tmp_path: Path,
 ) -> None:
     topic = topic_factory(partitions=3)
     table = f"word_counts_{uuid.uuid4().hex[:8]}"
@@ -44,8 +45,10 @@ def test_readme_usage_example_runs(
         conn.execute(
             sa.text(f'CREATE TABLE "{db.schema}".{table} (word text PRIMARY KEY, n bigint NOT NULL)')
         )
-    code = readme_example()
+    code = readme_example() + readme_example("stream-example")
     code = code.replace('"sentences"', repr(topic)).replace('job="word-count"', f"job={job!r}")
+    code = code.replace('"word-count-stream"', repr(f"{job}-stream"))
+    code = code.replace('"/tmp/txn-offsets-checkpoints"', repr(str(tmp_path)))
     code = code.replace(
         'sa.Table("word_counts", sa.MetaData(),', f"sa.Table({table!r}, sa.MetaData(schema={db.schema!r}),"
     )
@@ -56,5 +59,6 @@ def test_readme_usage_example_runs(
     assert f"{len(sentences)} records counted exactly once" in capsys.readouterr().out
     with engine.connect() as conn:
         counts = dict(conn.execute(sa.text(f'SELECT word, n FROM "{db.schema}".{table}')).all())
-    assert counts["the"] == 150  # once in each of the three sentences, 50 times over
-    assert sum(counts.values()) == sum(len(s.split()) for s in sentences)
+    # counted twice: by the job, and by the same job as a Structured Streaming query
+    assert counts["the"] == 2 * 150  # once in each of the three sentences, 50 times over
+    assert sum(counts.values()) == 2 * sum(len(s.split()) for s in sentences)
