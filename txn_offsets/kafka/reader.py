@@ -47,10 +47,13 @@ class Record(NamedTuple):
 def consumer_config(kafka: KafkaSettings) -> dict[str, Any]:
     """Consumer properties for range reads (the user's settings first; ours win)."""
     return {
-        # a fetch at the log's end waits on the broker this long for new data; a pooled consumer
-        # cannot start the next range's fetch before it returns (the default, 500 ms, would cost
-        # each range that much). The user's setting wins.
-        "fetch.wait.max.ms": 10,
+        # a fetch at the log's end waits on the broker this long for new data, and a pooled
+        # consumer cannot start the next range's fetch before it returns: every range that follows
+        # one whose prefetch reached its partition's end (in a caught-up job, all) waits for it.
+        # Measured per 62-offset range (first record): 10 ms -> 10.6 ms, 2 ms -> 2.5 ms, 0 -> 0.5 ms;
+        # but 0 (and at times 1) spins fetches at the log end while a range is decoded, doubling
+        # the CPU per record of a large range. The default is 500 ms. The user's setting wins.
+        "fetch.wait.max.ms": 2,
         **kafka.extra,
         "bootstrap.servers": kafka.bootstrap_servers,
         # librdkafka requires a group id even for assign(); nothing is ever committed to it
