@@ -83,6 +83,7 @@ def one_topic(  # noqa: PLR0917 - a script's one call
     per_batch: int,
     batches: int,
     profile: bool,
+    sort: str = "tottime",
 ) -> None:
     data = produce_dataset(kafka, partitions, messages)
     print(f"\n{partitions} partitions: {data.messages:,} records in {data.topic}", flush=True)
@@ -150,7 +151,7 @@ def one_topic(  # noqa: PLR0917 - a script's one call
     _spent.clear()
     if prof is not None:
         out = io.StringIO()
-        pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(25)
+        pstats.Stats(prof, stream=out).sort_stats(sort).print_stats(30)
         print(out.getvalue())
 
 
@@ -170,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", default="8,128")
     parser.add_argument("--batch-records", type=int, default=8_000)
     parser.add_argument("--batches", type=int, default=10)
-    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--profile", action="store_true", help="cProfile the range work")
+    parser.add_argument("--sort", default="tottime", help="pstats order: tottime | cumulative")
     args = parser.parse_args(argv)
     db, kafka = from_env()
     db = DatabaseSettings(db.url, schema=f"bench_{uuid.uuid4().hex[:8]}")
@@ -180,7 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for partitions in (int(p) for p in args.partitions.split(",")):
             messages = args.batch_records * (args.batches + 2)
-            one_topic(db, kafka, partitions, messages, args.batch_records, args.batches, args.profile)
+            one_topic(
+                db, kafka, partitions, messages, args.batch_records, args.batches, args.profile, args.sort
+            )
     finally:
         engine = engine_for(db)
         with engine.begin() as conn:
