@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from txn_offsets.cli import output
 from txn_offsets.config import database_from_env, kafka_from_env
-from txn_offsets.errors import ConfigError, JobAlreadyRunning
+from txn_offsets.errors import ConfigError
 from txn_offsets.ranges import TopicPartition
 from txn_offsets.store.database import engine_for
 
@@ -66,23 +66,23 @@ def _import(args: argparse.Namespace) -> int:
             plan = imports.plan_import(engine, db, args.job, offsets, source=source, kafka=kafka)
             bar.advance(note="checked against Kafka and the store")
             gen = "new job" if plan.generation is None else f"generation {plan.generation}"
-            print(f"import plan for job {plan.job!r} ({gen}) from {plan.source}:")
-            for s in plan.steps:
-                old = "(none)" if s.old is None else str(s.old)
-                delta = "" if s.old is None else f"  ({s.new - s.old:+d})"
-                print(f"  {s.topic}[{s.partition}]  {old} -> {s.new}{delta}  (log {s.log_start}..{s.end})")
+            output.print_moves(
+                f"import plan for job {plan.job!r} ({gen}) from {plan.source}:",
+                plan.steps,
+                detail=lambda s: f"  (log {s.log_start}..{s.end})",
+            )
             for note in plan.notes():
                 print(f"note: {note}")
-            if plan.live_run is not None:
-                print(
-                    f"note: live run {plan.live_run} holds the lease; "
-                    f"the import needs --force, which fences it"
-                )
-            if args.dry_run:
-                print("dry run: nothing changed")
+            if not output.confirm_move(
+                action="import",
+                job=plan.job,
+                live_run=plan.live_run,
+                generation=plan.generation,
+                heartbeat_age_s=plan.heartbeat_age_s,
+                dry_run=args.dry_run,
+                force=args.force,
+            ):
                 return 0
-            if plan.live_run is not None and not args.force:
-                raise JobAlreadyRunning(plan.job, plan.live_run, plan.generation or 0, plan.heartbeat_age_s)
             generation = imports.apply_import(engine, db, plan, reason=args.reason, force=args.force)
             bar.advance(note="written")
     finally:

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from txn_offsets.cli import commands, output
 from txn_offsets.config import DatabaseSettings, database_from_env, kafka_from_env
-from txn_offsets.errors import ConfigError, JobAlreadyRunning
+from txn_offsets.errors import ConfigError
 from txn_offsets.store import migrate
 from txn_offsets.store.database import engine_for
 from txn_offsets.store.schema import run_role_grants
@@ -127,20 +127,17 @@ def _reset(args: argparse.Namespace) -> int:
         plan = commands.plan_reset(
             engine, db, args.job, target, topic=args.topic, partitions=args.partition or (), kafka=kafka
         )
-        print(f"reset plan for job {plan.job!r} (generation {plan.generation}):")
-        for s in plan.steps:
-            delta = "" if s.old is None else f"  ({s.new - s.old:+d})"
-            print(f"  {s.topic}[{s.partition}]  {'(none)' if s.old is None else s.old} -> {s.new}{delta}")
-        if plan.live_run is not None:
-            print(
-                f"note: live run {plan.live_run} holds the lease (heartbeat {plan.heartbeat_age_s:.1f}s "
-                f"ago); the reset {'would need' if args.dry_run else 'needs'} --force, which fences it"
-            )
-        if args.dry_run:
-            print("dry run: nothing changed")
+        output.print_moves(f"reset plan for job {plan.job!r} (generation {plan.generation}):", plan.steps)
+        if not output.confirm_move(
+            action="reset",
+            job=plan.job,
+            live_run=plan.live_run,
+            generation=plan.generation,
+            heartbeat_age_s=plan.heartbeat_age_s,
+            dry_run=args.dry_run,
+            force=args.force,
+        ):
             return 0
-        if plan.live_run is not None and not args.force:
-            raise JobAlreadyRunning(plan.job, plan.live_run, plan.generation, plan.heartbeat_age_s)
         generation = commands.apply_reset(engine, db, plan, reason=args.reason, force=args.force)
     print(f"reset {len(plan.steps)} partition(s) of job {plan.job!r}; generation is now {generation}")
     return 0
