@@ -5,8 +5,9 @@ Revises: 0004
 Create Date: 2026-11-22 15:00:00
 
 The ``txn_offsets`` streaming source writes a job's row when it plans a batch (tagged with the
-run's generation); the exactly-once sink reads it and commits exactly those ranges with the
-batch's results. One row per job: a query runs its batches one after the other.
+run's generation and the one stream reader that owns it); the exactly-once sink reads it, commits
+exactly those ranges with the batch's results and marks the row committed in the same
+transaction. One row per job: a query runs its batches one after the other.
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ def upgrade() -> None:
         "stream_plans",
         sa.Column("job", sa.Text, nullable=False),
         sa.Column("generation", sa.BigInteger, nullable=False),
+        sa.Column("reader", sa.Text, nullable=False),
         sa.Column("ranges", postgresql.JSONB, nullable=False),
+        sa.Column("committed", sa.Boolean, nullable=False),
         sa.Column("planned_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
         sa.ForeignKeyConstraint(["job"], [f"{schema}.jobs.job"], name="stream_plans_job_fkey"),
         sa.PrimaryKeyConstraint("job", name="stream_plans_pkey"),

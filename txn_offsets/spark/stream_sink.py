@@ -6,9 +6,12 @@ result with the user's ``compute_df`` over the batch DataFrame, and commits the 
 start`` and the run's generation). So:
 
 * a batch whose ranges are already committed (a replay) writes nothing: ``write`` is not called;
+* a batch without ranges (Spark runs batch 0 of a query even when there is nothing to read) is
+  a no-op;
 * a conflict that is not a replay (another writer moved an offset) fails the query, as does a
   newer run (Fenced): nothing of the batch is written;
-* the lease is renewed while the batch runs, like ``run_job`` does.
+* the lease is renewed while the batch runs, like ``run_job`` does, until ``batch_timeout_s``:
+  then the batch's Spark jobs are cancelled and the query fails with BatchFailed.
 
 It runs where Spark runs ``foreachBatch`` functions: in the client's Python process on classic
 Spark, in a Python worker of the Connect server under Spark Connect (so it is picklable).
@@ -17,6 +20,7 @@ Spark, in a Python worker of the Connect server under Spark Connect (so it is pi
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,12 +29,14 @@ from typing import Any, Generic, TypeVar
 import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings
+from txn_offsets.errors import BatchFailed
 from txn_offsets.ranges import OffsetRange
+from txn_offsets.spark.batch import batch_deadline
 from txn_offsets.spark.executor import commit_reporting, worker_engine
 from txn_offsets.spark.frames import worker_imports
 from txn_offsets.store.runs import Run, keep_lease
 from txn_offsets.store.stats import record_batch, record_failure
-from txn_offsets.store.stream_plans import load_plan
+from txn_offsets.store.stream_plans import load_plan, mark_committed
 
 __all__ = ["ExactlyOnceSink"]
 
@@ -52,21 +58,24 @@ class ExactlyOnceSink(Generic[R]):
     compute_df: Callable[[Any], R] | None = None
     isolation_level: str = "READ COMMITTED"
     lease_s: float = 60.0
+    batch_timeout_s: float | None = 600.0
 
     def __call__(self, batch: Any, batch_id: int) -> None:
         t0 = time.monotonic()
         engine = worker_engine(self.database)
-        ranges = load_plan(engine, self.database, self.run)
-        with keep_lease(engine, self.database, self.run, every_s=max(1.0, self.lease_s / 3)):
-            with worker_imports():
-                result: Any = self.compute_df(batch) if self.compute_df is not None else batch.collect()
+        ranges = load_plan(engine, self.database, self.run).ranges
+        if not ranges:
+            return  # nothing was planned: Spark's first batch of a query with nothing to read
+        every_s = max(1.0, self.lease_s / 3)
+        with keep_lease(engine, self.database, self.run, every_s=every_s, for_s=self.batch_timeout_s):
+            result = self._compute(batch, batch_id)
+
+            def write(conn: sa.Connection) -> None:
+                self.write(conn, ranges, result)
+                mark_committed(conn, self.database, self.run, ranges)
+
             reports = commit_reporting(
-                self.database,
-                self.run,
-                list(ranges),
-                lambda conn: self.write(conn, ranges, result),
-                isolation_level=self.isolation_level,
-                records=-1,
+                self.database, self.run, list(ranges), write, isolation_level=self.isolation_level, records=-1
             )
         for report in reports:
             if report.error is not None:
@@ -87,3 +96,18 @@ class ExactlyOnceSink(Generic[R]):
             outcomes["already_committed"],
             seconds,
         )
+
+    def _compute(self, batch: Any, batch_id: int) -> Any:
+        tag = f"txn-offsets-stream-{self.run.run_id}-{batch_id}".replace(":", "-")
+        expired: threading.Event | None = None
+        try:
+            with batch_deadline(batch.sparkSession, tag, self.batch_timeout_s) as expired, worker_imports():
+                return self.compute_df(batch) if self.compute_df is not None else batch.collect()
+        except Exception:
+            if expired is not None and expired.is_set():
+                detail = (
+                    f"still running after batch_timeout_s={self.batch_timeout_s:g}s; its Spark jobs "
+                    f"were cancelled"
+                )
+                raise BatchFailed(self.run.job, batch_id, detail) from None
+            raise

@@ -10,8 +10,9 @@ the same data-loss checks. The table is the truth, Spark's checkpoint only follo
   made while the query was stopped is honoured;
 * every trigger renews the run's lease and raises Fenced once a newer run (or a reset) took the job;
 * a planned batch is stored in ``stream_plans`` for the exactly-once sink, which commits exactly
-  those ranges with the batch's results; the next plan refuses to go on if they were not committed
-  (a stream written by another sink would otherwise re-read the same records forever).
+  those ranges with the batch's results (:mod:`txn_offsets.store.stream_plans`): one reader (one
+  query) owns a run's stream, and it plans past a batch only once that batch is committed (a
+  stream written by another sink would otherwise re-read the same records forever).
 
 A Spark offset is ``{"generation": g, "next": {topic: {partition: offset}}, "batch": [[topic,
 partition, start, until], ...]}``: the positions after the batch, and the batch's ranges.
@@ -20,6 +21,7 @@ partition, start, until], ...]}``: the positions after the batch, and the batch'
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
@@ -43,7 +45,7 @@ from txn_offsets.spark.frames import arrow_batches, record_schema
 from txn_offsets.store.database import engine_for, translate_errors
 from txn_offsets.store.offset_rows import load_offsets
 from txn_offsets.store.runs import Run, heartbeat
-from txn_offsets.store.stream_plans import save_plan
+from txn_offsets.store.stream_plans import check_committed, claim, save_plan
 
 __all__ = ["FORMAT", "StreamConfig", "TxnOffsetsSource", "bound_source"]
 
@@ -104,6 +106,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, config: StreamConfig) -> None:
         self.config = config
+        self.reader_id = uuid.uuid4().hex  # this query's reader: the one owner of the run's plans
         self._engine: Any = None
         self._target: dict[TopicPartition, int] | None = None  # Trigger.AvailableNow
 
@@ -118,6 +121,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict[str, Any]:
         cfg = self.config
         heartbeat(self.engine, cfg.database, cfg.run)
+        # a second query over the same stream fails here, not after replacing the first's batch
+        claim(self.engine, cfg.database, cfg.run, self.reader_id)
         with translate_errors(cfg.database), self.engine.connect() as conn:
             stored = load_offsets(conn, cfg.database, cfg.run.job)
         return {"generation": cfg.run.generation, "next": _nested(stored), "batch": []}
@@ -134,15 +139,18 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         cfg = self.config
         heartbeat(self.engine, cfg.database, cfg.run)  # renews the lease; Fenced if a newer run started
+        previous = _ranges(start)
+        if previous:  # the batch Spark considers done must be committed before planning past it
+            self._check_generation(start)
+            check_committed(self.engine, cfg.database, cfg.run, self.reader_id, previous)
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         plan = self._plan(replace(cfg.limits, max_records_per_batch=cap))
-        self._check_committed(start, plan.stored)
         ranges = self._clip(plan.ranges)
         if not ranges:
             return start
         positions = _flat(start.get("next", {}))
         positions.update({r.key: r.until for r in ranges})
-        save_plan(self.engine, cfg.database, cfg.run, ranges)
+        save_plan(self.engine, cfg.database, cfg.run, self.reader_id, ranges)
         return {
             "generation": cfg.run.generation,
             "next": _nested(positions),
@@ -155,7 +163,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return []
         self._check_generation(end)
         # stored again: a batch Spark replays from its checkpoint is not planned by latestOffset
-        save_plan(self.engine, self.config.database, self.config.run, ranges)
+        save_plan(self.engine, self.config.database, self.config.run, self.reader_id, ranges)
         groups = assign_ranges([r.span for r in ranges], max(1, min(len(ranges), self.config.tasks)))
         return [InputPartition(tuple(ranges[i] for i in group)) for group in groups]
 
@@ -209,22 +217,6 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 gen,
                 f"the checkpoint holds a batch of generation {offset.get('generation')!r}: a "
                 f"checkpoint belongs to one run (open_stream derives a new location per generation)",
-            )
-
-    def _check_committed(self, start: Mapping[str, Any], stored: Mapping[TopicPartition, int]) -> None:
-        """The previous batch's ranges must have moved in the table before Spark plans the next."""
-        if not start.get("batch"):
-            return
-        self._check_generation(start)
-        stuck = [r for r in _ranges(start) if r.until > r.start and stored.get(r.key) == r.start]
-        if stuck:
-            r = stuck[0]
-            raise StreamDiverged(
-                self.config.run.job,
-                self.config.run.generation,
-                f"the previous batch was not committed ({len(stuck)} range(s) still at their start, "
-                f"e.g. {r.topic}[{r.partition}] at {r.start}): write the stream with the exactly-once "
-                f"sink (TxnStream.start), which commits each batch's ranges with its results",
             )
 
 

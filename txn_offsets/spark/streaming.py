@@ -28,7 +28,11 @@ the same table, so a job can move between them.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import io
 import logging
+import re
 import threading
 import urllib.parse
 from collections.abc import Callable, Sequence
@@ -57,13 +61,26 @@ logger = logging.getLogger(__name__)
 _open: dict[str, dict[str, StreamConfig]] = {}
 _open_lock = threading.Lock()
 
-_STATEFUL = (
-    "Aggregate",
-    "Deduplicate",
-    "FlatMapGroupsWithState",
-    "TransformWithState",
-    "StreamingSymmetricHashJoin",
+# physical operators that keep streaming state (each also prints "state info [...]")
+_STATEFUL = frozenset(
+    {
+        "StateStoreSave",
+        "StateStoreRestore",
+        "SessionWindowStateStoreSave",
+        "SessionWindowStateStoreRestore",
+        "StreamingDeduplicate",
+        "StreamingDeduplicateWithinWatermark",
+        "StreamingGlobalLimit",
+        "FlatMapGroupsWithState",
+        "FlatMapGroupsInPandasWithState",
+        "TransformWithState",
+        "TransformWithStateInPandas",
+        "TransformWithStateInPySpark",
+        "StreamingSymmetricHashJoin",
+    }
 )
+# a plan tree line: its prefix (indentation, branches, codegen stage, "~" for streaming), the node
+_NODE = re.compile(r"^[\s:|+\-~]*(?:\*\(\d+\)\s*)?([A-Za-z]\w*)(.*)$")
 
 
 def open_stream(
@@ -136,9 +153,12 @@ class TxnStream:
 
     @property
     def checkpoint_location(self) -> str:
-        """``<checkpoint_root>/<job, URL-quoted>/generation-<g>``: one checkpoint per run."""
+        """``<checkpoint_root>/<schema>/<job, URL-quoted>/generation-<g>-<run>``: one checkpoint
+        per run (the run id's digest tells apart a job re-created with the same generation)."""
         job = urllib.parse.quote(self.run.job, safe="")
-        return f"{self._checkpoint_root}/{job}/generation-{self.run.generation}"
+        run = hashlib.sha256(self.run.run_id.encode()).hexdigest()[:12]
+        schema = self.config.database.schema
+        return f"{self._checkpoint_root}/{schema}/{job}/generation-{self.run.generation}-{run}"
 
     def register(self) -> None:
         """(Re)register the ``txn_offsets`` format in the session, knowing every open stream."""
@@ -164,6 +184,7 @@ class TxnStream:
         available_now: bool = False,
         isolation_level: str = "READ COMMITTED",
         query_name: str | None = None,
+        batch_timeout_s: float | None = 600.0,
     ) -> Any:
         """Start the query: `frame` (default :meth:`records`) written by the exactly-once sink.
 
@@ -171,6 +192,11 @@ class TxnStream:
         driver-side result, and ``write(conn, ranges, result)`` writes it in the transaction that
         commits the batch's ranges. ``available_now=True`` processes what is in Kafka now (in
         batches capped by the stream's limits) and stops; otherwise a batch every `interval_s`.
+        A batch still running after `batch_timeout_s` is cancelled and fails the query.
+
+        `frame` must be this stream's records with stateless transformations only (select,
+        filter, withColumn, ...): one read of this job's ``txn_offsets`` source, no other source,
+        no streaming state; anything else is refused with a ConfigError.
         """
         if self._closed:
             raise ConfigError("stream", f"the stream of job {self.run.job!r} was closed: open a new one")
@@ -182,8 +208,10 @@ class TxnStream:
                 f"{interval_s}s must be >= 0 and shorter than lease_s ({self._lease_s}s): each trigger "
                 f"renews the run's lease",
             )
+        if batch_timeout_s is not None and not batch_timeout_s > 0:
+            raise ConfigError("batch_timeout_s", f"must be > 0 seconds or None, got {batch_timeout_s}")
         frame = self.records() if frame is None else frame
-        _refuse_state(frame)
+        check_frame(frame, self.run.job)
         sink = ExactlyOnceSink(
             run=self.run,
             database=self.config.database,
@@ -191,6 +219,7 @@ class TxnStream:
             compute_df=compute_df,
             isolation_level=isolation_level,
             lease_s=self._lease_s,
+            batch_timeout_s=batch_timeout_s,
         )
         writer = frame.writeStream.foreachBatch(sink).option("checkpointLocation", self.checkpoint_location)
         writer = writer.queryName(query_name) if query_name else writer
@@ -217,7 +246,9 @@ class TxnStream:
                 self.query.stop()
         finally:
             with _open_lock:
-                _open.get(_session_key(self.spark), {}).pop(self.run.job, None)
+                streams = _open.get(_session_key(self.spark), {})
+                if streams.get(self.run.job) is self.config:  # not a newer stream of the same job
+                    del streams[self.run.job]
             try:
                 end_run(self._engine, self.config.database, self.run)
             except (TxnOffsetsError, sa.exc.SQLAlchemyError) as exc:
@@ -240,26 +271,53 @@ def _session_key(spark: Any) -> str:
     return str(session_id) if session_id is not None else str(id(spark))
 
 
-def _refuse_state(frame: Any) -> None:
-    """Streaming state lives in the checkpoint, which each run starts afresh: refuse it."""
+def check_frame(frame: Any, job: str) -> None:
+    """Refuse a frame the exactly-once sink cannot commit exactly: not streaming, reading anything
+    but one ``txn_offsets`` source of `job` (a union would write records whose ranges this run does
+    not commit, or the same records twice), or holding streaming state (it would live in the
+    checkpoint, which each run starts afresh)."""
     if not getattr(frame, "isStreaming", False):
         raise ConfigError("frame", "give the streaming DataFrame read from the 'txn_offsets' source")
-    plan = _plan_text(frame)
-    found = [op for op in _STATEFUL if op in plan]
-    if found:
+    analyzed, physical = _plan_sections(frame)
+    sources = [line for line in analyzed if _node(line)[0] in ("StreamingRelationV2", "StreamingRelation")]
+    option = re.compile(rf"[\[ ]job={re.escape(job)}[,\]]")  # the options map: [job=..., ...]
+    ours = [s for s in sources if f", {FORMAT}, " in s and option.search(s)]
+    if len(sources) != 1 or len(ours) != 1:
         raise ConfigError(
             "frame",
-            f"the stream holds streaming state ({', '.join(found)}): that state would live in the "
+            f"the stream reads {len(sources)} streaming source(s), {len(ours)} of them job {job!r}'s "
+            f"txn_offsets source: the exactly-once sink commits the ranges of exactly one read of its "
+            f"own stream (no unions or joins with other streams; use stream.records() once)",
+        )
+    stateful = sorted(
+        {name for name, rest in map(_node, physical) if name in _STATEFUL or "state info [" in rest}
+    )
+    if stateful:
+        raise ConfigError(
+            "frame",
+            f"the stream holds streaming state ({', '.join(stateful)}): that state would live in the "
             f"checkpoint, which each run starts afresh. Keep the stream stateless and aggregate "
             f"each batch in compute_df, whose result is committed with the batch's offsets",
         )
 
 
-def _plan_text(frame: Any) -> str:
-    import contextlib
-    import io
+def _node(line: str) -> tuple[str, str]:
+    found = _NODE.match(line)
+    return (found.group(1), found.group(2)) if found else ("", "")
 
+
+def _plan_sections(frame: Any) -> tuple[list[str], list[str]]:
+    """The analyzed logical plan's and the physical plan's lines, from ``explain(extended=True)``
+    (the same text on classic Spark and Spark Connect)."""
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
-        frame.explain(extended=False)
-    return buffer.getvalue()
+        frame.explain(extended=True)
+    sections: dict[str, list[str]] = {}
+    current = ""
+    for line in buffer.getvalue().splitlines():
+        if line.startswith("== ") and line.endswith(" =="):
+            current = line.strip("= ")
+            sections[current] = []
+        elif current:
+            sections[current].append(line)
+    return sections.get("Analyzed Logical Plan", []), sections.get("Physical Plan", [])

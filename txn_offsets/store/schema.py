@@ -21,7 +21,8 @@ Six tables:
   batch, never inside one; no foreign key, so writing it never locks a job row.
 * ``stream_plans``: per job, the ranges of the batch a Structured Streaming query is running (the
   ``txn_offsets`` source writes it when it plans a batch; the exactly-once sink commits exactly
-  those ranges with the batch's results). Tagged with the run's generation.
+  those ranges with the batch's results and marks the row committed in that transaction). Tagged
+  with the run's generation and the one stream reader that owns it.
 """
 
 from __future__ import annotations
@@ -184,8 +185,12 @@ def tables_for(schema: str = DEFAULT_SCHEMA) -> Tables:
         md,
         sa.Column("job", sa.Text, sa.ForeignKey(jobs.c.job), primary_key=True),
         sa.Column("generation", sa.BigInteger, nullable=False),
+        # the stream reader (one query) that plans this generation's batches
+        sa.Column("reader", sa.Text, nullable=False),
         # [[topic, partition, start, until], ...] in range order
         sa.Column("ranges", postgresql.JSONB, nullable=False),
+        # set by the sink in the transaction that commits the ranges
+        sa.Column("committed", sa.Boolean, nullable=False),
         sa.Column("planned_at", _TS, nullable=False, server_default=sa.func.now()),
     )
     return Tables(md, jobs, offsets, audit, dead_letters, stats, stream_plans)

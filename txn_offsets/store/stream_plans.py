@@ -3,61 +3,170 @@
 The ``txn_offsets`` streaming source plans a batch on the Spark driver; the exactly-once sink runs
 in ``foreachBatch`` (on the client, or on the Connect server) and must commit exactly the ranges the
 source read. Spark hands the sink only the batch id, so the source stores the batch's ranges here,
-one row per job, tagged with the run's generation, and the sink loads them. A query runs its
-batches one after the other (the source plans batch N+1 only after the sink returned for batch N),
-so the row always holds the batch the sink is writing.
+one row per job, and the sink loads them. The row says which run (generation) and which stream
+reader planned it, and whether the batch is committed (set by the sink inside the transaction that
+commits the ranges). So:
+
+* one reader owns a generation's row: a second query over the same stream fails at its first plan
+  (:func:`claim`) instead of replacing the batch the first query's sink is about to commit;
+* a reader plans a new batch only once the previous one is committed (:func:`check_committed`): a
+  stream written by another sink fails instead of re-reading the same records forever;
+* the sink commits only the row it loaded (:func:`mark_committed` in the claim's transaction).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from txn_offsets.config import DatabaseSettings
-from txn_offsets.errors import StreamDiverged
+from txn_offsets.errors import Fenced, StreamDiverged
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.store.database import translate_errors
 from txn_offsets.store.offset_rows import check_generation
-from txn_offsets.store.runs import Run
+from txn_offsets.store.runs import Run, lock_job
 from txn_offsets.store.schema import tables_for
 
-__all__ = ["load_plan", "save_plan"]
+__all__ = ["StreamPlan", "check_committed", "claim", "load_plan", "mark_committed", "save_plan"]
 
 
-def save_plan(engine: sa.Engine, db: DatabaseSettings, run: Run, ranges: Sequence[OffsetRange]) -> None:
-    """Store `ranges` as the job's current streaming batch; Fenced if `run` is not the current run."""
+@dataclass(frozen=True)
+class StreamPlan:
+    ranges: tuple[OffsetRange, ...]
+    committed: bool
+
+
+def _body(ranges: Sequence[OffsetRange]) -> list[list[object]]:
+    return [[r.topic, r.partition, r.start, r.until] for r in ranges]
+
+
+def _ranges(body: Sequence[Sequence[object]]) -> tuple[OffsetRange, ...]:
+    return tuple(OffsetRange(str(t), int(str(p)), int(str(a)), int(str(b))) for t, p, a, b in body)
+
+
+def _owned_row(conn: sa.Connection, db: DatabaseSettings, run: Run, reader: str) -> Any:
+    """The job's row FOR UPDATE (under the job row's KEY SHARE lock, generation checked); raises
+    if another reader owns this generation's row."""
+    check_generation(conn, db, run.job, run.generation)
     plans = tables_for(db.schema).stream_plans
-    body = [[r.topic, r.partition, r.start, r.until] for r in ranges]
-    with translate_errors(db), engine.begin() as conn:
-        check_generation(conn, db, run.job, run.generation)
-        stmt = pg_insert(plans).values(job=run.job, generation=run.generation, ranges=body)
-        conn.execute(
-            stmt.on_conflict_do_update(
-                index_elements=[plans.c.job],
-                set_={
-                    "generation": stmt.excluded.generation,
-                    "ranges": stmt.excluded.ranges,
-                    "planned_at": sa.func.now(),
-                },
-            )
-        )
-
-
-def load_plan(engine: sa.Engine, db: DatabaseSettings, run: Run) -> tuple[OffsetRange, ...]:
-    """The ranges of the batch the job's streaming query is running, planned by `run`'s source."""
-    plans = tables_for(db.schema).stream_plans
-    with translate_errors(db), engine.connect() as conn:
-        row = conn.execute(
-            sa.select(plans.c.generation, plans.c.ranges).where(plans.c.job == run.job)
-        ).one_or_none()
+    row = conn.execute(
+        sa.select(plans.c.generation, plans.c.reader, plans.c.ranges, plans.c.committed)
+        .where(plans.c.job == run.job)
+        .with_for_update()
+    ).one_or_none()
     if row is None or row.generation != run.generation:
+        return None
+    if row.reader != reader:
         raise StreamDiverged(
             run.job,
             run.generation,
-            "no batch planned by this run's txn_offsets source: the exactly-once sink writes only a "
-            "stream read with spark.readStream.format('txn_offsets') by the same run "
-            "(txn_offsets.spark.streaming.start_stream wires both)",
+            "another streaming query reads this run's stream: one query per open_stream (start the "
+            "query with TxnStream.start, and read the source once)",
         )
-    return tuple(OffsetRange(str(t), int(p), int(a), int(b)) for t, p, a, b in row.ranges)
+    return row
+
+
+def _upsert(
+    conn: sa.Connection, db: DatabaseSettings, run: Run, reader: str, body: object, *, committed: bool
+) -> None:
+    plans = tables_for(db.schema).stream_plans
+    values = {"generation": run.generation, "reader": reader, "ranges": body, "committed": committed}
+    stmt = pg_insert(plans).values(job=run.job, **values)
+    conn.execute(
+        stmt.on_conflict_do_update(index_elements=[plans.c.job], set_={**values, "planned_at": sa.func.now()})
+    )
+
+
+def claim(engine: sa.Engine, db: DatabaseSettings, run: Run, reader: str) -> None:
+    """Make `reader` the one reader of `run`'s stream (a query starting: nothing planned yet)."""
+    with translate_errors(db), engine.begin() as conn:
+        if _owned_row(conn, db, run, reader) is None:
+            _upsert(conn, db, run, reader, [], committed=True)
+
+
+def check_committed(
+    engine: sa.Engine, db: DatabaseSettings, run: Run, reader: str, ranges: Sequence[OffsetRange]
+) -> None:
+    """Before planning past a batch Spark considers done: its ranges must be committed."""
+    with translate_errors(db), engine.begin() as conn:
+        row = _owned_row(conn, db, run, reader)
+    if row is None or _ranges(row.ranges) != tuple(ranges):
+        raise StreamDiverged(
+            run.job, run.generation, "the checkpoint's last batch is not the batch this run's source planned"
+        )
+    if not row.committed:
+        r = ranges[0]
+        raise StreamDiverged(
+            run.job,
+            run.generation,
+            f"the previous batch was not committed ({len(ranges)} range(s), e.g. {r.topic}[{r.partition}] "
+            f"{r.start}..{r.until}): write the stream with the exactly-once sink (TxnStream.start), "
+            f"which commits each batch's ranges with its results",
+        )
+
+
+def save_plan(
+    engine: sa.Engine, db: DatabaseSettings, run: Run, reader: str, ranges: Sequence[OffsetRange]
+) -> None:
+    """Store `ranges` as the stream's current batch. The same batch again (Spark planning it once
+    more) changes nothing; a new batch needs the previous one committed."""
+    body = _body(ranges)
+    with translate_errors(db), engine.begin() as conn:
+        row = _owned_row(conn, db, run, reader)
+        if row is not None and row.ranges == body:
+            return
+        if row is not None and not row.committed:
+            raise StreamDiverged(
+                run.job,
+                run.generation,
+                "a new batch was planned while the previous one is not committed: write the stream "
+                "with the exactly-once sink (TxnStream.start)",
+            )
+        _upsert(conn, db, run, reader, body, committed=False)
+
+
+def load_plan(engine: sa.Engine, db: DatabaseSettings, run: Run) -> StreamPlan:
+    """The batch the job's streaming query is running, as planned by `run`'s source."""
+    t = tables_for(db.schema)
+    with translate_errors(db), engine.connect() as conn:
+        row = conn.execute(
+            sa.select(t.stream_plans.c.generation, t.stream_plans.c.ranges, t.stream_plans.c.committed).where(
+                t.stream_plans.c.job == run.job
+            )
+        ).one_or_none()
+        if row is None or row.generation != run.generation:
+            state = lock_job(conn, db, run.job, for_update=False)
+            if state.generation != run.generation:
+                raise Fenced(run.job, run.generation, state.generation)
+            raise StreamDiverged(
+                run.job,
+                run.generation,
+                "no batch planned by this run's txn_offsets source: the exactly-once sink writes only "
+                "the stream of its own open_stream (TxnStream.start wires both)",
+            )
+    return StreamPlan(_ranges(row.ranges), bool(row.committed))
+
+
+def mark_committed(
+    conn: sa.Connection, db: DatabaseSettings, run: Run, ranges: Sequence[OffsetRange]
+) -> None:
+    """In the transaction that commits `ranges`: mark their batch committed. Raises (so the whole
+    transaction rolls back) if the stream's current batch is no longer those ranges."""
+    plans = tables_for(db.schema).stream_plans
+    marked = conn.execute(
+        sa.update(plans)
+        .where(
+            plans.c.job == run.job,
+            plans.c.generation == run.generation,
+            plans.c.ranges == sa.cast(sa.literal(_body(ranges), plans.c.ranges.type), plans.c.ranges.type),
+        )
+        .values(committed=True)
+    ).rowcount
+    if marked != 1:
+        raise StreamDiverged(
+            run.job, run.generation, "the stream's current batch changed while the sink was committing it"
+        )

@@ -13,12 +13,14 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from confluent_kafka.admin import AdminClient
 
 from tests.fix_services import TopicFactory
 from tests.integration.spark.conftest import Produce
 from tests.integration.spark.test_connect import produce_transactions
 from tests.integration.spark.test_counting_job import counts_table_of, stored_offsets, totals
 from tests.integration.spark.test_job_faults import ends_of
+from tests.integration.spark.test_no_silent_exits import _recreate
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError
 from txn_offsets.kafka.start import StartPolicy
@@ -81,7 +83,9 @@ def test_stream_is_exact_with_aborted_transactions_and_marker_only_ranges(
         query.awaitTermination(300)
         assert not query.isActive
         assert query.exception() is None
-        assert stream.checkpoint_location == f"{tmp_path}/{job_name}/generation-{stream.run.generation}"
+        assert stream.checkpoint_location.startswith(
+            f"{tmp_path}/{db.schema}/{job_name}/generation-{stream.run.generation}-"
+        )
     assert totals(engine, counts_table) == dict(expected)
     assert stored_offsets(engine, db, job_name) == ends
     # 1,045 offsets (975 visible records) capped at 300 per batch: 4 batches, every range committed
@@ -197,9 +201,17 @@ def test_streaming_state_and_unknown_jobs_are_refused(
     with open_stream(
         spark, job=job_name, kafka=kafka, database=db, topics=[topic], checkpoint_root=str(tmp_path)
     ) as stream:
-        counted = stream.records().groupBy("key").count()
-        with pytest.raises(ConfigError, match=r"streaming state .*Aggregate.* compute_df"):
-            stream.start(counted, write=refuse_write)
+        records = stream.records()
+        for stateful, operator in [
+            (records.groupBy("key").count(), "StateStoreSave"),
+            (records.limit(5), "StreamingGlobalLimit"),
+            (records.dropDuplicates(["key"]), "StreamingDeduplicate"),
+        ]:
+            with pytest.raises(ConfigError, match=rf"streaming state \(.*{operator}.*\).* compute_df"):
+                stream.start(stateful, write=refuse_write)
+        # a union would commit one read's ranges with two reads' results
+        with pytest.raises(ConfigError, match=r"2 streaming source\(s\), 2 of them"):
+            stream.start(records.union(stream.records()), write=refuse_write)
         with pytest.raises(ConfigError, match="interval_s"):
             stream.start(write=refuse_write, interval_s=600)
         other = spark.readStream.format("txn_offsets").option("job", "nope").load()
@@ -207,6 +219,27 @@ def test_streaming_state_and_unknown_jobs_are_refused(
             other.writeStream.foreachBatch(lambda df, i: None).start().awaitTermination(30)
     with pytest.raises(ConfigError, match="checkpoint_root"):
         open_stream(spark, job=job_name, kafka=kafka, database=db, topics=[topic], checkpoint_root=" ")
+    # another job's stream is not this one's, even unioned with it
+    with (
+        open_stream(
+            spark, job=job_name, kafka=kafka, database=db, topics=[topic], checkpoint_root=str(tmp_path)
+        ) as a,
+        open_stream(
+            spark,
+            job=f"{job_name}-b",
+            kafka=kafka,
+            database=db,
+            topics=[topic],
+            checkpoint_root=str(tmp_path),
+        ) as b,
+    ):
+        with pytest.raises(ConfigError, match=r"2 streaming source\(s\), 1 of them"):
+            a.start(a.records().union(b.records()), write=refuse_write)
+        with pytest.raises(ConfigError, match=r"1 streaming source\(s\), 0 of them"):
+            a.start(b.records(), write=refuse_write)
+        # a word in a filter is not an operator
+        query = a.start(a.records().filter("topic != 'Aggregate'"), write=refuse_write, interval_s=0.2)
+        query.stop()
 
 
 def test_a_reset_while_the_stream_is_stopped_is_honoured_on_restart(
@@ -241,3 +274,146 @@ def test_a_reset_while_the_stream_is_stopped_is_honoured_on_restart(
         stream.start(compute_df=key_counts, write=write, available_now=True).awaitTermination(300)
     assert totals(engine, counts_table) == dict(expected + replayed)
     assert stored_offsets(engine, db, job_name) == {(topic, 0): 100, (topic, 1): 100}
+
+
+def test_a_second_query_over_the_same_stream_fails_and_the_first_stays_exact(
+    spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    counts_table: str,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    job_name: str,
+    tmp_path: Path,
+) -> None:
+    topic = topic_factory(partitions=2)
+    expected = produce(topic, 400, 2)
+    with open_stream(
+        spark,
+        job=job_name,
+        kafka=kafka,
+        database=db,
+        topics=[topic],
+        start=StartPolicy.earliest(),
+        limits=Limits(max_records_per_batch=100),
+        checkpoint_root=str(tmp_path),
+    ) as stream:
+        query = stream.start(
+            compute_df=key_counts, write=functools.partial(write_counts, counts_table), interval_s=0.2
+        )
+        _wait_for(lambda: sum(stored_offsets(engine, db, job_name).values()) > 0)
+        # a side query over the same source would re-plan the batch the sink is about to commit
+        side = (
+            stream.records()
+            .writeStream.foreachBatch(lambda df, i: None)
+            .option("checkpointLocation", str(tmp_path / "side"))
+            .trigger(processingTime="100 milliseconds")
+            .start()
+        )
+        with pytest.raises(Exception, match="another streaming query reads this run's stream"):
+            side.awaitTermination(120)
+        expected += produce(topic, 100, 2, start=400)
+        _wait_for(lambda: stored_offsets(engine, db, job_name) == ends_of(kafka, topic, 2))
+        assert query.isActive and query.exception() is None
+    assert totals(engine, counts_table) == dict(expected)
+
+
+def test_a_stream_with_nothing_to_read_waits_then_counts(
+    any_spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    counts_table: str,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    job_name: str,
+    tmp_path: Path,
+) -> None:
+    """Spark runs a query's first batch even with nothing to read (empty topic, caught-up restart,
+    StartPolicy.latest()): it is a no-op, not a failure."""
+    topic = topic_factory(partitions=2)
+    common: dict[str, Any] = {
+        "job": job_name,
+        "kafka": kafka,
+        "database": db,
+        "topics": [topic],
+        "checkpoint_root": str(tmp_path),
+    }
+    write = functools.partial(write_counts, counts_table)
+    with open_stream(any_spark, start=StartPolicy.latest(), **common) as stream:
+        query = stream.start(compute_df=key_counts, write=write, interval_s=0.2)
+        _wait_for(lambda: query.lastProgress is not None)
+        expected = produce(topic, 200, 2)
+        _wait_for(lambda: stored_offsets(engine, db, job_name) == ends_of(kafka, topic, 2))
+        assert query.isActive and query.exception() is None
+    with open_stream(any_spark, **common) as stream:  # caught up: nothing to read
+        stream.start(compute_df=key_counts, write=write, available_now=True).awaitTermination(120)
+    assert totals(engine, counts_table) == dict(expected)
+
+
+def test_a_recreated_topic_with_on_data_loss_skip_goes_on(
+    spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    counts_table: str,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    job_name: str,
+    tmp_path: Path,
+) -> None:
+    topic = topic_factory(partitions=1)
+    expected = produce(topic, 100, 1)
+    with open_stream(
+        spark,
+        job=job_name,
+        kafka=kafka,
+        database=db,
+        topics=[topic],
+        start=StartPolicy.earliest(),
+        on_data_loss="skip",
+        checkpoint_root=str(tmp_path),
+    ) as stream:
+        query = stream.start(
+            compute_df=key_counts, write=functools.partial(write_counts, counts_table), interval_s=0.2
+        )
+        _wait_for(lambda: stored_offsets(engine, db, job_name) == {(topic, 0): 100})
+        _recreate(AdminClient({"bootstrap.servers": kafka.bootstrap_servers}), topic, 1)
+        expected += produce(topic, 30, 1, start=100)
+        _wait_for(lambda: totals(engine, counts_table) == dict(expected))
+        assert stored_offsets(engine, db, job_name) == {(topic, 0): 30}
+        assert query.isActive and query.exception() is None
+
+
+def slow_batch(batch: Any) -> list[Any]:
+    """compute_df whose Spark job outlives the batch timeout (a frozen executor, as far as the sink
+    can tell)."""
+    return batch.selectExpr("reflect('java.lang.Thread', 'sleep', CAST(600000 AS BIGINT)) AS s").collect()
+
+
+def test_a_batch_past_its_timeout_is_cancelled_and_fails_the_query(
+    spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    job_name: str,
+    tmp_path: Path,
+) -> None:
+    topic = topic_factory(partitions=1)
+    produce(topic, 10, 1)
+    common: dict[str, Any] = {"job": job_name, "kafka": kafka, "database": db, "topics": [topic]}
+    older = open_stream(spark, checkpoint_root=str(tmp_path), **common)
+    # a newer stream of the same job in the same session: closing the older must not unregister it
+    with open_stream(
+        spark, start=StartPolicy.earliest(), force=True, checkpoint_root=str(tmp_path), **common
+    ) as stream:
+        older.close()
+        query = stream.start(compute_df=slow_batch, write=refuse_write, interval_s=0.2, batch_timeout_s=3)
+        with pytest.raises(
+            Exception, match=r"still running after batch_timeout_s=3s; its Spark jobs were cancelled"
+        ):
+            query.awaitTermination(120)
+    assert stored_offsets(engine, db, job_name) == {(topic, 0): 0}
