@@ -47,7 +47,7 @@ def plot(result: dict[str, Any], path: Path) -> Path:
         left.set_yscale("log")
     left.set_ylabel("records/s (warm, log scale)")
     left.set_title("Throughput per sweep point")
-    left.legend(fontsize=8, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.24))
+    left.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.24))
     left.grid(axis="y", which="both", alpha=0.3)
 
     probes = result["latency"]
