@@ -7,6 +7,8 @@ and is checked against the oracle before its time counts (a wrong result exits n
 
 * ``eo_partition``  txn_offsets run_job + PartitionWriter (claim + upsert + offset per range)
 * ``eo_frame``      the same on the DataFrame execution path (run_job(execution="dataframe"))
+* ``eo_stream``     the Structured Streaming adapter: readStream.format("txn_offsets") + the
+                    exactly-once foreachBatch sink, the same aggregation as ``sss`` (availableNow)
 * ``eo_batch``      txn_offsets run_job + BatchWriter (Spark computes, one transaction per batch)
 * ``alo``           the same reads and writes without claim or offsets (at-least-once)
 * ``sss``           Spark Structured Streaming, Spark's JVM Kafka source, foreachBatch upsert

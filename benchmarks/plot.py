@@ -10,10 +10,17 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.report import reader_point, rps
-from benchmarks.settings import ALO, EO_BATCH, EO_FRAME, EO_PARTITION, LABELS, READER, SSS
+from benchmarks.settings import ALO, EO_BATCH, EO_FRAME, EO_PARTITION, EO_STREAM, LABELS, READER, SSS
 
-BARS = (EO_PARTITION, EO_FRAME, EO_BATCH, ALO, SSS)
-COLOURS = {EO_PARTITION: "#1f77b4", EO_FRAME: "#08519c", EO_BATCH: "#6baed6", ALO: "#ff7f0e", SSS: "#2ca02c"}
+BARS = (EO_PARTITION, EO_FRAME, EO_BATCH, EO_STREAM, ALO, SSS)
+COLOURS = {
+    EO_PARTITION: "#1f77b4",
+    EO_FRAME: "#08519c",
+    EO_BATCH: "#6baed6",
+    EO_STREAM: "#9467bd",
+    ALO: "#ff7f0e",
+    SSS: "#2ca02c",
+}
 
 
 def plot(result: dict[str, Any], path: Path) -> Path:

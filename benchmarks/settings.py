@@ -13,19 +13,21 @@ from dataclasses import dataclass
 EO_PARTITION = "eo_partition"  # txn_offsets run_job + PartitionWriter (examples/windowed_counts.py)
 EO_FRAME = "eo_frame"  # the same job on the DataFrame execution path (run_job(execution="dataframe"))
 EO_BATCH = "eo_batch"  # txn_offsets run_job + BatchWriter (Spark computes, the driver commits)
+EO_STREAM = "eo_stream"  # txn_offsets Structured Streaming adapter: format("txn_offsets") + exactly-once sink
 ALO = "alo"  # the same read/aggregate/upsert per range, no claim and no stored offsets
 SSS = "sss"  # Spark Structured Streaming, JVM Kafka source, foreachBatch upsert
 READER = "reader"  # one Python process: confluent-kafka consume + decode + aggregate (no Spark, no DB)
 UPSERT = "upsert"  # the per-range result rows written with upsert_add (what txn_offsets writes)
 COPY = "copy_merge"  # the same rows written with COPY into a temp table + one merge statement
 
-SPARK_CONTENDERS = (EO_PARTITION, EO_FRAME, EO_BATCH, ALO, SSS)
+SPARK_CONTENDERS = (EO_PARTITION, EO_FRAME, EO_BATCH, EO_STREAM, ALO, SSS)
 LIMIT_CONTENDERS = (READER, UPSERT, COPY)
 FOLLOWERS = (EO_PARTITION, SSS)  # the caught-up latency probe
 LABELS = {
     EO_PARTITION: "txn_offsets PartitionWriter",
     EO_FRAME: "txn_offsets PartitionWriter, DataFrame path",
     EO_BATCH: "txn_offsets BatchWriter",
+    EO_STREAM: "txn_offsets Structured Streaming",
     ALO: "at-least-once (no offsets)",
     SSS: "Structured Streaming",
     READER: "reader limit (1 process)",

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from benchmarks import contenders, limits, resources, sink, sss
+from benchmarks import contenders, limits, resources, sink, sss, stream
 from benchmarks.contenders import Context, Outcome
 from benchmarks.dataset import Dataset, Expected, expected_of
 from benchmarks.resources import Sampler
-from benchmarks.settings import COPY, EO_PARTITION, READER, SPARK_CONTENDERS, SSS, UPSERT, Point
+from benchmarks.settings import COPY, EO_PARTITION, EO_STREAM, READER, SPARK_CONTENDERS, SSS, UPSERT, Point
 from benchmarks.stats import percentile
 from examples import pageviews, windowed_counts
 from txn_offsets import BatchReport
@@ -84,6 +84,8 @@ class Service:
                 out = contenders.RUNNERS[name](self.spark, ctx)
             elif name == SSS:
                 out = sss.run(self.spark, ctx)
+            elif name == EO_STREAM:
+                out = stream.run(self.spark, ctx)
             elif name == READER:
                 out, in_memory = limits.reader(ctx)
             elif name == UPSERT:
