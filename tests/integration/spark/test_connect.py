@@ -309,6 +309,7 @@ def test_task_retried_after_commit_finds_it_already_committed(
 
 
 def test_missing_module_on_the_workers_names_the_fix(
+    spark: Any,
     connect_spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
@@ -342,8 +343,17 @@ def test_missing_module_on_the_workers_names_the_fix(
     rdd_writer = BatchWriter(compute=lambda records: records.count(), write=lambda conn, ranges, n: None)
     with pytest.raises(ConfigError, match="compute_df"):
         run_job(connect_spark, **{**common, "writer": rdd_writer}, until_caught_up=True)
-    connect_spark.addArtifacts(str(tmp_path / f"{module}.py"), pyfile=True)
-    run_job(connect_spark, until_caught_up=True, **common)
+    # on a session of its own: the shared session must not carry this test's module into later
+    # tests (a Spark thread that inherits a session's artifact state fetches its files, and this
+    # file is gone once the test's tmp_path is)
+    from txn_offsets.spark.session import connect_client
+
+    own = connect_client(spark)
+    try:
+        own.addArtifacts(str(tmp_path / f"{module}.py"), pyfile=True)
+        run_job(own, until_caught_up=True, **common)
+    finally:
+        own.stop()
     assert totals(engine, counts_table) == dict(expected)
 
 
