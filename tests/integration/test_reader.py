@@ -18,6 +18,10 @@ from txn_offsets.kafka.metadata import watermarks
 from txn_offsets.kafka.reader import Record, read_range
 from txn_offsets.ranges import OffsetRange
 
+# explicit record timestamps, recent ones: records older than the topic's retention (7 days) can be
+# deleted by the broker at any time, and the test would read a log that starts later
+BASE_MS = (int(time.time()) - 60) * 1000
+
 
 def _tx_producer(bootstrap: str) -> Producer:
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{uuid.uuid4().hex}"})
@@ -64,14 +68,14 @@ def test_records_exactly_as_produced(kafka_bootstrap: str, topic_factory: TopicF
     kafka = KafkaSettings(kafka_bootstrap)
     producer = _tx_producer(kafka_bootstrap)
     producer.begin_transaction()
-    producer.produce(topic, value=b"v0", partition=1, timestamp=1_700_000_000_000)
-    producer.produce(topic, key=b"k1", value=b"v1", partition=1, timestamp=1_700_000_000_001)
+    producer.produce(topic, value=b"v0", partition=1, timestamp=BASE_MS + 0)
+    producer.produce(topic, key=b"k1", value=b"v1", partition=1, timestamp=BASE_MS + 1)
     producer.produce(
         topic,
         key=b"k2",
         value=None,
         partition=1,
-        timestamp=1_700_000_000_002,
+        timestamp=BASE_MS + 2,
         headers=[("h1", b"x"), ("h2", None), ("h1", b"y")],
     )
     producer.flush(30)
@@ -81,17 +85,17 @@ def test_records_exactly_as_produced(kafka_bootstrap: str, topic_factory: TopicF
     producer.flush(30)
     producer.abort_transaction(30)  # 4 aborted, marker 5
     producer.begin_transaction()
-    producer.produce(topic, key=b"", value=b"", partition=1, timestamp=1_700_000_000_006)
+    producer.produce(topic, key=b"", value=b"", partition=1, timestamp=BASE_MS + 6)
     producer.flush(30)
     producer.commit_transaction(30)  # 6, marker 7
     assert watermarks(kafka, [(topic, 1)])[(topic, 1)] == (0, 8)
 
     records = list(read_range(kafka, OffsetRange(topic, 1, 0, 8)))
     assert records == [
-        Record(topic, 1, 0, None, b"v0", 1_700_000_000_000, ()),
-        Record(topic, 1, 1, b"k1", b"v1", 1_700_000_000_001, ()),
-        Record(topic, 1, 2, b"k2", None, 1_700_000_000_002, (("h1", b"x"), ("h2", None), ("h1", b"y"))),
-        Record(topic, 1, 6, b"", b"", 1_700_000_000_006, ()),
+        Record(topic, 1, 0, None, b"v0", BASE_MS + 0, ()),
+        Record(topic, 1, 1, b"k1", b"v1", BASE_MS + 1, ()),
+        Record(topic, 1, 2, b"k2", None, BASE_MS + 2, (("h1", b"x"), ("h2", None), ("h1", b"y"))),
+        Record(topic, 1, 6, b"", b"", BASE_MS + 6, ()),
     ]
     for rec in records:
         assert type(rec) is Record

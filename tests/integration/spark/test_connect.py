@@ -101,7 +101,21 @@ def produce_transactions(kafka: KafkaSettings, topic: str, partitions: int) -> c
     producer.produce(topic, key=b"never", value=b"1", partition=0)
     producer.flush(30)
     producer.abort_transaction(30)
+    _wait_for_markers(kafka, topic, partitions)
     return expected
+
+
+def _wait_for_markers(kafka: KafkaSettings, topic: str, partitions: int) -> None:
+    """Until the log ends stop moving: abort_transaction returns before the broker has written the
+    abort markers, and a test that takes the ends too early expects offsets short of a marker."""
+    deadline = time.monotonic() + 30
+    last = ends_of(kafka, topic, partitions)
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = ends_of(kafka, topic, partitions)
+        if now == last:
+            return
+        last = now
 
 
 def test_sessions_pick_their_path(spark: Any, connect_spark: Any, db: DatabaseSettings) -> None:
