@@ -100,6 +100,15 @@ class TaskReport:
     error: TxnOffsetsError | None = None
 
 
+def success_counts(reports: Iterable[TaskReport]) -> dict[str, int]:
+    """Ranges per success outcome (``committed``, ``already_committed``): a batch's statistics."""
+    counts = {"committed": 0, "already_committed": 0}
+    for report in reports:
+        if report.outcome in counts:
+            counts[report.outcome] += 1
+    return counts
+
+
 class DeadLetter(NamedTuple):
     """A record the decoder rejected, kept (in dead-letter mode) instead of failing the batch."""
 

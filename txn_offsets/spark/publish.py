@@ -20,7 +20,7 @@ from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import DataLoss, Fenced, OffsetConflict, RecordRejected, TxnOffsetsError
 from txn_offsets.kafka.mirror import GroupMirror
 from txn_offsets.ranges import TopicPartition
-from txn_offsets.spark.executor import TaskReport
+from txn_offsets.spark.executor import TaskReport, success_counts
 from txn_offsets.store import stats
 
 __all__ = ["BatchPublisher"]
@@ -63,10 +63,7 @@ class BatchPublisher:
     def batch_committed(self, report: object, seconds: float, reports: Sequence[TaskReport]) -> None:
         """After every range of the batch committed: queue statistics and the mirror, then call
         the user's callback (in this thread: its exceptions are the user's to see)."""
-        outcomes = {
-            "committed": sum(1 for r in reports if r.outcome == "committed"),
-            "already_committed": sum(1 for r in reports if r.outcome == "already_committed"),
-        }
+        outcomes = success_counts(reports)
         self._background.submit(self._record, seconds, outcomes)
         if self._mirror is not None:
             ends: dict[TopicPartition, int] = {r.range.key: r.range.until for r in reports}

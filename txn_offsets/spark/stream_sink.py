@@ -32,7 +32,7 @@ from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import BatchFailed
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark.batch import batch_deadline
-from txn_offsets.spark.executor import commit_reporting, worker_engine
+from txn_offsets.spark.executor import commit_reporting, success_counts, worker_engine
 from txn_offsets.spark.frames import worker_imports
 from txn_offsets.store.runs import Run, keep_lease
 from txn_offsets.store.stats import record_batch, record_failure
@@ -44,8 +44,8 @@ logger = logging.getLogger(__name__)
 
 R = TypeVar("R")
 
-# outcome of a task report -> job_stats failure counter
-_FAILURE_STATS = {"conflict": "conflict", "fenced": "fenced"}
+# failures of a report that job_stats counts (under the same name)
+_COUNTED_FAILURES = frozenset({"conflict", "fenced"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,12 +79,10 @@ class ExactlyOnceSink(Generic[R]):
             )
         for report in reports:
             if report.error is not None:
-                if report.outcome in _FAILURE_STATS:
-                    record_failure(engine, self.database, self.run.job, _FAILURE_STATS[report.outcome])
+                if report.outcome in _COUNTED_FAILURES:
+                    record_failure(engine, self.database, self.run.job, report.outcome)
                 raise report.error
-        outcomes = {"committed": 0, "already_committed": 0}
-        for report in reports:
-            outcomes[report.outcome] = outcomes.get(report.outcome, 0) + 1
+        outcomes = success_counts(reports)
         seconds = time.monotonic() - t0
         record_batch(engine, self.database, self.run.job, seconds, outcomes)
         logger.info(
