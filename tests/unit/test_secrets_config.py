@@ -334,7 +334,9 @@ def test_engine_for_passes_connect_args_over_the_url_query() -> None:
         statement_timeout_s=7,
     )
     engine = engine_for(db)
-    assert engine.pool._pre_ping
+    # pinged only after PING_IF_IDLE_S idle (store.database._ping_when_idle), not at every checkout
+    assert not engine.pool._pre_ping
+    assert len(engine.pool.dispatch.checkout) == 1 and len(engine.pool.dispatch.checkin) == 1
     assert engine.hide_parameters
     params = _cparams(engine)
     assert {k: params[k] for k in db.connect_args()} == db.connect_args()
@@ -344,9 +346,9 @@ def test_engine_for_passes_connect_args_over_the_url_query() -> None:
 def test_engine_for_merges_caller_connect_args_over_ours() -> None:
     db = DatabaseSettings(URL_)
     engine = engine_for(
-        db, connect_args={"keepalives_idle": 99, "application_name": "me"}, pool_pre_ping=False
+        db, connect_args={"keepalives_idle": 99, "application_name": "me"}, pool_pre_ping=True
     )
-    assert not engine.pool._pre_ping
+    assert engine.pool._pre_ping and not engine.pool.dispatch.checkout
     params = _cparams(engine)
     assert params["keepalives_idle"] == 99 and params["application_name"] == "me"
     assert params["options"] == db.connect_args()["options"] and params["keepalives_count"] == 3

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Iterator, Mapping
 from urllib.parse import quote, quote_plus
 
 import sqlalchemy as sa
+from sqlalchemy.engine.interfaces import DBAPIConnection
 
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import SchemaMissing, ServiceUnavailable
@@ -40,6 +42,12 @@ _RETRYABLE = frozenset({"40001", "40P01"})
 # shutdown), 53300 too_many_connections, 3D000 invalid_catalog_name (database does not exist)
 _UNREACHABLE_PREFIXES = ("08", "28", "57P0", "53300", "3D000")
 _LOCK_NOT_AVAILABLE = "55P03"
+# A pooled connection idle for longer than this is pinged before it is handed out (a restarted
+# server or a dropped idle socket is then replaced silently). One in steady use is not: the ping
+# would be one more round trip per transaction, and the callers that open transactions in the hot
+# path treat a connection lost before COMMIT as "nothing committed" and retry on a fresh one.
+PING_IF_IDLE_S = 2.0
+_IDLE_SINCE = "txn_offsets_idle_since"
 _QUERY_CANCELED = "57014"
 
 
@@ -56,10 +64,37 @@ def engine_for(db: DatabaseSettings, **kwargs: object) -> sa.Engine:
         if not isinstance(extra, Mapping):
             raise TypeError(f"connect_args must be a mapping, got {type(extra).__name__}")
         connect_args.update(extra)
-    options: dict[str, object] = {"pool_pre_ping": True, "hide_parameters": True}
+    options: dict[str, object] = {"hide_parameters": True}
     options.update(kwargs)
     options["connect_args"] = connect_args
-    return sa.create_engine(db.url, **options)
+    engine = sa.create_engine(db.url, **options)
+    if not options.get("pool_pre_ping"):
+        _ping_when_idle(engine)
+    return engine
+
+
+def _ping_when_idle(engine: sa.Engine) -> None:
+    """SQLAlchemy's pessimistic disconnect handling, for idle connections only."""
+
+    @sa.event.listens_for(engine.pool, "checkin")
+    def _checked_in(dbapi_connection: DBAPIConnection, record: sa.pool.ConnectionPoolEntry) -> None:
+        if record is not None:
+            record.info[_IDLE_SINCE] = time.monotonic()
+
+    @sa.event.listens_for(engine.pool, "checkout")
+    def _checked_out(
+        dbapi_connection: DBAPIConnection,
+        record: sa.pool.ConnectionPoolEntry,
+        proxy: sa.pool.PoolProxiedConnection,
+    ) -> None:
+        idle_since = record.info.get(_IDLE_SINCE)
+        if idle_since is None or time.monotonic() - idle_since <= PING_IF_IDLE_S:
+            return  # just connected, or in steady use
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except Exception as exc:
+            # the pool discards this connection and hands out a new one
+            raise sa.exc.DisconnectionError("pooled connection found dead") from exc
 
 
 def sqlstate(exc: BaseException) -> str | None:

@@ -171,6 +171,14 @@ def _attempt(
             stage = "commit"
         # leaving the `with` block committed the transaction
         return Outcome.COMMITTED
+    except ServiceUnavailable:
+        if stage != "claim":
+            raise
+        # The connection broke before or during the claim. COMMIT was never sent, so nothing of
+        # this attempt can have been committed: typically a pooled connection that broke while
+        # unused (connections in steady use are not pinged before each transaction, see
+        # store.database.PING_IF_IDLE_S). The next attempt takes a fresh connection.
+        raise _Retry("connection lost before the claim") from None
     except sa.exc.DBAPIError as exc:
         if is_retryable(exc):
             cause = f"rolled back by PostgreSQL, sqlstate {sqlstate(exc)}"
