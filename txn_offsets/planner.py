@@ -26,6 +26,7 @@ from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.ranges import OffsetRange, TopicPartition, plan_ranges
 from txn_offsets.store import offset_rows
 from txn_offsets.store.database import translate_errors
+from txn_offsets.store.runs import Run, renew_lease
 from txn_offsets.store.schema import tables_for
 
 __all__ = ["Limits", "Plan", "TopicSelection", "plan_batch", "preflight"]
@@ -119,12 +120,19 @@ def plan_batch(
     on_data_loss: str = "fail",
     timeout_s: float = 15.0,
     generation: int | None = None,
+    run: Run | None = None,
 ) -> Plan:
     """Plan the next batch of `job` (seeding and data-loss skips are committed here, audited).
 
     With `generation`, every offset this plan moves (seeds, skips) is moved under the job row's
-    lock by that generation or not at all (Fenced).
+    lock by that generation or not at all (Fenced). With `run` (the generation is then the run's),
+    the plan's transaction also renews the run's lease: a run's heartbeat before each batch
+    without a transaction of its own.
     """
+    if run is not None:
+        if run.job != job or generation not in {None, run.generation}:
+            raise ConfigError("run", f"{run!r} is not a run of job {job!r} at generation {generation!r}")
+        generation = run.generation
     if on_data_loss not in ON_DATA_LOSS:
         raise ConfigError("on_data_loss", f"{on_data_loss!r}: use 'fail' (default) or 'skip'")
     topics = selection.resolve(kafka, timeout_s)
@@ -135,7 +143,10 @@ def plan_batch(
     # a missing offsets table or an unreachable server is one of our errors (SchemaMissing,
     # ServiceUnavailable: retried by the runner), never a raw driver error
     with translate_errors(db), engine.begin() as conn:
-        state = offset_rows.check_generation(conn, db, job, generation)
+        if run is not None:
+            state = renew_lease(conn, db, run)
+        else:
+            state = offset_rows.check_generation(conn, db, job, generation)
         rows = offset_rows.load_rows(conn, db, job)
         missing = [tp for tp in partitions if tp not in rows]
         if missing:
@@ -154,7 +165,8 @@ def plan_batch(
                 generation=generation,
             )
             rows = offset_rows.load_rows(conn, db, job)  # another run may have seeded some: read back
-        offset_rows.mark_first_plan(conn, db, job)
+        if state.first_plan_at is None:
+            offset_rows.mark_first_plan(conn, db, job)
         legacy = {tp[0] for tp in partitions if rows[tp].topic_id is None}
         if legacy:
             offset_rows.adopt_topic_ids(conn, db, job, {t: topic_ids[t] for t in legacy})

@@ -34,7 +34,7 @@ from txn_offsets.spark.publish import BatchPublisher
 from txn_offsets.spark.signals import stop_on_signals
 from txn_offsets.spark.writers import Writer
 from txn_offsets.store.database import engine_for
-from txn_offsets.store.runs import Run, end_run, heartbeat, keep_lease, start_run
+from txn_offsets.store.runs import LeaseKeeper, Run, end_run, start_run
 
 __all__ = ["BatchReport", "JobSummary", "run_job"]
 
@@ -160,6 +160,7 @@ def run_job(
         mirror_group=mirror_group,
         on_batch=on_batch,
     )
+    lease = LeaseKeeper(engine, database, run, every_s=max(1.0, lease_s / 3))
     started = time.monotonic()
     restore = stop_on_signals(stop)
     failures = 0
@@ -183,7 +184,7 @@ def run_job(
                     start=start,
                     limits=limits,
                     on_data_loss=on_data_loss,
-                    lease_s=lease_s,
+                    lease=lease,
                     batch_timeout_s=batch_timeout_s,
                     execution=execution,
                 )
@@ -217,6 +218,7 @@ def run_job(
         publisher.run_failed(exc)
         raise
     finally:
+        lease.close()
         publisher.close()
         restore()
         _end_quietly(engine, database, run)
@@ -240,12 +242,11 @@ def _step(
     start: StartPolicy | None,
     limits: Limits,
     on_data_loss: str,
-    lease_s: float,
+    lease: LeaseKeeper,
     batch_timeout_s: float | None,
     execution: str,
 ) -> bool:
-    """Heartbeat, plan, and run one batch if there is anything to read; True if a batch ran."""
-    heartbeat(engine, database, run)  # Fenced if a newer run started
+    """Plan (renewing the lease), and run one batch if there is anything to read; True if a batch ran."""
     plan = plan_batch(
         engine,
         database,
@@ -255,11 +256,11 @@ def _step(
         start=start,
         limits=limits,
         on_data_loss=on_data_loss,
-        generation=run.generation,
+        run=run,  # renews the lease in the plan's transaction; Fenced if a newer run started
     )
     if not plan.ranges:
         return False
-    with keep_lease(engine, database, run, every_s=max(1.0, lease_s / 3), for_s=batch_timeout_s):
+    with lease.during(batch_timeout_s):
         _run_batch(
             spark,
             summary=summary,

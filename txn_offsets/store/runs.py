@@ -31,7 +31,18 @@ from txn_offsets.errors import ConfigError, Fenced, JobAlreadyRunning, UnknownJo
 from txn_offsets.store.database import sqlstate, translate_errors
 from txn_offsets.store.schema import tables_for
 
-__all__ = ["JobState", "Run", "end_run", "heartbeat", "keep_lease", "lock_job", "start_run", "validate_job"]
+__all__ = [
+    "JobState",
+    "LeaseKeeper",
+    "Run",
+    "end_run",
+    "heartbeat",
+    "keep_lease",
+    "lock_job",
+    "renew_lease",
+    "start_run",
+    "validate_job",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -181,22 +192,37 @@ def start_run(
     return Run(job, generation, run_id)
 
 
+def renew_lease(conn: sa.Connection, db: DatabaseSettings, run: Run) -> JobState:
+    """Extend the lease of `run` in the caller's transaction and return the job row; raises Fenced
+    if a newer run (or a reset) took the job.
+
+    One statement: the generation is checked by the same UPDATE that renews the lease, and the row
+    stays locked (FOR NO KEY UPDATE) until the transaction ends, so a new run's bump (FOR UPDATE)
+    waits for it; claims (FOR KEY SHARE) do not. Offsets moved later in the same transaction are
+    therefore moved by the current run or not at all, as with ``offset_rows.check_generation``.
+    """
+    jobs = tables_for(db.schema).jobs
+    row = conn.execute(
+        sa.update(jobs)
+        .where(jobs.c.job == run.job, jobs.c.generation == run.generation, jobs.c.run_id == run.run_id)
+        .values(
+            heartbeat_at=sa.func.now(),
+            lease_until=sa.func.now() + _seconds(sa.func.coalesce(jobs.c.lease_s, 60.0)),
+        )
+        .returning(jobs.c.heartbeat_at, jobs.c.lease_until, jobs.c.first_plan_at)
+    ).one_or_none()
+    if row is None:
+        state = lock_job(conn, db, run.job, for_update=False)
+        raise Fenced(run.job, run.generation, state.generation)
+    return JobState(
+        run.job, run.generation, run.run_id, row.heartbeat_at, row.lease_until, True, 0.0, row.first_plan_at
+    )
+
+
 def heartbeat(engine: sa.Engine, db: DatabaseSettings, run: Run) -> None:
     """Extend the lease of `run`; raises Fenced if a newer run (or a reset) took the job."""
-    jobs = tables_for(db.schema).jobs
     with translate_errors(db), engine.begin() as conn:
-        updated = conn.execute(
-            sa.update(jobs)
-            .where(jobs.c.job == run.job, jobs.c.generation == run.generation, jobs.c.run_id == run.run_id)
-            .values(
-                heartbeat_at=sa.func.now(),
-                lease_until=sa.func.now() + _seconds(sa.func.coalesce(jobs.c.lease_s, 60.0)),
-            )
-        ).rowcount
-        if updated == 1:
-            return
-        state = lock_job(conn, db, run.job, for_update=False)
-    raise Fenced(run.job, run.generation, state.generation)
+        renew_lease(conn, db, run)
 
 
 def end_run(engine: sa.Engine, db: DatabaseSettings, run: Run) -> bool:
@@ -243,3 +269,82 @@ def keep_lease(
     finally:
         stop.set()
         thread.join(timeout=every_s + 5)
+
+
+class LeaseKeeper:
+    """:func:`keep_lease` for a run of many batches: one thread for the whole run, armed for each
+    batch with :meth:`during` (starting a thread per batch cost milliseconds per batch). Renews
+    the lease every `every_s` while armed and only then; never past the batch's `for_s`."""
+
+    def __init__(self, engine: sa.Engine, db: DatabaseSettings, run: Run, *, every_s: float) -> None:
+        self._engine, self._db, self._run, self._every_s = engine, db, run, every_s
+        self._cond = threading.Condition()
+        self._armed = False
+        self._closed = False
+        self._next = 0.0  # monotonic time of the next renewal
+        self._deadline: float | None = None  # no renewal after this (the batch's timeout)
+        self._thread: threading.Thread | None = None
+        self._renewing = False
+
+    @contextlib.contextmanager
+    def during(self, for_s: float | None = None) -> Iterator[None]:
+        """Keep the lease while the block runs (a batch), for at most `for_s` seconds."""
+        now = time.monotonic()
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("LeaseKeeper is closed")
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name=f"lease-{self._run.job}", daemon=True)
+                self._thread.start()
+            self._armed = True
+            self._next = now + self._every_s
+            self._deadline = None if for_s is None else now + for_s
+            self._cond.notify_all()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._armed = False
+                self._cond.notify_all()
+                while self._renewing:  # a renewal in flight ends before the batch does
+                    self._cond.wait()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=self._every_s + 5)
+
+    def _due(self) -> bool:
+        """Wait (holding the condition) until a renewal is due; False once closed."""
+        while not self._closed:
+            now = time.monotonic()
+            if not self._armed:
+                self._cond.wait()
+            elif self._deadline is not None and now >= self._deadline:
+                logger.warning(
+                    "job %r: batch past its timeout; the lease is no longer renewed", self._run.job
+                )
+                self._armed = False
+            elif now < self._next:
+                self._cond.wait(self._next - now)
+            else:
+                self._next = now + self._every_s
+                return True
+        return False
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                if not self._due():
+                    return
+                self._renewing = True
+            try:
+                heartbeat(self._engine, self._db, self._run)
+            except Exception as exc:
+                logger.warning("job %r: lease renewal failed: %s", self._run.job, exc)
+            finally:
+                with self._cond:
+                    self._renewing = False
+                    self._cond.notify_all()

@@ -9,9 +9,10 @@ import pytest
 import sqlalchemy as sa
 
 from txn_offsets import ConfigError, Fenced, JobAlreadyRunning
-from txn_offsets.config import DatabaseSettings
+from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.planner import Limits, TopicSelection, plan_batch
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.store.runs import Run, end_run, heartbeat, lock_job, start_run
+from txn_offsets.store.runs import LeaseKeeper, Run, end_run, heartbeat, lock_job, start_run
 from txn_offsets.store.transaction import Outcome, commit_ranges
 
 from .helpers import Aggregate, offsets_of, seed
@@ -140,3 +141,81 @@ def test_start_gives_up_on_a_stuck_claim_with_a_clear_error(
             assert info.value.run_id == run.run_id
             stuck.rollback()
     assert _state(engine, migrated, run.job)[0] == run.generation  # nothing changed
+
+
+def _heartbeat_at(engine: sa.Engine, db: DatabaseSettings, job: str) -> object:
+    with engine.connect() as conn:
+        return lock_job(conn, db, job, for_update=False).heartbeat_at
+
+
+def test_lease_keeper_renews_only_while_armed_and_never_past_the_batch_timeout(
+    engine: sa.Engine, migrated: DatabaseSettings, job_name: str
+) -> None:
+    run = start_run(engine, migrated, job_name, lease_s=0.6)
+    keeper = LeaseKeeper(engine, migrated, run, every_s=0.1)
+    try:
+        with keeper.during(None):
+            time.sleep(1.0)  # longer than the lease: only the keeper's renewals keep it live
+            assert _state(engine, migrated, job_name)[2] is True
+        idle = _heartbeat_at(engine, migrated, job_name)
+        time.sleep(0.4)
+        assert _heartbeat_at(engine, migrated, job_name) == idle  # disarmed between batches
+        with keeper.during(0.3):  # a batch past its timeout stops holding the job
+            time.sleep(1.2)
+            assert _state(engine, migrated, job_name)[2] is False
+        # the same thread serves the next batch
+        with keeper.during(None):
+            time.sleep(0.35)
+            assert _state(engine, migrated, job_name)[2] is True
+    finally:
+        keeper.close()
+    with pytest.raises(RuntimeError, match="closed"), keeper.during(None):
+        pass
+
+
+def test_plan_renews_the_lease_in_its_transaction_and_is_fenced_by_a_newer_run(
+    engine: sa.Engine, migrated: DatabaseSettings, job_name: str, kafka_bootstrap: str
+) -> None:
+    kafka_settings = KafkaSettings(kafka_bootstrap)
+    run = start_run(engine, migrated, job_name, lease_s=0.5)
+    selection = TopicSelection((), r"^txn-offsets-no-such-topic-\d+$")
+    time.sleep(0.7)  # the lease expired
+    assert _state(engine, migrated, job_name)[2] is False
+    plan = plan_batch(
+        engine,
+        migrated,
+        kafka_settings,
+        job=job_name,
+        selection=selection,
+        start=None,
+        limits=Limits(),
+        run=run,
+    )
+    assert plan.ranges == ()
+    assert _state(engine, migrated, job_name)[2] is True  # the plan renewed it
+    newer = start_run(engine, migrated, job_name, force=True)
+    with pytest.raises(Fenced) as info:
+        plan_batch(
+            engine,
+            migrated,
+            kafka_settings,
+            job=job_name,
+            selection=selection,
+            start=None,
+            limits=Limits(),
+            run=run,
+        )
+    assert info.value.current == newer.generation
+    assert _state(engine, migrated, job_name)[1] == newer.run_id  # the fenced plan changed nothing
+    with pytest.raises(ConfigError, match="run"):
+        plan_batch(
+            engine,
+            migrated,
+            kafka_settings,
+            job=job_name,
+            selection=selection,
+            start=None,
+            limits=Limits(),
+            run=newer,
+            generation=run.generation,
+        )
