@@ -141,10 +141,10 @@ def topics_matching(kafka: KafkaSettings, pattern: str, *, timeout_s: float = 10
 
 
 def _list_offsets(
-    kafka: KafkaSettings, specs: dict[TopicPartition, OffsetSpec], timeout_s: float
-) -> dict[TP, ListOffsetsResultInfo]:
-    if not specs:
-        return {}
+    kafka: KafkaSettings, *specs: dict[TopicPartition, OffsetSpec], timeout_s: float
+) -> list[dict[TP, ListOffsetsResultInfo]]:
+    """The answers to each of `specs`, all asked for before waiting for any (one broker round
+    trip instead of one per spec)."""
     # AdminClient.list_offsets defaults to read_uncommitted: always pass the readers' level, or the
     # planner could hand out ranges past the LSO that read_committed readers can never finish.
     level = (
@@ -154,13 +154,17 @@ def _list_offsets(
     )
     # keep the client referenced until the futures resolve: a collected client never answers
     admin = admin_client(kafka)
-    futures: dict[TopicPartition, Future[ListOffsetsResultInfo]] = admin.list_offsets(
-        specs, isolation_level=level, request_timeout=timeout_s
-    )
-    out: dict[TP, ListOffsetsResultInfo] = {}
-    for tp, fut in futures.items():
-        out[(tp.topic, tp.partition)] = _result(kafka, fut, timeout_s, f"{tp.topic}[{tp.partition}]")
-    return out
+    asked: list[dict[TopicPartition, Future[ListOffsetsResultInfo]]] = [
+        admin.list_offsets(spec, isolation_level=level, request_timeout=timeout_s) if spec else {}
+        for spec in specs
+    ]
+    answers: list[dict[TP, ListOffsetsResultInfo]] = []
+    for futures in asked:
+        out: dict[TP, ListOffsetsResultInfo] = {}
+        for tp, fut in futures.items():
+            out[(tp.topic, tp.partition)] = _result(kafka, fut, timeout_s, f"{tp.topic}[{tp.partition}]")
+        answers.append(out)
+    return answers
 
 
 def watermarks(
@@ -171,8 +175,12 @@ def watermarks(
     parts = sorted(set(partitions))
     earliest: OffsetSpec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
     latest: OffsetSpec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
-    low = _list_offsets(kafka, {TopicPartition(t, p): earliest for t, p in parts}, timeout_s)
-    high = _list_offsets(kafka, {TopicPartition(t, p): latest for t, p in parts}, timeout_s)
+    low, high = _list_offsets(
+        kafka,
+        {TopicPartition(t, p): earliest for t, p in parts},
+        {TopicPartition(t, p): latest for t, p in parts},
+        timeout_s=timeout_s,
+    )
     return {key: (low[key].offset, high[key].offset) for key in parts}
 
 
@@ -184,8 +192,10 @@ def offsets_for_time(
     if timestamp_ms < 0:
         raise ConfigError("timestamp", f"must be >= 0 milliseconds since the epoch, got {timestamp_ms}")
     parts = sorted(set(partitions))
-    found = _list_offsets(
-        kafka, {TopicPartition(t, p): OffsetSpec.for_timestamp(timestamp_ms) for t, p in parts}, timeout_s
+    (found,) = _list_offsets(
+        kafka,
+        {TopicPartition(t, p): OffsetSpec.for_timestamp(timestamp_ms) for t, p in parts},
+        timeout_s=timeout_s,
     )
     missing = [key for key in parts if found[key].offset < 0]
     ends = watermarks(kafka, missing, timeout_s=timeout_s) if missing else {}
