@@ -13,17 +13,24 @@ and is checked against the oracle before its time counts (a wrong result exits n
 * ``alo``           the same reads and writes without claim or offsets (at-least-once)
 * ``sss``           Spark Structured Streaming, Spark's JVM Kafka source, foreachBatch upsert
 * ``reader``        one Python process consuming + decoding the topic (the reader limit)
+* ``reader_slots``  the same in as many processes as the Spark session has task slots (local[2]:
+                    2), the topic's partitions split round-robin (the per-slot reader limit)
 * ``upsert`` / ``copy_merge``  the result rows of each range written with upsert_add vs COPY + merge
 
 swept over batch caps x partitions, each contender in a fresh process (first run: *fresh*) and
-again in the same SparkSession (*warm*), plus a caught-up latency probe. Two more phases: *scale*
-times each batch of eo_partition at the same records per batch on topics of 8 and 128 partitions
-(alternating runs in one session), *memory* samples the Spark Python workers' RSS over one job of
-many small batches (500 in full). Output: a table, JSON under benchmarks/results/, a PNG, and
-(``--docs``, default for full) docs/benchmarks.md. The line before last is ``bench:
-per_batch_128_vs_8=.. workers_rss_growth_mb=.. workers_rss_growth_pct=..``, the last
+again in the same SparkSession (*warm*; the best warm run counts, and the contenders of the
+headline ratios run ``headline_warm_runs`` warm runs at the headline points, see settings.py),
+plus a caught-up latency probe. Two more phases: *scale* times each batch of eo_partition at the
+same records per batch on topics of 8 and 128 partitions (alternating runs in one session),
+*memory* samples the Spark Python workers' RSS over one job of many small batches (500 in full).
+Output: a table, JSON under benchmarks/results/, a PNG, and (``--docs``, default for full)
+docs/benchmarks.md. The line before last is ``bench: per_batch_128_vs_8=..
+workers_rss_growth_mb=.. workers_rss_growth_pct=.. reader_vs_raw_1proc_per_slot=..``, the last
 ``bench: eo_vs_sss_small=.. eo_vs_sss_large=.. eo_vs_alo=.. reader_vs_raw=.. writes_vs_copy=..``
-(txn_offsets' warm records/s over the peer's). Sizes: BENCH_SIZE=smoke|full; knobs in settings.py.
+(txn_offsets' warm records/s over the peer's; reader_vs_raw: over the per-slot reader limit on the
+large headline point's topic - the same parallelism on the same machine -, and
+reader_vs_raw_1proc_per_slot: over task slots x the 1-process limit). Sizes:
+BENCH_SIZE=smoke|full; knobs in settings.py.
 """
 
 from __future__ import annotations
@@ -49,9 +56,11 @@ from benchmarks.settings import (
     FRESH,
     FULL,
     MEMORY,
-    READER,
+    READERS,
     SCALE,
     SPARK_CONTENDERS,
+    SPARK_MASTER,
+    SPARK_TASK_SLOTS,
     SWEEP,
     UPSERT,
     WARM,
@@ -87,8 +96,10 @@ class Bench:
         self.latency: list[dict[str, Any]] = []
         self.scale_runs: list[dict[str, Any]] = []
         self.memory: dict[str, Any] = {}
-        # the reader runs once per topic, not per point
+        # the reader limits run once per topic, not per point
         self.swept = tuple(c for c in (*SPARK_CONTENDERS, UPSERT, COPY) if c in size.contenders)
+        self.readers_run = tuple(c for c in READERS if c in size.contenders)
+        self.headline_points = {size.headline(size.small_cap), size.headline(size.large_cap)}
         self.followers = tuple(c for c in FOLLOWERS if c in size.contenders)
 
     def spec(self, contender: str) -> Spec:
@@ -136,6 +147,7 @@ class Bench:
             f"p50/p99 {run['batch_p50_s']:.2f}/{run['batch_p99_s']:.2f}s  "
             f"rss {run['peak_rss_mb']:6,.0f} MB  cpu {run['cpu_s_per_1k']:.3f} s/1k"
             + (f"  (session start {run['startup_s']:.1f}s)" if run["startup_s"] else "")
+            + (f"  processes {run['processes']}" if "processes" in run else "")
         )
 
     def sweep(self) -> None:
@@ -147,7 +159,7 @@ class Bench:
                         worker = Worker(self.spec(contender))
                         try:
                             self.measure(worker, point, FRESH, round_)
-                            for _ in range(self.size.warm_runs):
+                            for _ in range(self.warm_runs(contender, point)):
                                 self.measure(worker, point, WARM, round_)
                         finally:
                             worker.close()
@@ -158,14 +170,14 @@ class Bench:
                         for i, point in enumerate(self.points):
                             if i == 0:
                                 self.measure(worker, point, FRESH, round_)
-                            for _ in range(self.size.warm_runs):
+                            for _ in range(self.warm_runs(contender, point)):
                                 self.measure(worker, point, WARM, round_)
                         if round_ == 0 and contender in self.followers:
                             self.follow(worker)
                     finally:
                         worker.close()
-            if READER in self.size.contenders:
-                self.readers(round_)
+            for contender in _rotated(self.readers_run, round_) if self.readers_run else ():
+                self.readers(contender, round_)
         if self.size.process_per_point:
             for contender in self.followers:
                 worker = Worker(self.spec(contender))
@@ -174,17 +186,23 @@ class Bench:
                 finally:
                     worker.close()
 
-    def readers(self, round_: int) -> None:
-        """The reader limit, once per topic (a fresh process, then warm)."""
-        worker = Worker(self.spec(READER))
+    def warm_runs(self, contender: str, point: Point) -> int:
+        return self.size.warm_runs_of(contender, point in self.headline_points)
+
+    def readers(self, contender: str, round_: int) -> None:
+        """A reader limit, once per topic (a fresh process, then warm); on the large headline
+        point's topic as many warm runs as the headline contenders there."""
+        headline_topic = self.dataset(self.size.headline(self.size.large_cap)).topic
+        worker = Worker(self.spec(contender))
         try:
             seen = set()
             for point in self.points:
-                if self.dataset(point).topic in seen:
+                topic = self.dataset(point).topic
+                if topic in seen:
                     continue
-                seen.add(self.dataset(point).topic)
+                seen.add(topic)
                 self.measure(worker, point, FRESH, round_)
-                for _ in range(self.size.warm_runs):
+                for _ in range(self.size.warm_runs_of(contender, topic == headline_topic)):
                     self.measure(worker, point, WARM, round_)
         finally:
             worker.close()
@@ -227,7 +245,12 @@ class Bench:
                 numbers = worker.call("scale", data=data[partitions], batch_records=per_batch)
                 label = WARM if partitions in seen else "first"
                 seen.add(partitions)
-                run = {"partitions": partitions, "label": label, "order": i, "batch_records": per_batch}
+                run: dict[str, Any] = {
+                    "partitions": partitions,
+                    "label": label,
+                    "order": i,
+                    "batch_records": per_batch,
+                }
                 run |= {"topic": data[partitions].topic, "messages": data[partitions].messages, **numbers}
                 self.scale_runs.append(run)
                 one = report.scale_stats(run["batches"])
@@ -333,6 +356,8 @@ def measure(size: Size) -> dict[str, Any]:
             "machine": described,
             "machine_summary": machine.summary(described),
             "follow_interval_s": FOLLOW_INTERVAL_S,
+            "spark_master": SPARK_MASTER,
+            "task_slots": SPARK_TASK_SLOTS,
         },
         "runs": bench.runs,
         "latency": bench.latency,

@@ -12,7 +12,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from examples import pageviews
 from txn_offsets.config import KafkaSettings

@@ -1,7 +1,8 @@
 """The PNG of a bench result (matplotlib, Agg backend: no display needed).
 
-Left: warm records/s per sweep point and contender (log scale), the one-process reader limit of the
-point's topic as a black tick. Right: caught-up latency p50 and p99 per follower.
+Left: warm records/s per sweep point and contender (log scale), the reader limits of the point's
+topic as ticks (1 process: black, one process per task slot: dashed grey). Right: caught-up
+latency p50 and p99 per follower.
 """
 
 from __future__ import annotations
@@ -9,8 +10,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from benchmarks.report import reader_point, rps
-from benchmarks.settings import ALO, EO_BATCH, EO_FRAME, EO_PARTITION, EO_STREAM, LABELS, READER, SSS
+from benchmarks.report import reader_rps, rps
+from benchmarks.settings import (
+    ALO,
+    EO_BATCH,
+    EO_FRAME,
+    EO_PARTITION,
+    EO_STREAM,
+    LABELS,
+    READER,
+    READER_SLOTS,
+    SSS,
+)
 
 BARS = (EO_PARTITION, EO_FRAME, EO_BATCH, EO_STREAM, ALO, SSS)
 COLOURS = {
@@ -41,13 +52,15 @@ def plot(result: dict[str, Any], path: Path) -> Path:
                 xs.append(j + (i - (len(BARS) - 1) / 2) * width)
                 ys.append(value)
         left.bar(xs, ys, width, label=LABELS[contender], color=COLOURS[contender])
-    limit_label = LABELS[READER]
-    for j, point in enumerate(points):
-        at = reader_point(runs, point)
-        value = rps(runs, READER, at) if at else None
-        if value:
-            left.hlines(value, j - 0.45, j + 0.45, colors="black", linewidth=2, label=limit_label)
-            limit_label = "_nolegend_"
+    for limit, colour, style in ((READER, "black", "solid"), (READER_SLOTS, "dimgrey", "dashed")):
+        limit_label = LABELS[limit]
+        for j, point in enumerate(points):
+            value = reader_rps(runs, point, limit)
+            if value:
+                left.hlines(
+                    value, j - 0.45, j + 0.45, colors=colour, linestyles=style, linewidth=2, label=limit_label
+                )
+                limit_label = "_nolegend_"
     left.set_xticks(range(len(points)), [f"{p['partitions']} part.\ncap {p['cap']:,}" for p in points])
     left.set_xlabel("topic partitions, cap = records per partition per batch")
     if any(rps(runs, c, p["name"]) for c in BARS for p in points):  # not with the sweep left out

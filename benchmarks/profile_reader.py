@@ -8,7 +8,8 @@ limit (benchmarks/limits.py), on the same topic, alternating, in the same run.
 Variants (each: read every committed record of the topic, decode with examples/pageviews.decode,
 aggregate with examples/windowed_counts.aggregate, check the result against the oracle):
 
-* ``raw``       limits.scan: one Consumer on all partitions, consume(10,000), Record per message;
+* ``raw``       limits.scan: one Consumer on all partitions, what it has fetched (<= 10,000) at a time,
+                Record per message;
 * ``txn``       txn_offsets.kafka.reader.read_range over each partition's whole range, in turn;
 * ``writer``    the same ranges through PartitionWriter.prepare and the executor's record counter
                 (what a PartitionWriter task does per record, minus the transaction);

@@ -2,6 +2,17 @@
 
 Everything the other modules need to agree on lives here, as plain frozen data (it is pickled to
 the worker processes).
+
+Warm runs: each contender runs ``warm_runs`` times after its fresh run and the *best* warm run
+counts (the fastest is the run least disturbed by the other processes on a shared machine). The
+contenders of the headline ratios (HEADLINE_CONTENDERS: both sides of every ratio, so no ratio
+compares a best of 4 with a best of 2) run ``headline_warm_runs`` warm runs at the headline points
+instead (the reader limits: on the large headline point's topic). At the large point a run is only
+a few batches of 40,000 records per partition, over in a few seconds: with 2 warm runs one
+disturbed run decided eo_vs_alo and reader_vs_raw (0.66 <-> 1.84 between reduced runs). Best-of
+rather than the median: the median of 4 still moves with how busy the machine was during half of
+the runs, the best of 4 only needs one quiet run per contender. The extra runs are the headline
+points' fast runs only (a few % of a full run's time).
 """
 
 from __future__ import annotations
@@ -17,11 +28,20 @@ EO_STREAM = "eo_stream"  # txn_offsets Structured Streaming adapter: format("txn
 ALO = "alo"  # the same read/aggregate/upsert per range, no claim and no stored offsets
 SSS = "sss"  # Spark Structured Streaming, JVM Kafka source, foreachBatch upsert
 READER = "reader"  # one Python process: confluent-kafka consume + decode + aggregate (no Spark, no DB)
+READER_SLOTS = "reader_slots"  # the same loop in SPARK_TASK_SLOTS processes, partitions split round-robin
 UPSERT = "upsert"  # the per-range result rows written with upsert_add (what txn_offsets writes)
 COPY = "copy_merge"  # the same rows written with COPY into a temp table + one merge statement
 
+# The Spark contenders' session: local[SPARK_TASK_SLOTS], i.e. that many tasks (Python workers) at
+# once. The per-slot reader limit runs the raw loop in as many processes.
+SPARK_TASK_SLOTS = 2
+SPARK_MASTER = f"local[{SPARK_TASK_SLOTS}]"
+
 SPARK_CONTENDERS = (EO_PARTITION, EO_FRAME, EO_BATCH, EO_STREAM, ALO, SSS)
-LIMIT_CONTENDERS = (READER, UPSERT, COPY)
+LIMIT_CONTENDERS = (READER, READER_SLOTS, UPSERT, COPY)
+READERS = (READER, READER_SLOTS)  # run once per topic, not per point
+# both sides of the headline ratios: more warm runs at the headline points (headline_warm_runs)
+HEADLINE_CONTENDERS = (EO_PARTITION, ALO, SSS, READER, READER_SLOTS, UPSERT, COPY)
 FOLLOWERS = (EO_PARTITION, SSS)  # the caught-up latency probe
 LABELS = {
     EO_PARTITION: "txn_offsets PartitionWriter",
@@ -31,6 +51,7 @@ LABELS = {
     ALO: "at-least-once (no offsets)",
     SSS: "Structured Streaming",
     READER: "reader limit (1 process)",
+    READER_SLOTS: f"reader limit ({SPARK_TASK_SLOTS} processes)",
     UPSERT: "writes: upsert_add",
     COPY: "writes: COPY + merge",
 }
@@ -76,6 +97,8 @@ class Size:
     latency_seconds: float
     repeat: int  # rounds over the contenders (order rotated each round); the best warm run counts
     warm_runs: int  # warm runs after each fresh one, in the same process
+    # warm runs of HEADLINE_CONTENDERS at the headline points (at least warm_runs)
+    headline_warm_runs: int
     contenders: tuple[str, ...]  # which of SPARK_CONTENDERS + LIMIT_CONTENDERS run
     process_per_point: bool  # True: a fresh worker per (point, contender); False: per contender
     # scale: eo_partition with Limits(max_records_per_batch=scale_batch_records) on topics of
@@ -107,6 +130,13 @@ class Size:
     def headline(self, cap: int) -> Point:
         return next(p for p in self.points() if p.partitions == self.headline_partitions and p.cap == cap)
 
+    def warm_runs_of(self, contender: str, headline: bool) -> int:
+        """Warm runs of `contender` at a point (a reader limit: on a topic); `headline`: a headline
+        point (for the reader limits: the large headline point's topic)."""
+        if headline and contender in HEADLINE_CONTENDERS:
+            return max(self.warm_runs, self.headline_warm_runs)
+        return self.warm_runs
+
 
 FULL = Size(
     name="full",
@@ -119,6 +149,7 @@ FULL = Size(
     latency_seconds=60.0,
     repeat=1,
     warm_runs=2,
+    headline_warm_runs=4,
     contenders=(*SPARK_CONTENDERS, *LIMIT_CONTENDERS),
     process_per_point=True,
     scale_partitions=(8, 128),
@@ -140,6 +171,7 @@ SMOKE = Size(
     latency_seconds=4.0,
     repeat=1,
     warm_runs=1,
+    headline_warm_runs=1,
     contenders=(*SPARK_CONTENDERS, *LIMIT_CONTENDERS),
     process_per_point=False,
     scale_partitions=(8, 128),
@@ -154,8 +186,8 @@ SMOKE = Size(
 
 def size_from_env(name: str | None = None) -> Size:
     """BENCH_SIZE (smoke|full), then the knobs: BENCH_MESSAGES, BENCH_PARTITIONS (e.g. "1,8"),
-    BENCH_REPEAT, BENCH_WARM_RUNS, BENCH_MAX_BATCHES, BENCH_CONTENDERS (e.g. "eo_partition,sss"),
-    BENCH_LATENCY_SECONDS, BENCH_LATENCY_RATE, BENCH_PHASES (e.g. "scale,memory"),
+    BENCH_REPEAT, BENCH_WARM_RUNS, BENCH_HEADLINE_WARM_RUNS, BENCH_MAX_BATCHES, BENCH_CONTENDERS
+    (e.g. "eo_partition,sss"), BENCH_LATENCY_SECONDS, BENCH_LATENCY_RATE, BENCH_PHASES (e.g. "scale,memory"),
     BENCH_SCALE_RECORDS, BENCH_MEMORY_BATCHES."""
     chosen = (name or os.environ.get("BENCH_SIZE") or "full").strip().lower()
     sizes = {FULL.name: FULL, SMOKE.name: SMOKE}
@@ -189,6 +221,7 @@ def size_from_env(name: str | None = None) -> Size:
         latency_seconds=float(env.get("BENCH_LATENCY_SECONDS", base.latency_seconds)),
         repeat=int(env.get("BENCH_REPEAT", base.repeat)),
         warm_runs=int(env.get("BENCH_WARM_RUNS", base.warm_runs)),
+        headline_warm_runs=int(env.get("BENCH_HEADLINE_WARM_RUNS", base.headline_warm_runs)),
         contenders=contenders,
         process_per_point=base.process_per_point,
         scale_partitions=base.scale_partitions,

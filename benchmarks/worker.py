@@ -25,7 +25,20 @@ from benchmarks import contenders, limits, resources, sink, sss, stream
 from benchmarks.contenders import Context, Outcome
 from benchmarks.dataset import Dataset, Expected, expected_of
 from benchmarks.resources import Sampler
-from benchmarks.settings import COPY, EO_PARTITION, EO_STREAM, READER, SPARK_CONTENDERS, SSS, UPSERT, Point
+from benchmarks.settings import (
+    COPY,
+    EO_PARTITION,
+    EO_STREAM,
+    READER,
+    READER_SLOTS,
+    READERS,
+    SPARK_CONTENDERS,
+    SPARK_MASTER,
+    SPARK_TASK_SLOTS,
+    SSS,
+    UPSERT,
+    Point,
+)
 from benchmarks.stats import percentile
 from examples import pageviews, windowed_counts
 from txn_offsets import BatchReport
@@ -64,7 +77,7 @@ class Service:
         t0 = time.perf_counter()
         with sampler as usage:
             conf = {"spark.jars": ",".join(self.spec.jars)} if self.spec.jars else {}
-            self.spark = local_session(f"bench-{self.spec.contender}", master="local[2]", conf=conf)
+            self.spark = local_session(f"bench-{self.spec.contender}", master=SPARK_MASTER, conf=conf)
         return {"startup_s": time.perf_counter() - t0, "startup_cpu_s": usage.cpu_s}
 
     def context(self, topic: str, partitions: int, cap: int) -> Context:
@@ -75,24 +88,33 @@ class Service:
         ctx = self.context(data.topic, data.partitions, point.cap)
         if name in (UPSERT, COPY) and point.name not in self.prepared:
             self.prepared[point.name] = limits.range_writes(ctx)  # before the clock
-        if name != READER:
+        if name not in READERS:
             sink.clear(self.engine, data.topic)
-        in_memory = None
-        t0 = time.perf_counter()
-        with Sampler() as usage:
-            if name in contenders.RUNNERS:
-                out = contenders.RUNNERS[name](self.spark, ctx)
-            elif name == SSS:
-                out = sss.run(self.spark, ctx)
-            elif name == EO_STREAM:
-                out = stream.run(self.spark, ctx)
-            elif name == READER:
-                out, in_memory = limits.reader(ctx)
-            elif name == UPSERT:
-                out = limits.upsert(ctx, self.prepared[point.name])
-            else:
-                out = limits.copy_merge(ctx, self.prepared[point.name])
-        seconds = time.perf_counter() - t0
+        # the N-process reader's processes start before the clock; it times itself from their go
+        slots = limits.ReaderSlots(ctx, SPARK_TASK_SLOTS) if name == READER_SLOTS else None
+        try:
+            in_memory = None
+            timed = None
+            t0 = time.perf_counter()
+            with Sampler() as usage:
+                if name in contenders.RUNNERS:
+                    out = contenders.RUNNERS[name](self.spark, ctx)
+                elif name == SSS:
+                    out = sss.run(self.spark, ctx)
+                elif name == EO_STREAM:
+                    out = stream.run(self.spark, ctx)
+                elif name == READER:
+                    out, in_memory = limits.reader(ctx)
+                elif slots is not None:
+                    out, in_memory, timed = slots.run()
+                elif name == UPSERT:
+                    out = limits.upsert(ctx, self.prepared[point.name])
+                else:
+                    out = limits.copy_merge(ctx, self.prepared[point.name])
+            seconds = time.perf_counter() - t0 if timed is None else timed
+        finally:
+            if slots is not None:
+                slots.close()
         # the check: only a right result has a time
         if in_memory is not None:
             if in_memory != data.expected:
@@ -103,9 +125,12 @@ class Service:
             sink.check(self.engine, data.topic, data.expected, name)
         if out.records not in (-1, data.messages):
             raise sink.WrongResult(f"{name} counted {out.records} records, the topic has {data.messages}")
-        if name != READER:
+        if name not in READERS:
             sink.clear(self.engine, data.topic)
-        return _numbers(out, seconds, usage.peak_rss_mb, usage.cpu_s, data.messages)
+        numbers = _numbers(out, seconds, usage.peak_rss_mb, usage.cpu_s, data.messages)
+        if name in READERS:  # the reader processes actually used (N-process: at most one per partition)
+            numbers["processes"] = slots.processes if slots is not None else 1
+        return numbers
 
     def scale(self, data: Dataset, batch_records: int) -> dict[str, Any]:
         """One job over the whole topic, at most `batch_records` per batch; each batch's time

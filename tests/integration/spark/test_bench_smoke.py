@@ -15,12 +15,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.settings import FOLLOWERS, LIMIT_CONTENDERS, READER, SPARK_CONTENDERS
+from benchmarks.settings import (
+    FOLLOWERS,
+    LIMIT_CONTENDERS,
+    READER_SLOTS,
+    READERS,
+    SPARK_CONTENDERS,
+    SPARK_TASK_SLOTS,
+)
 from tests.fix_services import REPO, Services
 
 FINDINGS = re.compile(
     r"^bench: per_batch_128_vs_8=(?P<ratio>\S+) workers_rss_growth_mb=(?P<mb>\S+) "
-    r"workers_rss_growth_pct=(?P<pct>\S+)$"
+    r"workers_rss_growth_pct=(?P<pct>\S+) reader_vs_raw_1proc_per_slot=(?P<slot>\S+)$"
 )
 FINAL = re.compile(
     r"^bench: eo_vs_sss_small=(?P<a>\S+) eo_vs_sss_large=(?P<b>\S+) eo_vs_alo=(?P<c>\S+) "
@@ -65,7 +72,7 @@ def test_bench_smoke(services: Services, tmp_path: Path) -> None:
     found = FINDINGS.match(before_last)
     assert found, f"unexpected line before the last: {before_last!r}"
     assert all(math.isfinite(float(v)) for v in found.groupdict().values()), before_last
-    assert float(found["ratio"]) > 0, before_last
+    assert float(found["ratio"]) > 0 and float(found["slot"]) > 0, before_last
 
     result = json.loads(out.read_text())
     assert out.with_suffix(".png").stat().st_size > 10_000
@@ -77,7 +84,7 @@ def test_bench_smoke(services: Services, tmp_path: Path) -> None:
         mine = [r for r in runs if r["contender"] == contender]
         assert any(r["label"] == "fresh" for r in mine), contender
         warm_points = {r["point"] for r in mine if r["label"] == "warm"}
-        if contender == READER:  # once per topic
+        if contender in READERS:  # once per topic
             assert warm_points, contender
         else:
             assert warm_points == points, contender
@@ -85,6 +92,8 @@ def test_bench_smoke(services: Services, tmp_path: Path) -> None:
             assert run["records"] == run["messages"] > 0
             assert run["records_per_s"] > 0 and run["batches"] >= 1
             assert run["peak_rss_mb"] > 0 and run["cpu_s"] >= 0
+            if contender == READER_SLOTS:  # at most one process per partition
+                assert run["processes"] == min(SPARK_TASK_SLOTS, run["partitions"]), run
     assert {p["contender"] for p in result["latency"]} == set(FOLLOWERS)
     for probe in result["latency"]:
         assert probe["producer_batches"] > 0
@@ -117,6 +126,7 @@ def test_bench_smoke(services: Services, tmp_path: Path) -> None:
         "per_batch_128_vs_8",
         "workers_rss_growth_mb",
         "workers_rss_growth_pct",
+        "reader_vs_raw_1proc_per_slot",
     }
     assert set(result["headline"]) == {
         "eo_vs_sss_small",
