@@ -63,6 +63,16 @@ class ConfigError(TxnOffsetsError, ValueError):
         super().__init__(f"{setting}: {problem}")
 
 
+class TopicMissing(ConfigError):
+    """Kafka says a topic the job reads does not exist (never created, or deleted)."""
+
+    __module__ = "txn_offsets"
+
+    def __init__(self, topic: str, problem: str) -> None:
+        self.topic = topic
+        super().__init__("topics", problem)
+
+
 class StackError(TxnOffsetsError):
     """The embedded local stack (PostgreSQL, Kafka) could not be started, checked or stopped."""
 

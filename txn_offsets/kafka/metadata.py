@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import ListOffsetsResultInfo, OffsetSpec
 
 from txn_offsets.config import KafkaSettings
-from txn_offsets.errors import ConfigError, ServiceUnavailable
+from txn_offsets.errors import ConfigError, ServiceUnavailable, TopicMissing
 from txn_offsets.ranges import TopicPartition as TP
 
 __all__ = [
@@ -96,7 +96,7 @@ class TopicInfo:
     partitions: tuple[int, ...]
 
 
-def _result(kafka: KafkaSettings, fut: Future[Any], timeout_s: float, what: str) -> Any:
+def _result(kafka: KafkaSettings, fut: Future[Any], timeout_s: float, what: str, topic: str) -> Any:
     """One admin future's answer: an unknown topic or partition is a ConfigError naming `what`;
     anything else that fails, or no answer in time, is ServiceUnavailable (and the cached client is
     dropped)."""
@@ -105,7 +105,7 @@ def _result(kafka: KafkaSettings, fut: Future[Any], timeout_s: float, what: str)
     except KafkaException as exc:
         err = exc.args[0] if exc.args else None
         if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-            raise ConfigError("topics", f"{what} does not exist on {kafka.bootstrap_servers}") from None
+            raise TopicMissing(topic, f"{what} does not exist on {kafka.bootstrap_servers}") from None
         forget_admin_client(kafka)
         raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, _describe(exc)) from None
     except TimeoutError:
@@ -125,7 +125,7 @@ def describe_topics(
     futures = admin.describe_topics(TopicCollection(list(topics)), request_timeout=timeout_s)
     out: dict[str, TopicInfo] = {}
     for topic, fut in futures.items():
-        desc = _result(kafka, fut, timeout_s, f"topic {topic!r}")
+        desc = _result(kafka, fut, timeout_s, f"topic {topic!r}", topic)
         out[topic] = TopicInfo(topic, str(desc.topic_id), tuple(sorted(p.id for p in desc.partitions)))
     return out
 
@@ -162,7 +162,9 @@ def _list_offsets(
     for futures in asked:
         out: dict[TP, ListOffsetsResultInfo] = {}
         for tp, fut in futures.items():
-            out[(tp.topic, tp.partition)] = _result(kafka, fut, timeout_s, f"{tp.topic}[{tp.partition}]")
+            out[(tp.topic, tp.partition)] = _result(
+                kafka, fut, timeout_s, f"{tp.topic}[{tp.partition}]", tp.topic
+            )
         answers.append(out)
     return answers
 

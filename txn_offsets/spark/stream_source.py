@@ -21,6 +21,7 @@ partition, start, until], ...]}``: the positions after the batch, and the batch'
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -35,7 +36,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.errors import ConfigError, StreamDiverged
+from txn_offsets.errors import ConfigError, StreamDiverged, TopicMissing
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits, TopicSelection, plan_batch
 from txn_offsets.ranges import OffsetRange, TopicPartition
@@ -52,6 +53,8 @@ __all__ = ["FORMAT", "StreamConfig", "TxnOffsetsSource", "bound_source"]
 logger = logging.getLogger(__name__)
 
 FORMAT = "txn_offsets"
+# how long a stream waits (no new batch) for a topic that went missing to exist again
+TOPIC_MISSING_GRACE_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.reader_id = uuid.uuid4().hex  # this query's reader: the one owner of the run's plans
         self._engine: Any = None
         self._target: dict[TopicPartition, int] | None = None  # Trigger.AvailableNow
+        self._missing_since: float | None = None  # when a topic of the stream went missing
 
     @property
     def engine(self) -> Any:
@@ -144,7 +148,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._check_generation(start)
             check_committed(self.engine, cfg.database, cfg.run, self.reader_id, previous)
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        plan = self._plan(replace(cfg.limits, max_records_per_batch=cap))
+        try:
+            plan = self._plan(replace(cfg.limits, max_records_per_batch=cap))
+        except TopicMissing as exc:
+            return self._while_missing(exc, start)
+        self._missing_since = None
         ranges = self._clip(plan.ranges)
         if not ranges:
             return start
@@ -183,6 +191,24 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return arrow_batches(task(0, [tuple(range(len(ranges)))]), self.config.read.batch_size)
 
     # -- helpers -------------------------------------------------------------------------------
+
+    def _while_missing(self, exc: TopicMissing, start: dict[str, Any]) -> dict[str, Any]:
+        """A topic of the stream is gone: no new batch (the query stays up) for up to
+        TOPIC_MISSING_GRACE_S, so that a topic deleted and created again (which Kafka does in two
+        steps, some time apart) reaches the next plan, where the new topic id is data loss as
+        always (``on_data_loss``). Gone for longer: the query fails with the error."""
+        now = time.monotonic()
+        if self._missing_since is None:
+            self._missing_since = now
+            logger.warning(
+                "job %r: topic %r does not exist (being re-created?); no new batch for up to %gs",
+                self.config.run.job,
+                exc.topic,
+                TOPIC_MISSING_GRACE_S,
+            )
+        if now - self._missing_since > TOPIC_MISSING_GRACE_S:
+            raise exc
+        return start
 
     def _plan(self, limits: Limits) -> Any:
         cfg = self.config

@@ -69,9 +69,11 @@ def _audit(engine: sa.Engine, db: DatabaseSettings, job: str) -> list[tuple[str,
     return [(r.topic, r.part, r.old_off, r.new_off, r.action) for r in rows]
 
 
-def _recreate(admin: AdminClient, topic: str, partitions: int) -> None:
-    """Delete `topic` and create it again under the same name (bounded: deletion is asynchronous)."""
+def _recreate(admin: AdminClient, topic: str, partitions: int, gone_s: float = 0.0) -> None:
+    """Delete `topic` and create it again under the same name (bounded: deletion is asynchronous),
+    leaving it absent for at least `gone_s` seconds."""
     admin.delete_topics([topic], operation_timeout=30)[topic].result(timeout=30)
+    time.sleep(gone_s)
     deadline = time.monotonic() + 60
     while True:
         try:

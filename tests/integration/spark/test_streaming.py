@@ -379,7 +379,9 @@ def test_a_recreated_topic_with_on_data_loss_skip_goes_on(
             compute_df=key_counts, write=functools.partial(write_counts, counts_table), interval_s=0.2
         )
         _wait_for(lambda: stored_offsets(engine, db, job_name) == {(topic, 0): 100})
-        _recreate(AdminClient({"bootstrap.servers": kafka.bootstrap_servers}), topic, 1)
+        # absent for several triggers (0.2 s apart): each plans while the topic does not exist,
+        # and the query must neither fail nor read anything until it exists again
+        _recreate(AdminClient({"bootstrap.servers": kafka.bootstrap_servers}), topic, 1, gone_s=2.0)
         expected += produce(topic, 30, 1, start=100)
         _wait_for(lambda: totals(engine, counts_table) == dict(expected))
         assert stored_offsets(engine, db, job_name) == {(topic, 0): 30}
