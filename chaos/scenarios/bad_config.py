@@ -42,7 +42,7 @@ def f11_bad_config(ctx: Context, messages: int, _n: int) -> ScenarioResult:
         return url.set(**parts).render_as_string(hide_password=False)  # type: ignore[arg-type]
 
     cases: list[tuple[str, dict[str, str], list[str], str, str]] = [
-        # (name, env, extra args, expected error type, expected words)
+        # (name, env, extra args, expected error type, expected words); TopicMissing is a ConfigError
         (
             "wrong password",
             {"CHAOS_DB": bad_url(password=wrong_password)},
@@ -55,7 +55,7 @@ def f11_bad_config(ctx: Context, messages: int, _n: int) -> ScenarioResult:
         ("no database URL", {"CHAOS_DB": ""}, [], "ConfigError", "database_url"),
         ("missing schema", {}, ["--schema", "chaos_missing_schema"], "SchemaMissing", "chaos_missing_schema"),
         ("missing table", {}, ["--schema", broken_schema], "SchemaMissing", broken_schema),
-        ("missing topic", {}, ["--topics", "chaos-no-such-topic"], "ConfigError", "chaos-no-such-topic"),
+        ("missing topic", {}, ["--topics", "chaos-no-such-topic"], "TopicMissing", "chaos-no-such-topic"),
         ("bad limits", {}, ["--max-per-partition", "0"], "ConfigError", "max_records_per_partition"),
         ("bad data-loss policy", {}, ["--on-data-loss", "ignore"], "ConfigError", "on_data_loss"),
     ]
