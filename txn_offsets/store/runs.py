@@ -249,26 +249,12 @@ def keep_lease(
 
     With `for_s` (the batch's timeout) renewals stop after that long: a batch that no longer makes
     progress must not hold the job forever."""
-    stop = threading.Event()
-    deadline = None if for_s is None else time.monotonic() + for_s
-
-    def renew() -> None:
-        while not stop.wait(every_s):
-            if deadline is not None and time.monotonic() >= deadline:
-                logger.warning("job %r: batch past its timeout; the lease is no longer renewed", run.job)
-                return
-            try:
-                heartbeat(engine, db, run)
-            except Exception as exc:
-                logger.warning("job %r: lease renewal failed: %s", run.job, exc)
-
-    thread = threading.Thread(target=renew, name=f"lease-{run.job}", daemon=True)
-    thread.start()
+    keeper = LeaseKeeper(engine, db, run, every_s=every_s)
     try:
-        yield
+        with keeper.during(for_s):
+            yield
     finally:
-        stop.set()
-        thread.join(timeout=every_s + 5)
+        keeper.close()
 
 
 class LeaseKeeper:

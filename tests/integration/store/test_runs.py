@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 
@@ -179,9 +180,8 @@ def test_plan_renews_the_lease_in_its_transaction_and_is_fenced_by_a_newer_run(
     kafka_settings = KafkaSettings(kafka_bootstrap)
     run = start_run(engine, migrated, job_name, lease_s=0.5)
     selection = TopicSelection((), r"^txn-offsets-no-such-topic-\d+$")
-    time.sleep(0.7)  # the lease expired
-    assert _state(engine, migrated, job_name)[2] is False
-    plan = plan_batch(
+    plan = functools.partial(
+        plan_batch,
         engine,
         migrated,
         kafka_settings,
@@ -189,33 +189,15 @@ def test_plan_renews_the_lease_in_its_transaction_and_is_fenced_by_a_newer_run(
         selection=selection,
         start=None,
         limits=Limits(),
-        run=run,
     )
-    assert plan.ranges == ()
+    time.sleep(0.7)  # the lease expired
+    assert _state(engine, migrated, job_name)[2] is False
+    assert plan(run=run).ranges == ()
     assert _state(engine, migrated, job_name)[2] is True  # the plan renewed it
     newer = start_run(engine, migrated, job_name, force=True)
     with pytest.raises(Fenced) as info:
-        plan_batch(
-            engine,
-            migrated,
-            kafka_settings,
-            job=job_name,
-            selection=selection,
-            start=None,
-            limits=Limits(),
-            run=run,
-        )
+        plan(run=run)
     assert info.value.current == newer.generation
     assert _state(engine, migrated, job_name)[1] == newer.run_id  # the fenced plan changed nothing
     with pytest.raises(ConfigError, match="run"):
-        plan_batch(
-            engine,
-            migrated,
-            kafka_settings,
-            job=job_name,
-            selection=selection,
-            start=None,
-            limits=Limits(),
-            run=newer,
-            generation=run.generation,
-        )
+        plan(run=newer, generation=run.generation)
