@@ -19,7 +19,8 @@ and is checked against the oracle before its time counts (a wrong result exits n
 
 swept over batch caps x partitions, each contender in a fresh process (first run: *fresh*) and
 again in the same SparkSession (*warm*; the best warm run counts, and the contenders of the
-headline ratios run ``headline_warm_runs`` warm runs at the headline points, see settings.py),
+headline ratios run ``headline_warm_runs`` warm runs at the headline points, see settings.py; the
+warm runs of a point's contenders interleave, see :func:`schedule`),
 plus a caught-up latency probe. Two more phases: *scale* times each batch of eo_partition at the
 same records per batch on topics of 8 and 128 partitions (alternating runs in one session),
 *memory* samples the Spark Python workers' RSS over one job of many small batches (500 in full).
@@ -151,18 +152,19 @@ class Bench:
         )
 
     def sweep(self) -> None:
-        """Fresh + warm runs of each contender at each point, the contenders' order rotated."""
+        """Fresh + warm runs of each contender at each point, the contenders' order rotated.
+
+        With a process per point, all the point's contenders (and the reader limits, at the
+        largest cap of each topic) are alive together and their warm runs interleave, each round
+        in a different order: a drift of the machine (the page cache, autovacuum, a busier core)
+        then weighs on every contender alike instead of on whichever ran first."""
         for round_ in range(self.size.repeat):
             if self.size.process_per_point:
+                # the reader limits, once per topic: beside the contenders of its largest cap
+                reader_at = {self.dataset(p).topic: p for p in sorted(self.points, key=lambda p: p.cap)}
                 for i, point in enumerate(self.points):
-                    for contender in _rotated(self.swept, round_ + i):
-                        worker = Worker(self.spec(contender))
-                        try:
-                            self.measure(worker, point, FRESH, round_)
-                            for _ in range(self.warm_runs(contender, point)):
-                                self.measure(worker, point, WARM, round_)
-                        finally:
-                            worker.close()
+                    readers = self.readers_run if reader_at[self.dataset(point).topic] == point else ()
+                    self.interleaved(point, _rotated((*self.swept, *readers), round_ + i), round_)
             else:  # one worker per contender: only its first point has a fresh run
                 for contender in _rotated(self.swept, round_):
                     worker = Worker(self.spec(contender))
@@ -176,8 +178,8 @@ class Bench:
                             self.follow(worker)
                     finally:
                         worker.close()
-            for contender in _rotated(self.readers_run, round_) if self.readers_run else ():
-                self.readers(contender, round_)
+                for contender in _rotated(self.readers_run, round_) if self.readers_run else ():
+                    self.readers(contender, round_)
         if self.size.process_per_point:
             for contender in self.followers:
                 worker = Worker(self.spec(contender))
@@ -186,13 +188,28 @@ class Bench:
                 finally:
                     worker.close()
 
+    def interleaved(self, point: Point, order: list[str], round_: int) -> None:
+        """The point's contenders in worker processes alive together, run by `schedule`."""
+        workers: dict[str, Worker] = {}
+        wanted = {c: self.warm_runs(c, point) for c in order}
+        try:
+            for contender, label in schedule(order, wanted):
+                if contender not in workers:
+                    workers[contender] = Worker(self.spec(contender))
+                self.measure(workers[contender], point, label, round_)
+        finally:
+            for worker in workers.values():
+                worker.close()
+
     def warm_runs(self, contender: str, point: Point) -> int:
+        if contender in READERS:  # on the large headline point's topic: as many as the headline ones
+            large = self.dataset(self.size.headline(self.size.large_cap)).topic
+            return self.size.warm_runs_of(contender, self.dataset(point).topic == large)
         return self.size.warm_runs_of(contender, point in self.headline_points)
 
     def readers(self, contender: str, round_: int) -> None:
         """A reader limit, once per topic (a fresh process, then warm); on the large headline
         point's topic as many warm runs as the headline contenders there."""
-        headline_topic = self.dataset(self.size.headline(self.size.large_cap)).topic
         worker = Worker(self.spec(contender))
         try:
             seen = set()
@@ -202,7 +219,7 @@ class Bench:
                     continue
                 seen.add(topic)
                 self.measure(worker, point, FRESH, round_)
-                for _ in range(self.size.warm_runs_of(contender, topic == headline_topic)):
+                for _ in range(self.warm_runs(contender, point)):
                     self.measure(worker, point, WARM, round_)
         finally:
             worker.close()
@@ -301,6 +318,16 @@ class Bench:
         with self.engine.begin() as conn:
             conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{self.db.schema}" CASCADE'))
         self.engine.dispose()
+
+
+def schedule(order: list[str], wanted: dict[str, int]) -> list[tuple[str, str]]:
+    """(contender, fresh|warm) in the order to run them: each contender's fresh run in `order`,
+    then rounds of one warm run per contender that still wants one, round k starting k + 1
+    contenders further on (so no contender is always first, or always last, among the warm runs)."""
+    runs = [(c, FRESH) for c in order]
+    for k in range(max(wanted.values(), default=0)):
+        runs += [(c, WARM) for c in _rotated(tuple(order), k + 1) if k < wanted[c]]
+    return runs
 
 
 def _rotated(items: tuple[str, ...], by: int) -> list[str]:
