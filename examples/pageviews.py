@@ -14,7 +14,7 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from confluent_kafka import Producer
@@ -69,6 +69,34 @@ def _zipf_sampler(n: int, s: float, rng: random.Random) -> Callable[[int], list[
     return lambda k: rng.choices(population, cum_weights=cum, k=k)
 
 
+MAX_STEP_MS = 12  # event times advance 0-12 ms from one record to the next
+
+
+def transactions(messages: int, per_transaction: int, abort_every: int) -> Iterator[tuple[int, bool]]:
+    """(records, aborted?) of each transaction :func:`produce` makes: `messages` committed records
+    in transactions of `per_transaction`, every `abort_every`-th transaction (full size) aborted."""
+    committed = 0
+    txn = 0
+    while committed < messages:
+        txn += 1
+        if abort_every > 0 and txn % abort_every == 0:
+            yield per_transaction, True
+        else:
+            n = min(per_transaction, messages - committed)
+            committed += n
+            yield n, False
+
+
+def first_event_time(now_ms: int, messages: int, per_transaction: int, abort_every: int) -> int:
+    """Where the event times of :func:`produce` start (a window start): far enough back that the
+    last of them is an hour old, however many records (committed and aborted) come before it -
+    Kafka rejects a record stamped more than an hour ahead (``log.message.timestamp.after.max.ms``,
+    INVALID_TIMESTAMP) and a topic deletes records older than its retention (7 days by default)."""
+    # every abort_every-th transaction is aborted: at most one aborted per committed one, plus one
+    aborted = 0 if abort_every == 0 else messages + per_transaction
+    return window_of(now_ms - 3_600_000 - (messages + aborted) * MAX_STEP_MS)
+
+
 def produce(
     bootstrap: str,
     topic: str,
@@ -81,6 +109,10 @@ def produce(
     progress: Callable[[int], None] | None = None,
 ) -> Oracle:
     """Produce `messages` committed page views (plus aborted transactions) and return the oracle."""
+    if abort_every == 1 or abort_every < 0:
+        raise ValueError(f"abort_every: use 0 (no aborted transactions) or >= 2, got {abort_every}")
+    if per_transaction < 1:
+        raise ValueError(f"per_transaction: must be >= 1, got {per_transaction}")
     rng = random.Random(seed)
     users = _zipf_sampler(50_000, 1.1, rng)
     pages = _zipf_sampler(2_000, 1.2, rng)
@@ -95,17 +127,11 @@ def produce(
     )
     producer.init_transactions(60)
     oracle = Oracle()
-    # Event times start an hour ago: old timestamps would put the records past the topic's
-    # time-based retention (7 days by default) and the broker would delete them at once.
-    clock = window_of(int(time.time() * 1000) - 3_600_000)
-    txn = 0
-    while oracle.messages < messages:
-        txn += 1
-        abort = abort_every > 0 and txn % abort_every == 0
-        n = per_transaction if abort else min(per_transaction, messages - oracle.messages)
+    clock = first_event_time(int(time.time() * 1000), messages, per_transaction, abort_every)
+    for n, abort in transactions(messages, per_transaction, abort_every):
         producer.begin_transaction()
         for u, p in zip(users(n), pages(n), strict=True):
-            clock += rng.randint(0, 12)
+            clock += rng.randint(0, MAX_STEP_MS)
             view = PageView(f"user-{u}", f"/page/{p}", clock, rng.randint(20, 4_000))
             value = json.dumps(
                 {"u": view.user, "p": view.page, "t": view.time_ms, "d": view.duration_ms},
