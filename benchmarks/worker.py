@@ -48,8 +48,10 @@ from txn_offsets.ranges import OffsetRange
 from txn_offsets.store.database import engine_for
 from txn_offsets.store.offset_rows import load_offsets
 
-# a worker waiting for its next command this long keeps its Spark Python workers alive
-KEEP_WARM_S = 20.0
+# a worker waiting for its next command this long keeps its Spark Python workers alive (Spark
+# stops them after a minute idle); each tiny job costs its JVM and Python workers ~0.5 s of CPU,
+# taken from the contender being timed meanwhile, so no more often than needed
+KEEP_WARM_S = 45.0
 
 
 @dataclass(frozen=True)

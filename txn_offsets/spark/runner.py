@@ -24,6 +24,7 @@ from txn_offsets.errors import (
     ConfigError,
     KafkaReadError,
     ServiceUnavailable,
+    TopicMissing,
     TxnOffsetsError,
 )
 from txn_offsets.kafka.start import StartPolicy
@@ -45,8 +46,10 @@ _KEPT_OUTCOMES = 10_000
 
 # Failures after which planning again from the stored offsets may succeed. Never: OffsetConflict,
 # Fenced, RecordRejected, RecordsNotConsumed, TransactionAborted, WriteFailed, DataLoss,
-# ConfigError - retrying those cannot change their answer.
-TRANSIENT = (BatchFailed, ClaimBlocked, CommitNotApplied, KafkaReadError, ServiceUnavailable)
+# ConfigError - retrying those cannot change their answer. TopicMissing is the one ConfigError that
+# is transient once a run has started: Kafka deletes and re-creates a topic in two steps, and a plan
+# in between must not end the job (the preflight, before the run, fails on a misnamed topic at once).
+TRANSIENT = (BatchFailed, ClaimBlocked, CommitNotApplied, KafkaReadError, ServiceUnavailable, TopicMissing)
 
 
 @dataclass(frozen=True)
@@ -107,10 +110,10 @@ def run_job(
     """Run `job` on `spark` until stopped; returns a summary. Raises our errors with context.
 
     A transient failure (a Spark job that failed after Spark's own task retries, Kafka or
-    PostgreSQL unreachable, a commit whose outcome was "not applied") is retried up to `retries`
-    times in a row by planning again from the stored offsets - the same path a restart takes, so
-    nothing is lost or applied twice. Conflicts, fencing, rejected records and data loss are
-    never retried.
+    PostgreSQL unreachable, a commit whose outcome was "not applied", a topic missing after the run
+    started, e.g. while it is deleted and created again) is retried up to `retries` times in a row
+    by planning again from the stored offsets - the same path a restart takes, so nothing is lost
+    or applied twice. Conflicts, fencing, rejected records and data loss are never retried.
 
     A batch whose Spark job is still running after `batch_timeout_s` (a frozen or lost executor
     holding its range) is cancelled - Spark kills its tasks - and fails as a transient BatchFailed;
