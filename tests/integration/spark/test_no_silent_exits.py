@@ -160,15 +160,16 @@ def test_a_following_job_outlives_its_topic_deleted_and_created_again(
 
     def follow() -> None:
         try:
-            outcome["summary"] = run_job(
+            outcome["summary"] = _run(
                 spark,
-                job=job_name,
-                kafka=kafka,
-                database=db,
-                writer=counting_writer(counts_table),
+                db,
+                kafka,
+                job_name,
+                counting_writer(counts_table),
                 topics=[topic],
-                start=StartPolicy.earliest(),
                 on_data_loss="skip",
+                until_caught_up=False,  # following, until stopped
+                retries=3,  # run_job's default: what carries the job over the missing topic
                 batch_interval_s=0.2,
                 stop=stop,
             )
