@@ -23,7 +23,7 @@ from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError, DataLoss
 from txn_offsets.kafka import metadata
 from txn_offsets.kafka.start import StartPolicy
-from txn_offsets.ranges import OffsetRange, TopicPartition, plan_ranges
+from txn_offsets.ranges import BATCH_SHARES, OffsetRange, TopicPartition, plan_ranges
 from txn_offsets.store import offset_rows
 from txn_offsets.store.database import translate_errors
 from txn_offsets.store.runs import Run, renew_lease
@@ -58,16 +58,30 @@ class TopicSelection:
 
 @dataclass(frozen=True)
 class Limits:
-    """Caps of one batch (None: no cap)."""
+    """Caps of one batch (None: no cap). `batch_share`: how `max_records_per_batch` is shared over
+    the partitions, "even" (water-filling: small backlogs first, the rest split evenly) or
+    "backlog" (in proportion to each partition's backlog, like Spark's ``maxOffsetsPerTrigger``)."""
 
     max_records_per_partition: int | None = None
     max_records_per_batch: int | None = None
+    batch_share: str = "even"
 
     def __post_init__(self) -> None:
         for name in ("max_records_per_partition", "max_records_per_batch"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value <= 0):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
                 raise ConfigError(name, f"must be a positive whole number or None, got {value!r}")
+        if self.batch_share not in BATCH_SHARES:
+            raise ConfigError(
+                "batch_share",
+                f"must be one of {', '.join(map(repr, BATCH_SHARES))}, got {self.batch_share!r}",
+            )
+        if self.batch_share != "even" and self.max_records_per_batch is None:
+            raise ConfigError(
+                "batch_share",
+                f"{self.batch_share!r} shares max_records_per_batch, which is not set: set it, or leave "
+                f"batch_share at 'even'",
+            )
 
 
 @dataclass(frozen=True)
@@ -208,6 +222,7 @@ def plan_batch(
         ends,
         max_per_partition=limits.max_records_per_partition,
         max_total=limits.max_records_per_batch,
+        share=limits.batch_share,
     )
     return Plan(ranges=tuple(ranges), ends=ends, stored=stored)
 

@@ -13,9 +13,13 @@ from dataclasses import dataclass
 
 from txn_offsets.errors import ConfigError
 
-__all__ = ["OffsetRange", "TopicPartition", "fair_share", "plan_ranges"]
+__all__ = ["BATCH_SHARES", "OffsetRange", "TopicPartition", "backlog_share", "fair_share", "plan_ranges"]
 
 TopicPartition = tuple[str, int]
+
+# How a batch cap is shared over partitions: "even" (water-filling, :func:`fair_share`) or
+# "backlog" (in proportion to each partition's backlog, :func:`backlog_share`)
+BATCH_SHARES = ("even", "backlog")
 
 
 @dataclass(frozen=True, order=True)
@@ -92,19 +96,62 @@ def fair_share(spans: Mapping[TopicPartition, int], total: int) -> dict[TopicPar
     return share
 
 
+def backlog_share(spans: Mapping[TopicPartition, int], total: int) -> dict[TopicPartition, int]:
+    """Split a total cap over partitions in proportion to their backlogs (`spans`), as Spark's
+    ``maxOffsetsPerTrigger`` does: every partition drains at the same rate, so a skewed topic's
+    batches stay alike (no tail of batches that hold only its biggest partition) and event time
+    moves on evenly across partitions.
+
+    When everything fits, everyone gets all they have. Otherwise each partition with a backlog gets
+    one offset first (none waits behind the others' backlog; when the cap is smaller than the
+    number of such partitions, the largest backlogs get one each, ties in key order), and the rest
+    is apportioned by largest remainder on the backlogs beyond that one: a share differs from its
+    exact proportional quota by less than one offset. Deterministic; integer arithmetic only."""
+    if total < 0:
+        raise ConfigError("max_records_per_batch", f"must be >= 0, got {total}")
+    share: dict[TopicPartition, int] = dict.fromkeys(spans, 0)
+    live = sorted(k for k, v in spans.items() if v > 0)
+    backlog = sum(spans[k] for k in live)
+    if backlog <= total:
+        share.update({k: spans[k] for k in live})
+        return share
+    if total < len(live):
+        for k in sorted(live, key=lambda k: (-spans[k], k))[:total]:
+            share[k] = 1
+        return share
+    # one each, then the rest (total - n) over the backlogs beyond that one (backlog - n > 0,
+    # since backlog > total >= n); rest < beyond, so a floor never reaches its backlog
+    rest, beyond = total - len(live), backlog - len(live)
+    remainders = []
+    for k in live:
+        quota, remainder = divmod(rest * (spans[k] - 1), beyond)
+        share[k] = 1 + quota
+        remainders.append((-remainder, k))
+    left = total - sum(share.values())
+    for _, k in sorted(remainders)[:left]:
+        share[k] += 1
+    return share
+
+
 def plan_ranges(
     stored: Mapping[TopicPartition, int],
     ends: Mapping[TopicPartition, int],
     *,
     max_per_partition: int | None = None,
     max_total: int | None = None,
+    share: str = "even",
 ) -> list[OffsetRange]:
     """The non-empty ranges of one batch: ``until = min(end, start + max_per_partition)``, then an
-    optional total cap shared fairly. Every partition in ``stored`` must have an end offset."""
+    optional total cap shared over the partitions, ``share``: "even" (:func:`fair_share`) or
+    "backlog" (:func:`backlog_share`). Every partition in ``stored`` must have an end offset."""
     if max_per_partition is not None and max_per_partition <= 0:
         raise ConfigError("max_records_per_partition", f"must be > 0, got {max_per_partition}")
     if max_total is not None and max_total <= 0:
         raise ConfigError("max_records_per_batch", f"must be > 0, got {max_total}")
+    if share not in BATCH_SHARES:
+        raise ConfigError(
+            "batch_share", f"must be one of {', '.join(map(repr, BATCH_SHARES))}, got {share!r}"
+        )
     spans: dict[TopicPartition, int] = {}
     for key, start in stored.items():
         if key not in ends:
@@ -117,7 +164,7 @@ def plan_ranges(
             span = min(span, max_per_partition)
         spans[key] = span
     if max_total is not None:
-        spans = fair_share(spans, max_total)
+        spans = (backlog_share if share == "backlog" else fair_share)(spans, max_total)
     return sorted(
         OffsetRange(topic, part, stored[(topic, part)], stored[(topic, part)] + span)
         for (topic, part), span in spans.items()

@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from txn_offsets.errors import ConfigError
-from txn_offsets.ranges import OffsetRange, fair_share, plan_ranges
+from txn_offsets.planner import Limits
+from txn_offsets.ranges import OffsetRange, backlog_share, fair_share, plan_ranges
 
 keys = st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 7))
 offsets = st.integers(0, 10**12)
@@ -52,6 +53,74 @@ def test_fair_share_is_fair(spans: dict[tuple[str, int], int], total: int) -> No
     unsatisfied = [k for k in spans if share[k] < spans[k]]
     for k in unsatisfied:
         assert share[k] + 1 >= max(share.values())
+
+
+@given(st.dictionaries(keys, st.integers(0, 10**9), max_size=16), st.integers(0, 10**7))
+def test_backlog_share_is_proportional(spans: dict[tuple[str, int], int], total: int) -> None:
+    share = backlog_share(spans, total)
+    live = [k for k, v in spans.items() if v > 0]
+    backlog = sum(spans.values())
+    assert share.keys() == spans.keys()
+    assert sum(share.values()) == min(total, backlog)
+    assert all(0 <= share[k] <= spans[k] for k in spans)
+    if backlog <= total:
+        assert share == spans
+    elif total >= len(live):
+        # one offset each, then within one offset of the exact quota of the rest (as fractions:
+        # |share - 1 - rest * (span - 1) / beyond| < 1)
+        rest, beyond = total - len(live), backlog - len(live)
+        for k in live:
+            assert share[k] >= 1
+            assert abs((share[k] - 1) * beyond - rest * (spans[k] - 1)) < beyond
+    else:
+        # fewer offsets than partitions: one each to the largest backlogs
+        got = [k for k in live if share[k]]
+        assert len(got) == total and all(share[k] == 1 for k in got)
+        assert min((spans[k] for k in got), default=10**10) >= max(
+            (spans[k] for k in live if k not in got), default=0
+        )
+
+
+def test_backlog_share_keeps_a_skewed_topic_batches_alike() -> None:
+    # 22.7 % / 9.1 % skew, a cap of a third of the backlog: every partition gets a third of its own
+    spans = {("t", 0): 227_000, ("t", 1): 91_000, ("t", 2): 182_000}
+    share = backlog_share(spans, 166_667)
+    assert sum(share.values()) == 166_667
+    assert all(abs(share[k] - spans[k] / 3) <= 1 for k in spans)
+    # water-filling gives the small partition its even third first and the big one the same
+    assert fair_share(spans, 166_667)[("t", 0)] == 55_556
+
+
+def test_plan_ranges_shares_the_batch_cap_by_backlog() -> None:
+    stored = {("t", 0): 100, ("t", 1): 0}
+    ends = {("t", 0): 400, ("t", 1): 100}
+    ranges = plan_ranges(stored, ends, max_total=200, share="backlog")
+    assert ranges == [OffsetRange("t", 0, 100, 250), OffsetRange("t", 1, 0, 50)]
+    assert plan_ranges(stored, ends, max_total=200) == [
+        OffsetRange("t", 0, 100, 200),
+        OffsetRange("t", 1, 0, 100),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        (
+            {"batch_share": "lag", "max_records_per_batch": 10},
+            r"batch_share: must be one of 'even', 'backlog', got 'lag'",
+        ),
+        (
+            {"batch_share": "backlog"},
+            r"batch_share: 'backlog' shares max_records_per_batch, which is not set",
+        ),
+        ({"max_records_per_batch": True}, r"max_records_per_batch: must be a positive whole number"),
+    ],
+)
+def test_bad_batch_share_is_named(kwargs: dict[str, object], fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        Limits(**kwargs)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="batch_share"):
+        plan_ranges({("t", 0): 0}, {("t", 0): 1}, max_total=1, share="lag")
 
 
 def test_end_below_start_gives_no_range() -> None:

@@ -149,7 +149,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             check_committed(self.engine, cfg.database, cfg.run, self.reader_id, previous)
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         try:
-            plan = self._plan(replace(cfg.limits, max_records_per_batch=cap))
+            # without a batch cap there is nothing to share (Limits refuses "backlog" alone)
+            share = cfg.limits.batch_share if cap is not None else "even"
+            plan = self._plan(replace(cfg.limits, max_records_per_batch=cap, batch_share=share))
         except TopicMissing as exc:
             return self._while_missing(exc, start)
         self._missing_since = None

@@ -6,6 +6,7 @@ import collections
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from tests.fix_services import TopicFactory
@@ -17,7 +18,7 @@ from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.sinks import upsert_add
-from txn_offsets.spark.runner import run_job
+from txn_offsets.spark.runner import BatchReport, run_job
 from txn_offsets.spark.writers import PartitionWriter
 from txn_offsets.store import offset_rows
 
@@ -136,3 +137,43 @@ def test_topic_pattern_reads_every_matching_topic(
     assert summary.records == 2_500
     assert totals(engine, counts_table) == dict(expected)
     assert {topic for topic, _ in stored_offsets(engine, db, job_name)} == {first, second}
+
+
+@pytest.mark.parametrize(("share", "ranges_per_batch"), [("backlog", [3, 3, 3, 3]), ("even", [3, 1, 1, 1])])
+def test_a_batch_cap_shared_by_backlog_drains_every_partition_together(
+    spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    counts_table: str,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    job_name: str,
+    share: str,
+    ranges_per_batch: list[int],
+) -> None:
+    # a skewed topic: partition 0 holds 6,667 records, partitions 1 and 2 about 667 each
+    topic = topic_factory(partitions=3)
+    expected = produce(topic, 6_000, 1)
+    expected += produce(topic, 2_000, 3, start=6_000)
+    reports: list[BatchReport] = []
+    summary = run_job(
+        spark,
+        job=job_name,
+        kafka=kafka,
+        database=db,
+        writer=counting_writer(counts_table),
+        topics=[topic],
+        start=StartPolicy.earliest(),
+        limits=Limits(max_records_per_batch=2_000, batch_share=share),
+        until_caught_up=True,
+        on_batch=reports.append,
+    )
+    assert totals(engine, counts_table) == dict(expected)
+    assert summary.records == 8_000
+    assert [r.records for r in reports] == [2_000] * 4
+    # by backlog every batch holds a share of every partition (no tail of partition 0 alone, one
+    # busy task); evenly the small partitions are drained first
+    assert [r.ranges for r in reports] == ranges_per_batch
+    ends = {tp: end for tp, (_, end) in watermarks(kafka, [(topic, p) for p in range(3)]).items()}
+    assert stored_offsets(engine, db, job_name) == ends
