@@ -1,9 +1,9 @@
 """The Spark contenders that use txn_offsets' reader: exactly once per partition (on the RDD and on
 the DataFrame execution path), per batch, and the at-least-once baseline. Each reads one topic from
-its start to its end in batches of ``cap`` records per partition, aggregates page views per
+its start to its end in the point's batches (:attr:`Context.limits`), aggregates page views per
 (1-minute window, page) and adds them into the result table; each returns the records it counted
 and the time each batch's results committed. :func:`per_batch` is the PartitionWriter job capped by
-records per batch instead, for the scale and memory phases.
+a given number of records per batch (shared evenly), for the scale and memory phases.
 
 The SSS contender is in :mod:`benchmarks.sss`, the limits in :mod:`benchmarks.limits`.
 """
@@ -40,11 +40,18 @@ class Context:
     kafka: KafkaSettings
     topic: str
     partitions: int
-    cap: int  # records per partition per batch
+    cap: int  # records per partition per batch, on average
 
     @property
     def batch_offsets(self) -> int:
         return self.cap * self.partitions
+
+    @property
+    def limits(self) -> Limits:
+        """The batches every contender reads: at most `batch_offsets` offsets, shared over the
+        partitions in proportion to their backlog - SSS's ``maxOffsetsPerTrigger`` of the same
+        value splits a batch the same way, so on a skewed topic both read alike batches."""
+        return Limits(max_records_per_batch=self.batch_offsets, batch_share="backlog")
 
 
 @dataclass
@@ -79,7 +86,7 @@ def eo_partition(spark: Any, ctx: Context, execution: str = "rdd") -> Outcome:
         writer=windowed_counts.WRITER,
         topics=[ctx.topic],
         start=StartPolicy.earliest(),
-        limits=Limits(max_records_per_partition=ctx.cap),
+        limits=ctx.limits,
         until_caught_up=True,
         on_batch=lambda report: out.committed(report.records),
         execution=execution,
@@ -168,7 +175,7 @@ def eo_batch(spark: Any, ctx: Context) -> Outcome:
         writer=BATCH_WRITER,
         topics=[ctx.topic],
         start=StartPolicy.earliest(),
-        limits=Limits(max_records_per_partition=ctx.cap),
+        limits=ctx.limits,
         until_caught_up=True,
         on_batch=lambda _report: out.committed(),
     )
@@ -205,7 +212,7 @@ def alo(spark: Any, ctx: Context) -> Outcome:
     position = dict.fromkeys(ends, 0)
     number = 0
     while True:
-        ranges = plan_ranges(position, ends, max_per_partition=ctx.cap)
+        ranges = plan_ranges(position, ends, max_total=ctx.batch_offsets, share=ctx.limits.batch_share)
         if not ranges:
             return out
         number += 1
@@ -229,7 +236,7 @@ def follow_eo(spark: Any, ctx: Context, stop: threading.Event, interval_s: float
             "writer": windowed_counts.WRITER,
             "topics": [ctx.topic],
             "start": StartPolicy.earliest(),
-            "limits": Limits(max_records_per_partition=ctx.cap),
+            "limits": ctx.limits,
             "batch_interval_s": interval_s,
             "stop": stop,
         },

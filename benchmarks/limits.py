@@ -243,7 +243,8 @@ def slot_main() -> None:
 
 
 def range_writes(ctx: Context) -> RangeWrites:
-    """What the PartitionWriter writes for this point: the partials of each [k*cap, (k+1)*cap)."""
+    """What the PartitionWriter writes for this point, about: the partials of each [k*cap, (k+1)*cap)
+    (a range of the point's average size; its batches share cap x partitions by backlog)."""
     buckets: dict[tuple[int, int], list[Record]] = {}
     for batch in scan(ctx):
         for msg in batch:

@@ -67,8 +67,11 @@ PHASES = (SWEEP, SCALE, MEMORY)
 
 @dataclass(frozen=True)
 class Point:
-    """One sweep configuration: a topic of `messages` records over `partitions`, read `cap` records
-    per partition per batch (SSS: maxOffsetsPerTrigger = cap x partitions, the same batch)."""
+    """One sweep configuration: a topic of `messages` records over `partitions`, read in batches of
+    `batch_offsets` = cap x partitions offsets (`cap` per partition on average). txn_offsets shares
+    a batch in proportion to each partition's backlog (``Limits(max_records_per_batch=...,
+    batch_share="backlog")``) and SSS its ``maxOffsetsPerTrigger`` of the same value, so both read
+    alike batches, also of a skewed topic."""
 
     partitions: int
     cap: int

@@ -1,10 +1,11 @@
 """The peer: Spark Structured Streaming with Spark's own (JVM) Kafka source.
 
 ``spark.readStream.format("kafka")`` with ``kafka.isolation.level=read_committed``,
-``startingOffsets=earliest`` and ``maxOffsetsPerTrigger`` = cap x partitions (the same batch as
-txn_offsets' per-partition cap); ``foreachBatch`` computes the same aggregation with DataFrame
-operations (``from_json``, ``window(..., "1 minute")``, count and sum per page), collects the rows
-and adds them into the same table with the same upsert, in one transaction per micro-batch.
+``startingOffsets=earliest`` and ``maxOffsetsPerTrigger`` = cap x partitions (the same batch cap as
+txn_offsets', shared over partitions in proportion to their backlog on both sides);
+``foreachBatch`` computes the same aggregation with DataFrame operations (``from_json``,
+``window(..., "1 minute")``, count and sum per page), collects the rows and adds them into the same
+table with the same upsert, in one transaction per micro-batch.
 Its checkpoint is a fresh temporary directory per run; its database writes are at-least-once.
 
 The connector comes from :func:`txn_offsets.devstack.spark_kafka.spark_kafka_jars`.

@@ -1,5 +1,5 @@
 """The txn_offsets Structured Streaming adapter as a contender: ``readStream.format("txn_offsets")``
-(planned from the offset table, ``max_records_per_partition`` = cap) written by the exactly-once
+(planned from the offset table, the point's batch cap shared by backlog) written by the exactly-once
 sink, ``trigger(availableNow=True)``. ``compute_df`` is the SSS peer's DataFrame aggregation
 (:func:`benchmarks.sss.window_counts`); the write is the same additive upsert, committed with the
 batch's ranges in one transaction. Its checkpoint is a fresh temporary directory per run (each run
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from benchmarks import sink
 from benchmarks.contenders import Context, Outcome, _job
 from benchmarks.sss import window_counts
-from txn_offsets import Limits, StartPolicy
+from txn_offsets import StartPolicy
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark.streaming import open_stream
 
@@ -29,7 +29,7 @@ def partials_of(batch: Any) -> sink.Partials:
 
 
 def run(spark: Any, ctx: Context) -> Outcome:
-    """Read the topic to its end in batches of cap records per partition, exactly once."""
+    """Read the topic to its end in the point's batches (``ctx.limits``), exactly once."""
     out = Outcome()
     checkpoints = tempfile.mkdtemp(prefix="bench-stream-")
 
@@ -46,7 +46,7 @@ def run(spark: Any, ctx: Context) -> Outcome:
             database=ctx.db,
             topics=[ctx.topic],
             start=StartPolicy.earliest(),
-            limits=Limits(max_records_per_partition=ctx.cap),
+            limits=ctx.limits,
             checkpoint_root=checkpoints,
         ) as stream:
             query = stream.start(compute_df=partials_of, write=write, available_now=True)
