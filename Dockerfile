@@ -11,7 +11,7 @@ COPY pyproject.toml README.md ./
 COPY txn_offsets ./txn_offsets
 # the offsets migrations are installed with the package (share/txn-offsets/migrations)
 COPY migrations ./migrations
-RUN pip install --no-cache-dir .
+RUN pip install --no-cache-dir '.[examples]'
 COPY examples ./examples
 # the job runs as an unprivileged user
 RUN useradd --create-home --uid 1000 app && chown -R app /app

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+import msgspec
 from confluent_kafka import Producer
 
 from txn_offsets.kafka.reader import Record
@@ -24,20 +25,26 @@ from txn_offsets.kafka.reader import Record
 WINDOW_MS = 60_000
 
 
-@dataclass(frozen=True)
-class PageView:
-    user: str
-    page: str
-    time_ms: int
-    duration_ms: int
+class PageView(msgspec.Struct, frozen=True):
+    """One page view; decoded from ``{"u": .., "p": .., "t": .., "d": ..}`` by :func:`decode`."""
+
+    user: str = msgspec.field(name="u")
+    page: str = msgspec.field(name="p")
+    time_ms: int = msgspec.field(name="t")
+    duration_ms: int = msgspec.field(name="d")
+
+
+# a typed decoder: parses straight into PageView and checks every field's type on the way (a string
+# time, a float duration or a missing field is an error, never a silent conversion); ~10x faster
+# per record than json.loads + building the object in Python
+_DECODER = msgspec.json.Decoder(PageView)
 
 
 def decode(record: Record) -> PageView:
     """Strict decoder: a record that is not a page view raises (and so is rejected, with its offset)."""
     if record.value is None:
         raise ValueError("empty value")
-    data = json.loads(record.value)
-    return PageView(str(data["u"]), str(data["p"]), int(data["t"]), int(data["d"]))
+    return _DECODER.decode(record.value)
 
 
 def window_of(time_ms: int) -> int:
