@@ -37,6 +37,7 @@ def _tx(producer: Producer, topic: str, values: list[bytes], *, commit: bool) ->
     if commit:
         producer.commit_transaction(30)
     else:
+        producer.flush(30)
         producer.abort_transaction(30)
 
 
@@ -152,6 +153,7 @@ def test_open_transaction_bounds_the_lso(kafka_bootstrap: str, topic_factory: To
     ]
     assert (lso, hwm) == (3, 4)  # the planner never plans past the open transaction
     assert [r.value for r in read_range(kafka, OffsetRange(topic, 0, 0, lso))] == [b"c0", b"c1"]
+    producer.flush(30)
     producer.abort_transaction(30)
 
 

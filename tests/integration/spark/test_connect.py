@@ -92,6 +92,7 @@ def produce_transactions(kafka: KafkaSettings, topic: str, partitions: int) -> c
             if not abort:
                 expected[key] += 1
         if abort:
+            producer.flush(30)
             producer.abort_transaction(30)
         else:
             producer.commit_transaction(30)

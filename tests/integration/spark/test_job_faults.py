@@ -56,6 +56,7 @@ def test_aborted_transactions_and_marker_only_ranges(
             if not abort:
                 expected[key] += 1
         if abort:
+            producer.flush(30)
             producer.abort_transaction(30)
         else:
             producer.commit_transaction(30)

@@ -64,6 +64,7 @@ def test_lag_per_partition_and_total_at_the_lso(
     assert _row(out, topic, 1)[:5] == [topic, "1", "1", "3", "2"]
     # once aborted, the end moves past the two aborted records and the abort marker (3 + 2 + 1):
     # lag counts offsets, an upper bound on the records a reader will see
+    producer.flush(30)
     producer.abort_transaction(30)
     code, out, _ = run_cli("offsets", "lag", "--job", job_name, *s)
     assert _row(out, topic, 1)[:5] == [topic, "1", "1", "6", "5"]
