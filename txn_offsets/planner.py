@@ -23,7 +23,7 @@ from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError, DataLoss
 from txn_offsets.kafka import metadata
 from txn_offsets.kafka.start import StartPolicy
-from txn_offsets.ranges import BATCH_SHARES, OffsetRange, TopicPartition, plan_ranges
+from txn_offsets.ranges import OffsetRange, TopicPartition, check_share, plan_ranges
 from txn_offsets.store import offset_rows
 from txn_offsets.store.database import translate_errors
 from txn_offsets.store.runs import Run, renew_lease
@@ -71,11 +71,7 @@ class Limits:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
                 raise ConfigError(name, f"must be a positive whole number or None, got {value!r}")
-        if self.batch_share not in BATCH_SHARES:
-            raise ConfigError(
-                "batch_share",
-                f"must be one of {', '.join(map(repr, BATCH_SHARES))}, got {self.batch_share!r}",
-            )
+        check_share(self.batch_share)
         if self.batch_share != "even" and self.max_records_per_batch is None:
             raise ConfigError(
                 "batch_share",

@@ -13,7 +13,15 @@ from dataclasses import dataclass
 
 from txn_offsets.errors import ConfigError
 
-__all__ = ["BATCH_SHARES", "OffsetRange", "TopicPartition", "backlog_share", "fair_share", "plan_ranges"]
+__all__ = [
+    "BATCH_SHARES",
+    "OffsetRange",
+    "TopicPartition",
+    "backlog_share",
+    "check_share",
+    "fair_share",
+    "plan_ranges",
+]
 
 TopicPartition = tuple[str, int]
 
@@ -133,6 +141,14 @@ def backlog_share(spans: Mapping[TopicPartition, int], total: int) -> dict[Topic
     return share
 
 
+def check_share(share: str) -> None:
+    """Raise ConfigError naming ``batch_share`` unless `share` is one of :data:`BATCH_SHARES`."""
+    if share not in BATCH_SHARES:
+        raise ConfigError(
+            "batch_share", f"must be one of {', '.join(map(repr, BATCH_SHARES))}, got {share!r}"
+        )
+
+
 def plan_ranges(
     stored: Mapping[TopicPartition, int],
     ends: Mapping[TopicPartition, int],
@@ -148,10 +164,7 @@ def plan_ranges(
         raise ConfigError("max_records_per_partition", f"must be > 0, got {max_per_partition}")
     if max_total is not None and max_total <= 0:
         raise ConfigError("max_records_per_batch", f"must be > 0, got {max_total}")
-    if share not in BATCH_SHARES:
-        raise ConfigError(
-            "batch_share", f"must be one of {', '.join(map(repr, BATCH_SHARES))}, got {share!r}"
-        )
+    check_share(share)
     spans: dict[TopicPartition, int] = {}
     for key, start in stored.items():
         if key not in ends:
