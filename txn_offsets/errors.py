@@ -27,6 +27,8 @@ __all__ = [
     "ServiceUnavailable",
     "StackError",
     "StreamDiverged",
+    "TopicChanged",
+    "TopicMissing",
     "TransactionAborted",
     "TxnOffsetsError",
     "UnknownJob",
@@ -71,6 +73,30 @@ class TopicMissing(ConfigError):
     def __init__(self, topic: str, problem: str) -> None:
         self.topic = topic
         super().__init__("topics", problem)
+
+
+class TopicChanged(TxnOffsetsError):
+    """The topic a batch was planned from is not the topic there is now: it was deleted (and maybe
+    created again under the same name) between the plan and the commit. Nothing was committed; the
+    runner plans again from the stored offsets, and that plan reports the new topic as data loss
+    (``on_data_loss``)."""
+
+    __module__ = "txn_offsets"
+
+    def __init__(self, topic: str, planned_id: str, current_id: str | None) -> None:
+        self.topic = topic
+        self.planned_id = planned_id
+        self.current_id = current_id
+        now = (
+            f"Kafka now has topic id {current_id}"
+            if current_id is not None
+            else "the topic does not exist any more"
+        )
+        super().__init__(
+            f"topic {topic!r} changed while its records were processed: the batch was planned from "
+            f"topic id {planned_id} and {now} (deleted and re-created?). Nothing of it was committed; "
+            f"the next plan starts again from the stored offsets."
+        )
 
 
 class StackError(TxnOffsetsError):

@@ -24,6 +24,7 @@ from txn_offsets.errors import (
     ConfigError,
     KafkaReadError,
     ServiceUnavailable,
+    TopicChanged,
     TopicMissing,
     TxnOffsetsError,
 )
@@ -49,7 +50,17 @@ _KEPT_OUTCOMES = 10_000
 # ConfigError - retrying those cannot change their answer. TopicMissing is the one ConfigError that
 # is transient once a run has started: Kafka deletes and re-creates a topic in two steps, and a plan
 # in between must not end the job (the preflight, before the run, fails on a misnamed topic at once).
-TRANSIENT = (BatchFailed, ClaimBlocked, CommitNotApplied, KafkaReadError, ServiceUnavailable, TopicMissing)
+# TopicChanged: a batch read a topic re-created after its plan; nothing was committed, and the next
+# plan reports the new topic as data loss (on_data_loss) with the truth about the stored offsets.
+TRANSIENT = (
+    BatchFailed,
+    ClaimBlocked,
+    CommitNotApplied,
+    KafkaReadError,
+    ServiceUnavailable,
+    TopicChanged,
+    TopicMissing,
+)
 
 
 @dataclass(frozen=True)
