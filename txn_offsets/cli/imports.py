@@ -63,7 +63,9 @@ def _import(args: argparse.Namespace) -> int:
         with output.progress("import", total=3) as bar:
             source, offsets = _source(args, engine)
             bar.advance(note=f"read {len(offsets)} offset(s) from {source}")
-            plan = imports.plan_import(engine, db, args.job, offsets, source=source, kafka=kafka)
+            plan = imports.plan_import(
+                engine, db, args.job, offsets, source=source, kafka=kafka, topics=args.topic or ()
+            )
             bar.advance(note="checked against Kafka and the store")
             gen = "new job" if plan.generation is None else f"generation {plan.generation}"
             output.print_moves(
@@ -71,6 +73,8 @@ def _import(args: argparse.Namespace) -> int:
                 plan.steps,
                 detail=lambda s: f"  (log {s.log_start}..{s.end})",
             )
+            for topic, parts in plan.not_imported.items():
+                print(f"  {topic}  not imported ({parts} partition(s) in the source)")
             for note in plan.notes():
                 print(f"note: {note}")
             if not output.confirm_move(
@@ -109,6 +113,13 @@ def register(
     )
     src.add_argument(
         "--from-table", metavar="SCHEMA.TABLE", help="a (topic, partition, offset) table in this database"
+    )
+    cmd.add_argument(
+        "--topic",
+        action="append",
+        metavar="T",
+        help="import this topic of the source (repeatable; default: the job's own topics, or the "
+        "source's only topic; a source of several topics needs it for a new job)",
     )
     cmd.add_argument(
         "--checkpoint-batch",

@@ -4,7 +4,9 @@ Sources (each gives ``{(topic, partition): next offset to read}``): a Structured
 checkpoint (:mod:`txn_offsets.store.checkpoint`), a Kafka consumer group
 (:func:`txn_offsets.kafka.mirror.group_offsets`) or a legacy ``(topic, partition, offset)`` table
 (:func:`read_table`). :func:`plan_import` checks them against Kafka and the store and changes
-nothing; :func:`apply_import` writes them under the job row's lock, like a reset: rows the job did
+nothing; it imports only the topics the job reads (:func:`select_topics`: the ``topics`` named,
+else the job's own, else the source's only topic) and lists the others as not imported.
+:func:`apply_import` writes them under the job row's lock, like a reset: rows the job did
 not have are inserted and audited ``import``; with ``force``, rows it had are moved by
 :func:`txn_offsets.store.offset_rows.reset_offsets` (audited ``reset``, reason "import ..."); the
 generation is bumped either way, so a run that planned from the old offsets is fenced.
@@ -12,9 +14,10 @@ generation is bumped either way, so a run that planned from the old offsets is f
 
 from __future__ import annotations
 
+import collections
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -28,7 +31,7 @@ from txn_offsets.store.database import translate_errors
 from txn_offsets.store.runs import lock_job, validate_job
 from txn_offsets.store.schema import tables_for
 
-__all__ = ["ImportPlan", "ImportStep", "apply_import", "plan_import", "read_table"]
+__all__ = ["ImportPlan", "ImportStep", "apply_import", "plan_import", "read_table", "select_topics"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +59,7 @@ class ImportPlan:
     heartbeat_age_s: float
     topic_ids: Mapping[str, str]
     unlisted: tuple[TopicPartition, ...]  # partitions of the topics the source has no offset for
+    not_imported: Mapping[str, int] = field(default_factory=dict)  # source topic -> its partitions
 
     @property
     def existing(self) -> list[ImportStep]:
@@ -143,6 +147,44 @@ def read_table(
     return out
 
 
+def _names(topics: Collection[str]) -> str:
+    return ", ".join(sorted(topics))
+
+
+def select_topics(
+    source_topics: Collection[str], *, source: str, job: str, named: Collection[str], own: Collection[str]
+) -> set[str]:
+    """The topics of the source to import: those `named` (``--topic``; each must be in the
+    source), else the job's `own` topics (those it has offset rows for; the source must hold one
+    of them), else the source's topic if it holds just one. A topic of the source the job does
+    not read is never taken without being named: a row that no run moves would show lag forever."""
+    held = set(source_topics)
+    if named:
+        missing = sorted(set(named) - held)
+        if missing:
+            raise ConfigError(
+                "--topic",
+                f"{missing[0]!r} is not in {source}: it holds offsets for {_names(held)}",
+            )
+        return set(named)
+    if own:
+        mine = held & set(own)
+        if not mine:
+            raise ConfigError(
+                "--topic",
+                f"job {job!r} reads {_names(own)} and {source} holds offsets for {_names(held)} only: "
+                f"pass --topic to import one of those into this job anyway",
+            )
+        return mine
+    if len(held) > 1:
+        raise ConfigError(
+            "--topic",
+            f"{source} holds offsets for {len(held)} topics ({_names(held)}) and job {job!r} has no "
+            f"offsets yet: pass --topic for each topic the job reads (the others are not imported)",
+        )
+    return held
+
+
 def plan_import(
     engine: sa.Engine,
     db: DatabaseSettings,
@@ -151,16 +193,28 @@ def plan_import(
     *,
     source: str,
     kafka: KafkaSettings,
+    topics: Collection[str] = (),
     timeout_s: float = 10.0,
 ) -> ImportPlan:
     """Check `offsets` against Kafka (topics and partitions exist, no offset past the end) and
-    against the store; changes nothing."""
+    against the store; changes nothing. Only the topics :func:`select_topics` picks (`topics`,
+    else the job's own) are planned; the source's others are listed in ``not_imported``."""
     from txn_offsets.kafka import metadata
 
     validate_job(job)
     check_offsets(offsets)  # the store's own validation of topic/partition/offset values
     if not offsets:
         raise ConfigError("import", f"{source} has no offsets")
+    with translate_errors(db), engine.connect() as conn:
+        try:
+            state = lock_job(conn, db, job, for_update=False)
+        except UnknownJob:
+            state = None
+        stored = offset_rows.load_offsets(conn, db, job)
+    held = collections.Counter(t for t, _ in offsets)
+    chosen = select_topics(held, source=source, job=job, named=topics, own={t for t, _ in stored})
+    not_imported = {t: n for t, n in sorted(held.items()) if t not in chosen}
+    offsets = {tp: off for tp, off in offsets.items() if tp[0] in chosen}
     infos = metadata.describe_topics(kafka, sorted({t for t, _ in offsets}), timeout_s=timeout_s)
     for topic, part in sorted(offsets):
         if part not in infos[topic].partitions:
@@ -177,12 +231,6 @@ def plan_import(
                 f"({marks[(topic, part)][1]}); it is not a position in this topic (another cluster, "
                 f"or the topic was re-created)",
             )
-    with translate_errors(db), engine.connect() as conn:
-        try:
-            state = lock_job(conn, db, job, for_update=False)
-        except UnknownJob:
-            state = None
-        stored = offset_rows.load_offsets(conn, db, job)
     steps = tuple(
         ImportStep(t, p, stored.get((t, p)), off, *marks[(t, p)]) for (t, p), off in sorted(offsets.items())
     )
@@ -196,6 +244,7 @@ def plan_import(
         0.0 if state is None else state.heartbeat_age_s,
         {t: info.topic_id for t, info in infos.items()},
         unlisted,
+        not_imported,
     )
 
 

@@ -185,3 +185,95 @@ def test_bad_input_is_one_line_and_changes_nothing(
     with engine.connect() as conn, pytest.raises(UnknownJob):
         lock_job(conn, migrated, job_name, for_update=False)
     assert offsets_of(engine, migrated, seed_job) == before
+
+
+def test_a_source_of_several_topics_imports_only_the_named_ones(
+    run_cli: Cli,
+    engine: sa.Engine,
+    migrated: DatabaseSettings,
+    job_name: str,
+    topic: str,
+    kafka_bootstrap: str,
+    topic_factory: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    """A checkpoint of a query that read two topics: a new job must say which it reads (--topic);
+    the other topic is listed as not imported and never gets a row (a row nothing moves would show
+    its lag forever); a --topic the source lacks is an error naming the topics it holds."""
+    other = topic_factory(partitions=1)
+    produce_counts(kafka_bootstrap, other, {0: 4})
+    ckpt = tmp_path / "query"
+    write_checkpoint(ckpt, [{topic: {0: 5, 1: 4, 2: 6}, other: {0: 3}}], 1)
+    cmd = ["offsets", "import", "--job", job_name, "--from-spark-checkpoint", str(ckpt)]
+    cmd += ["--schema", migrated.schema]
+
+    code, out, err = run_cli(*cmd, "--dry-run")
+    error = err.splitlines()[-1]
+    assert code == 1 and out == "" and error.startswith("txn-offsets: error: --topic:")
+    assert f"holds offsets for 2 topics ({', '.join(sorted([topic, other]))})" in error
+    assert "pass --topic for each topic the job reads" in error
+
+    code, out, err = run_cli(*cmd, "--topic", "never-read", "--topic", topic)
+    error = err.splitlines()[-1]
+    assert code == 1 and out == "" and error.startswith("txn-offsets: error: --topic:")
+    assert f"'never-read' is not in spark checkpoint {ckpt} (batch 0)" in error
+    assert f"it holds offsets for {', '.join(sorted([topic, other]))}" in error
+    with engine.connect() as conn, pytest.raises(UnknownJob):
+        lock_job(conn, migrated, job_name, for_update=False)  # nothing written by any of these
+
+    code, out, err = run_cli(*cmd, "--topic", topic, "--topic", topic, "--dry-run")
+    assert code == 0, err
+    assert f"  {topic}[1]  (none) -> 4  (log 0..10)" in out
+    assert f"  {other}  not imported (1 partition(s) in the source)" in out
+    assert f"{other}[" not in out and "dry run: nothing changed" in out
+    with engine.connect() as conn, pytest.raises(UnknownJob):
+        lock_job(conn, migrated, job_name, for_update=False)
+
+    code, out, err = run_cli(*cmd, "--topic", topic)
+    assert code == 0, err
+    assert out.splitlines()[-1] == f"imported 3 partition(s) into job {job_name!r}; generation is now 1"
+    assert offsets_of(engine, migrated, job_name) == {(topic, 0): 5, (topic, 1): 4, (topic, 2): 6}
+    assert {r[0] for r in audit(engine, migrated, job_name)} == {topic}
+
+
+def test_an_existing_job_imports_its_own_topics_by_default(
+    run_cli: Cli,
+    engine: sa.Engine,
+    migrated: DatabaseSettings,
+    job_name: str,
+    topic: str,
+    kafka_bootstrap: str,
+    topic_factory: Callable[..., str],
+) -> None:
+    """A consumer group that also consumed another topic: a job that has offset rows takes only
+    its own topics from it (the others are listed as not imported); a source that holds none of
+    the job's topics is an error naming both sides, unless --topic says which to take."""
+    other = topic_factory(partitions=2)
+    produce_counts(kafka_bootstrap, other, {0: 3, 1: 3})
+    group = f"legacy-{uuid.uuid4().hex[:8]}"
+    offsets = {(topic, 0): 7, (topic, 1): 8, (topic, 2): 9, (other, 0): 2, (other, 1): 1}
+    assert GroupMirror(KafkaSettings(kafka_bootstrap), group).commit(offsets)
+    start_run(engine, migrated, job_name)
+    seed(engine, migrated, job_name, {(topic, p): 1 for p in range(3)})
+    cmd = ["offsets", "import", "--job", job_name, "--from-consumer-group", group]
+    cmd += ["--schema", migrated.schema]
+
+    code, out, err = run_cli(*cmd, "--force")
+    assert code == 0, err
+    assert f"  {topic}[0]  1 -> 7  (+6)" in out
+    assert f"  {other}  not imported (2 partition(s) in the source)" in out
+    assert offsets_of(engine, migrated, job_name) == {(topic, 0): 7, (topic, 1): 8, (topic, 2): 9}
+
+    lone = f"{job_name}-lone"
+    start_run(engine, migrated, lone)
+    seed(engine, migrated, lone, {("elsewhere", 0): 1})
+    code, out, err = run_cli(*cmd[:3], lone, *cmd[4:], "--force")
+    error = err.splitlines()[-1]
+    assert code == 1 and out == "" and error.startswith("txn-offsets: error: --topic:")
+    assert f"job {lone!r} reads elsewhere" in error
+    assert f"holds offsets for {', '.join(sorted([topic, other]))} only" in error
+    assert offsets_of(engine, migrated, lone) == {("elsewhere", 0): 1}
+    code, out, err = run_cli(*cmd[:3], lone, *cmd[4:], "--force", "--topic", other)
+    assert code == 0, err
+    assert f"  {topic}  not imported (3 partition(s) in the source)" in out
+    assert offsets_of(engine, migrated, lone) == {("elsewhere", 0): 1, (other, 0): 2, (other, 1): 1}
