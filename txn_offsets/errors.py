@@ -83,15 +83,19 @@ class TopicChanged(TxnOffsetsError):
 
     __module__ = "txn_offsets"
 
-    def __init__(self, topic: str, planned_id: str, current_id: str | None) -> None:
+    def __init__(
+        self, topic: str, planned_id: str, current_id: str | None, *, in_store: bool = False
+    ) -> None:
         self.topic = topic
         self.planned_id = planned_id
         self.current_id = current_id
-        now = (
-            f"Kafka now has topic id {current_id}"
-            if current_id is not None
-            else "the topic does not exist any more"
-        )
+        self.in_store = in_store  # True: the stored offset row changed incarnation, not (yet) Kafka
+        if in_store:
+            now = f"its stored offset row now belongs to topic id {current_id}"
+        elif current_id is not None:
+            now = f"Kafka now has topic id {current_id}"
+        else:
+            now = "the topic does not exist any more"
         super().__init__(
             f"topic {topic!r} changed while its records were processed: the batch was planned from "
             f"topic id {planned_id} and {now} (deleted and re-created?). Nothing of it was committed; "
@@ -222,7 +226,16 @@ class DataLoss(TxnOffsetsError):
     __module__ = "txn_offsets"
 
     def __init__(
-        self, job: str, topic: str, partition: int, stored: int, log_start: int, *, kind: str = "retention"
+        self,
+        job: str,
+        topic: str,
+        partition: int,
+        stored: int,
+        log_start: int,
+        *,
+        kind: str = "retention",
+        stored_topic_id: str | None = None,
+        topic_id: str | None = None,
     ) -> None:
         self.job = job
         self.topic = topic
@@ -230,17 +243,22 @@ class DataLoss(TxnOffsetsError):
         self.stored = stored
         self.log_start = log_start  # where an audited skip continues
         self.kind = kind
+        self.stored_topic_id = stored_topic_id  # the incarnation the stored offset belongs to
+        self.topic_id = topic_id  # the incarnation Kafka has now
+        same_topic = stored_topic_id is not None and stored_topic_id == topic_id
         what = {
             "retention": (
                 f"offsets [{stored}, {log_start}) were deleted from Kafka before they were processed"
             ),
             "truncated": (
                 f"the stored offset {stored} is above the end of the log ({log_start}): the log was "
-                f"truncated or the topic re-created, and records written below {stored} would be skipped"
+                + ("truncated" if same_topic else "truncated or the topic re-created")
+                + f", and records written below {stored} would be skipped"
             ),
             "recreated": (
-                f"the topic was deleted and re-created (its Kafka topic id changed); the stored offset "
-                f"{stored} belongs to the old topic"
+                f"the topic was deleted and re-created: the stored offset {stored} was committed for "
+                f"Kafka topic id {stored_topic_id}, and the topic now has id {topic_id}, whose log "
+                f"starts at {log_start}"
             ),
         }.get(kind, kind)
         super().__init__(

@@ -188,7 +188,16 @@ def plan_batch(
                 continue
             kind, resume = loss
             if on_data_loss == "fail":
-                raise DataLoss(job, tp[0], tp[1], rows[tp].off, resume, kind=kind)
+                raise DataLoss(
+                    job,
+                    tp[0],
+                    tp[1],
+                    rows[tp].off,
+                    resume,
+                    kind=kind,
+                    stored_topic_id=rows[tp].topic_id,
+                    topic_id=topic_ids[tp[0]],
+                )
             offset_rows.skip_lost(
                 conn,
                 db,
@@ -197,7 +206,9 @@ def plan_batch(
                 tp[1],
                 rows[tp].off,
                 resume,
-                reason=_LOSS_REASONS[kind].format(stored=rows[tp].off, resume=resume),
+                reason=_LOSS_REASONS[kind].format(
+                    stored=rows[tp].off, resume=resume, old_id=rows[tp].topic_id, new_id=topic_ids[tp[0]]
+                ),
                 generation=generation,  # a fenced run must not move offsets
                 topic_id=topic_ids[tp[0]],
                 to_new_log=kind != "retention",
@@ -219,6 +230,7 @@ def plan_batch(
         max_per_partition=limits.max_records_per_partition,
         max_total=limits.max_records_per_batch,
         share=limits.batch_share,
+        topic_ids=topic_ids,
     )
     return Plan(ranges=tuple(ranges), ends=ends, stored=stored)
 
@@ -226,8 +238,8 @@ def plan_batch(
 _LOSS_REASONS = {
     "retention": "records [{stored}, {resume}) deleted from Kafka before processing",
     "truncated": "stored offset {stored} above the log end {resume} (log truncated); continuing at the end",
-    "recreated": "topic re-created (new topic id); offset {stored} was of the old topic, continuing at "
-    "the new log start {resume}",
+    "recreated": "topic re-created (topic id {old_id} -> {new_id}); offset {stored} was of the old topic, "
+    "continuing at the new log start {resume}",
 }
 
 

@@ -9,7 +9,7 @@ compaction leave gaps), so nothing here ever counts records to find an end.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from txn_offsets.errors import ConfigError
 
@@ -32,12 +32,20 @@ BATCH_SHARES = ("even", "backlog")
 
 @dataclass(frozen=True, order=True)
 class OffsetRange:
-    """The records of one partition a task reads and commits: offsets in ``[start, until)``."""
+    """The records of one partition a task reads and commits: offsets in ``[start, until)``.
+
+    ``topic_id`` is the Kafka topic id the range was planned from (None: not known, e.g. a range
+    built by hand). Offsets are only meaningful within one incarnation of a topic, so a planned
+    range's claim requires the stored row to belong to that id, and the records read for it are
+    proven to come from it by checking the id again after the read (ids are never reused). It is
+    not part of equality or ordering: it describes where the range's offsets live.
+    """
 
     topic: str
     partition: int
     start: int
     until: int
+    topic_id: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not self.topic:
@@ -54,6 +62,8 @@ class OffsetRange:
                 f"{self.until} is below the start {self.start} for {self.topic}[{self.partition}]; "
                 f"a range never moves backwards",
             )
+        if self.topic_id is not None and (not isinstance(self.topic_id, str) or not self.topic_id):
+            raise ConfigError("topic_id", f"must be a non-empty string or None for topic {self.topic!r}")
 
     @property
     def key(self) -> TopicPartition:
@@ -156,10 +166,12 @@ def plan_ranges(
     max_per_partition: int | None = None,
     max_total: int | None = None,
     share: str = "even",
+    topic_ids: Mapping[str, str] | None = None,
 ) -> list[OffsetRange]:
     """The non-empty ranges of one batch: ``until = min(end, start + max_per_partition)``, then an
     optional total cap shared over the partitions, ``share``: "even" (:func:`fair_share`) or
-    "backlog" (:func:`backlog_share`). Every partition in ``stored`` must have an end offset."""
+    "backlog" (:func:`backlog_share`). Every partition in ``stored`` must have an end offset.
+    ``topic_ids`` (topic -> Kafka topic id) are carried by the ranges (see :class:`OffsetRange`)."""
     if max_per_partition is not None and max_per_partition <= 0:
         raise ConfigError("max_records_per_partition", f"must be > 0, got {max_per_partition}")
     if max_total is not None and max_total <= 0:
@@ -178,8 +190,9 @@ def plan_ranges(
         spans[key] = span
     if max_total is not None:
         spans = (backlog_share if share == "backlog" else fair_share)(spans, max_total)
+    ids = topic_ids or {}
     return sorted(
-        OffsetRange(topic, part, stored[(topic, part)], stored[(topic, part)] + span)
+        OffsetRange(topic, part, stored[(topic, part)], stored[(topic, part)] + span, ids.get(topic))
         for (topic, part), span in spans.items()
         if span > 0
     )

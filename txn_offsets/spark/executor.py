@@ -28,10 +28,12 @@ from txn_offsets.errors import (
     OffsetConflict,
     RecordRejected,
     RecordsNotConsumed,
+    TopicChanged,
     TransactionAborted,
     TxnOffsetsError,
     WriteFailed,
 )
+from txn_offsets.kafka.metadata import check_incarnation
 from txn_offsets.kafka.reader import Record, read_range
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.store.database import engine_for
@@ -94,7 +96,7 @@ class TaskReport:
 
     range: OffsetRange
     # committed | already_committed, or (with `error`) conflict | fenced | blocked | aborted |
-    # write_failed | rejected | not_consumed
+    # write_failed | topic_changed | rejected | not_consumed
     outcome: str
     records: int
     error: TxnOffsetsError | None = None
@@ -180,12 +182,20 @@ def commit_reporting(
     *,
     isolation_level: str,
     records: int,
+    kafka: KafkaSettings | None,
     guard: bool = True,
 ) -> list[TaskReport]:
     """commit_ranges on this worker's engine, with a conflict or a fencing turned into reports:
     nothing was written, and the driver raises the error with its context (a Spark retry of the
-    task could never succeed)."""
+    task could never succeed).
+
+    Call it once the ranges' records have been read: with `kafka`, it first checks that each
+    topic is still the incarnation the ranges were planned from (TopicChanged otherwise, reported
+    like a conflict and planned again by the runner). ``kafka=None`` is for callers that did not
+    read the records themselves."""
     try:
+        if kafka is not None and guard:
+            check_incarnation(kafka, ranges)
         outcomes = commit_ranges(
             worker_engine(db), db, run, ranges, write, isolation_level=isolation_level, guard=guard
         )
@@ -203,6 +213,7 @@ _REPORTED_AS: dict[type[TxnOffsetsError], str] = {
     ClaimBlocked: "blocked",
     TransactionAborted: "aborted",
     WriteFailed: "write_failed",
+    TopicChanged: "topic_changed",
 }
 _REPORTED = tuple(_REPORTED_AS)
 
@@ -256,6 +267,7 @@ class PartitionTask(Generic[A]):
             lambda conn: self._write(conn, rng, prepared, dead),
             isolation_level=self.isolation_level,
             records=counted.n,
+            kafka=self.kafka,
             guard=self.guard,
         )
         if report.error is not None:

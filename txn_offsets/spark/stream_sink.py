@@ -28,7 +28,7 @@ from typing import Any, Generic, TypeVar
 
 import sqlalchemy as sa
 
-from txn_offsets.config import DatabaseSettings
+from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import BatchFailed
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark.batch import batch_deadline
@@ -56,6 +56,9 @@ class ExactlyOnceSink(Generic[R]):
     database: DatabaseSettings
     write: Callable[[sa.Connection, Sequence[OffsetRange], R], None]
     compute_df: Callable[[Any], R] | None = None
+    # where the batch's records were read: after compute_df, the topics must still be the
+    # incarnations the ranges were planned from (TopicChanged fails the batch, nothing committed)
+    kafka: KafkaSettings | None = None
     isolation_level: str = "READ COMMITTED"
     lease_s: float = 60.0
     batch_timeout_s: float | None = 600.0
@@ -75,7 +78,13 @@ class ExactlyOnceSink(Generic[R]):
                 mark_committed(conn, self.database, self.run, ranges)
 
             reports = commit_reporting(
-                self.database, self.run, list(ranges), write, isolation_level=self.isolation_level, records=-1
+                self.database,
+                self.run,
+                list(ranges),
+                write,
+                isolation_level=self.isolation_level,
+                records=-1,
+                kafka=self.kafka,
             )
         for report in reports:
             if report.error is not None:

@@ -15,7 +15,8 @@ the same data-loss checks. The table is the truth, Spark's checkpoint only follo
   stream written by another sink would otherwise re-read the same records forever).
 
 A Spark offset is ``{"generation": g, "next": {topic: {partition: offset}}, "batch": [[topic,
-partition, start, until], ...]}``: the positions after the batch, and the batch's ranges.
+partition, start, until, topic_id], ...]}``: the positions after the batch, and the batch's ranges
+with the Kafka topic id each was planned from.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from txn_offsets.spark.frames import arrow_batches, record_schema
 from txn_offsets.store.database import engine_for, translate_errors
 from txn_offsets.store.offset_rows import load_offsets
 from txn_offsets.store.runs import Run, heartbeat
-from txn_offsets.store.stream_plans import check_committed, claim, save_plan
+from txn_offsets.store.stream_plans import check_committed, claim, range_rows, ranges_of, save_plan
 
 __all__ = ["FORMAT", "StreamConfig", "TxnOffsetsSource", "bound_source"]
 
@@ -164,7 +165,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {
             "generation": cfg.run.generation,
             "next": _nested(positions),
-            "batch": [[r.topic, r.partition, r.start, r.until] for r in ranges],
+            "batch": range_rows(ranges),
         }
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
@@ -249,7 +250,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 def _ranges(offset: Mapping[str, Any]) -> tuple[OffsetRange, ...]:
-    return tuple(OffsetRange(str(t), int(p), int(a), int(b)) for t, p, a, b in offset.get("batch", ()))
+    return ranges_of(offset.get("batch", ()))
 
 
 def _nested(positions: Mapping[TopicPartition, int]) -> dict[str, dict[str, int]]:

@@ -215,6 +215,7 @@ class TxnStream:
         sink = ExactlyOnceSink(
             run=self.run,
             database=self.config.database,
+            kafka=self.config.kafka,
             write=write,
             compute_df=compute_df,
             isolation_level=isolation_level,

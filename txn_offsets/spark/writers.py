@@ -126,6 +126,7 @@ class BatchWriter(Generic[R]):
             lambda conn: self.write(conn, batch.ranges, result),
             isolation_level=self.isolation_level,
             records=-1,  # unknown per range: compute() saw the batch as a whole
+            kafka=batch.kafka,  # compute() has read every record: check the topics are the planned ones
         )
 
     def _compute(self, batch: Batch) -> R:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 
-from txn_offsets.errors import Fenced, OffsetConflict, UnknownJob
+from txn_offsets.errors import Fenced, OffsetConflict, TopicChanged, UnknownJob
 from txn_offsets.ranges import OffsetRange, TopicPartition
 
 __all__ = ["ClaimResult", "Settled", "classify_claim", "classify_reread"]
@@ -30,19 +30,33 @@ class Settled(enum.StrEnum):
     AT_START = "at_start"  # nothing of the batch was committed
 
 
+def _same_topic(rng: OffsetRange, found_topic_id: str | None) -> bool:
+    """A range planned from a known topic id only matches a row of that same incarnation."""
+    return rng.topic_id is None or found_topic_id == rng.topic_id
+
+
 def classify_claim(
-    job: str, rng: OffsetRange, found_off: int | None, found_generation: int | None, my_generation: int
+    job: str,
+    rng: OffsetRange,
+    found_off: int | None,
+    found_generation: int | None,
+    my_generation: int,
+    *,
+    found_topic_id: str | None = None,
 ) -> ClaimResult:
     """Classify a claim that updated no row, from the row re-read afterwards.
 
-    A newer generation wins over everything (this run must stop); then ``off == until`` means
-    this exact range was committed before (a retry, a speculative copy); anything else is a
-    conflict that must not be retried into success.
+    A newer generation wins over everything (this run must stop); then a row of another topic
+    incarnation than the range was planned from is TopicChanged (transient: plan again); then
+    ``off == until`` means this exact range was committed before (a retry, a speculative copy);
+    anything else is a conflict that must not be retried into success.
     """
     if found_generation is None:
         raise UnknownJob(job)
     if found_generation != my_generation:
         raise Fenced(job, my_generation, found_generation)
+    if rng.topic_id is not None and not _same_topic(rng, found_topic_id):
+        raise TopicChanged(rng.topic, rng.topic_id, found_topic_id, in_store=True)
     if found_off == rng.until:
         return ClaimResult.ALREADY_COMMITTED
     raise OffsetConflict(job, rng.topic, rng.partition, rng.start, found_off)
@@ -54,19 +68,30 @@ def classify_reread(
     found: Mapping[TopicPartition, int | None],
     found_generation: int | None,
     my_generation: int,
+    *,
+    found_topic_ids: Mapping[TopicPartition, str | None] | None = None,
 ) -> Settled:
     """Classify a batch whose transaction ended without a clear answer (lost COMMIT, 40001).
 
-    All rows at their range's end means the batch is committed (a committed batch stays
-    committed even if a newer run started since); all at their start means nothing happened.
-    Anything in between is a conflict, reported on the range that explains it best.
+    All rows at their range's end (and of the incarnation each range was planned from) means the
+    batch is committed (a committed batch stays committed even if a newer run started since); all
+    at their start means nothing happened. Anything in between is a conflict, reported on the
+    range that explains it best.
     """
-    if ranges and all(found.get(r.key) == r.until for r in ranges):
+    ids = found_topic_ids or {}
+
+    def same(r: OffsetRange) -> bool:
+        return r.topic_id is None or _same_topic(r, ids.get(r.key))
+
+    if ranges and all(found.get(r.key) == r.until and same(r) for r in ranges):
         return Settled.AT_UNTIL
     if found_generation is None:
         raise UnknownJob(job)
     if found_generation != my_generation:
         raise Fenced(job, my_generation, found_generation)
+    moved = next((r for r in ranges if not same(r)), None)
+    if moved is not None and moved.topic_id is not None:
+        raise TopicChanged(moved.topic, moved.topic_id, ids.get(moved.key), in_store=True)
     if all(found.get(r.key) == r.start for r in ranges):
         return Settled.AT_START
     odd = [r for r in ranges if found.get(r.key) not in (r.start, r.until)]

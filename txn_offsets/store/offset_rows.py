@@ -37,6 +37,7 @@ __all__ = [
     "load_rows",
     "mark_first_plan",
     "reread",
+    "reread_rows",
     "reset_offsets",
     "seed_offsets",
     "skip_lost",
@@ -167,22 +168,30 @@ def claim(conn: sa.Connection, db: DatabaseSettings, run: Run, rng: OffsetRange)
         .cte("gen")
     )
     o = t.offsets
-    stmt = (
-        sa.update(o)
-        .where(
-            o.c.job == run.job,
-            o.c.topic == rng.topic,
-            o.c.part == rng.partition,
-            o.c.off == rng.start,
-            o.c.job == gen.c.job,
-            gen.c.generation == run.generation,
-        )
-        .values(off=rng.until, updated_at=sa.func.now())
-    )
+    guard = [
+        o.c.job == run.job,
+        o.c.topic == rng.topic,
+        o.c.part == rng.partition,
+        o.c.off == rng.start,
+        o.c.job == gen.c.job,
+        gen.c.generation == run.generation,
+    ]
+    if rng.topic_id is not None:
+        # the offsets are of the incarnation the range was planned from, or the claim is not ours
+        guard.append(o.c.topic_id == rng.topic_id)
+    stmt = sa.update(o).where(*guard).values(off=rng.until, updated_at=sa.func.now())
     if conn.execute(stmt).rowcount == 1:
         return ClaimResult.CLAIMED
-    found, generation = reread(conn, db, run.job, [rng.key], lock=False)
-    return classify_claim(run.job, rng, found.get(rng.key), generation, run.generation)
+    rows, generation = reread_rows(conn, db, run.job, [rng.key], lock=False)
+    row = rows.get(rng.key)
+    return classify_claim(
+        run.job,
+        rng,
+        None if row is None else row.off,
+        generation,
+        run.generation,
+        found_topic_id=None if row is None else row.topic_id,
+    )
 
 
 def reread(
@@ -193,15 +202,23 @@ def reread(
     With `lock`, the rows are read FOR UPDATE: that waits until any transaction still holding
     them (a COMMIT whose client vanished) has ended, so the answer is final, not a guess.
     """
+    rows, generation = reread_rows(conn, db, job, keys, lock=lock)
+    return {k: None if row is None else row.off for k, row in rows.items()}, generation
+
+
+def reread_rows(
+    conn: sa.Connection, db: DatabaseSettings, job: str, keys: Sequence[TopicPartition], *, lock: bool = True
+) -> tuple[dict[TopicPartition, StoredOffset | None], int | None]:
+    """:func:`reread` with each row's topic id (None: no row)."""
     t = tables_for(db.schema)
     o = t.offsets
-    stmt = sa.select(o.c.topic, o.c.part, o.c.off).where(
+    stmt = sa.select(o.c.topic, o.c.part, o.c.off, o.c.topic_id).where(
         o.c.job == job, sa.tuple_(o.c.topic, o.c.part).in_(list(keys))
     )
     if lock:
         stmt = stmt.order_by(o.c.topic, o.c.part).with_for_update()
-    found: dict[TopicPartition, int | None] = dict.fromkeys(keys)
-    found.update({(r.topic, r.part): r.off for r in conn.execute(stmt)})
+    found: dict[TopicPartition, StoredOffset | None] = dict.fromkeys(keys)
+    found.update({(r.topic, r.part): StoredOffset(r.off, r.topic_id) for r in conn.execute(stmt)})
     generation = conn.execute(sa.select(t.jobs.c.generation).where(t.jobs.c.job == job)).scalar_one_or_none()
     return found, generation
 

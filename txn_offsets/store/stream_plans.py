@@ -31,7 +31,16 @@ from txn_offsets.store.offset_rows import check_generation
 from txn_offsets.store.runs import Run, lock_job
 from txn_offsets.store.schema import tables_for
 
-__all__ = ["StreamPlan", "check_committed", "claim", "load_plan", "mark_committed", "save_plan"]
+__all__ = [
+    "StreamPlan",
+    "check_committed",
+    "claim",
+    "load_plan",
+    "mark_committed",
+    "range_rows",
+    "ranges_of",
+    "save_plan",
+]
 
 
 @dataclass(frozen=True)
@@ -40,12 +49,23 @@ class StreamPlan:
     committed: bool
 
 
-def _body(ranges: Sequence[OffsetRange]) -> list[list[object]]:
-    return [[r.topic, r.partition, r.start, r.until] for r in ranges]
+def range_rows(ranges: Sequence[OffsetRange]) -> list[list[object]]:
+    """Ranges as JSON rows ``[topic, partition, start, until]``, plus the planned topic id when
+    known (a 5th element: the sink's incarnation check needs it)."""
+    return [
+        [r.topic, r.partition, r.start, r.until] + ([r.topic_id] if r.topic_id is not None else [])
+        for r in ranges
+    ]
 
 
-def _ranges(body: Sequence[Sequence[object]]) -> tuple[OffsetRange, ...]:
-    return tuple(OffsetRange(str(t), int(str(p)), int(str(a)), int(str(b))) for t, p, a, b in body)
+def ranges_of(rows: Sequence[Sequence[object]]) -> tuple[OffsetRange, ...]:
+    """The inverse of :func:`range_rows` (rows of 4 elements, from before topic ids, have none)."""
+    out = []
+    for row in rows:
+        t, p, a, b = row[:4]
+        topic_id = str(row[4]) if len(row) > 4 and row[4] is not None else None
+        out.append(OffsetRange(str(t), int(str(p)), int(str(a)), int(str(b)), topic_id))
+    return tuple(out)
 
 
 def _owned_row(conn: sa.Connection, db: DatabaseSettings, run: Run, reader: str) -> Any:
@@ -94,7 +114,7 @@ def check_committed(
     """Before planning past a batch Spark considers done: its ranges must be committed."""
     with translate_errors(db), engine.begin() as conn:
         row = _owned_row(conn, db, run, reader)
-    if row is None or _ranges(row.ranges) != tuple(ranges):
+    if row is None or ranges_of(row.ranges) != tuple(ranges):
         raise StreamDiverged(
             run.job, run.generation, "the checkpoint's last batch is not the batch this run's source planned"
         )
@@ -114,7 +134,7 @@ def save_plan(
 ) -> None:
     """Store `ranges` as the stream's current batch. The same batch again (Spark planning it once
     more) changes nothing; a new batch needs the previous one committed."""
-    body = _body(ranges)
+    body = range_rows(ranges)
     with translate_errors(db), engine.begin() as conn:
         row = _owned_row(conn, db, run, reader)
         if row is not None and row.ranges == body:
@@ -148,7 +168,7 @@ def load_plan(engine: sa.Engine, db: DatabaseSettings, run: Run) -> StreamPlan:
                 "no batch planned by this run's txn_offsets source: the exactly-once sink writes only "
                 "the stream of its own open_stream (TxnStream.start wires both)",
             )
-    return StreamPlan(_ranges(row.ranges), bool(row.committed))
+    return StreamPlan(ranges_of(row.ranges), bool(row.committed))
 
 
 def mark_committed(
@@ -162,7 +182,8 @@ def mark_committed(
         .where(
             plans.c.job == run.job,
             plans.c.generation == run.generation,
-            plans.c.ranges == sa.cast(sa.literal(_body(ranges), plans.c.ranges.type), plans.c.ranges.type),
+            plans.c.ranges
+            == sa.cast(sa.literal(range_rows(ranges), plans.c.ranges.type), plans.c.ranges.type),
         )
         .values(committed=True)
     ).rowcount

@@ -243,8 +243,12 @@ def _settle(
     with translate_errors(db), engine.connect() as fresh:
         conn = fresh.execution_options(isolation_level="READ COMMITTED")
         with conn.begin():
-            found, generation = offset_rows.reread(conn, db, run.job, [r.key for r in ordered], lock=True)
-    settled = offset_rows.classify_reread(run.job, ordered, found, generation, run.generation)
+            rows, generation = offset_rows.reread_rows(conn, db, run.job, [r.key for r in ordered], lock=True)
+    found = {k: None if row is None else row.off for k, row in rows.items()}
+    ids = {k: None if row is None else row.topic_id for k, row in rows.items()}
+    settled = offset_rows.classify_reread(
+        run.job, ordered, found, generation, run.generation, found_topic_ids=ids
+    )
     if settled is offset_rows.Settled.AT_UNTIL:
         # after a lost COMMIT the rows at `until` are (almost always) ours; after 40001 they are
         # a duplicate's. Either way the records are applied exactly once.
