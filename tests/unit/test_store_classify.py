@@ -6,7 +6,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from txn_offsets import Fenced, OffsetConflict, UnknownJob
+from txn_offsets import Fenced, OffsetConflict, TopicChanged, UnknownJob
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.store.classify import ClaimResult, Settled, classify_claim, classify_reread
 
@@ -111,3 +111,40 @@ def test_mixed_batch_reports_the_committed_range() -> None:
     with pytest.raises(OffsetConflict) as info:
         classify_reread("j", batch, {("t", 0): 0, ("t", 1): 8}, 3, 3)
     assert (info.value.partition, info.value.expected, info.value.found) == (1, 5, 8)
+
+
+topic_ids = st.sampled_from(["id-a", "id-b"])
+
+
+@given(rng=ranges(), planned=topic_ids, found_id=st.none() | topic_ids, found=offsets, gen=generations)
+def test_a_row_of_another_topic_incarnation_is_never_this_range(
+    rng: OffsetRange, planned: str, found_id: str | None, found: int, gen: int
+) -> None:
+    """A range planned from topic id A never counts as committed (nor conflicts) on a row of
+    another incarnation: that is TopicChanged (plan again), even when the offsets happen to match."""
+    planned_rng = OffsetRange(rng.topic, rng.partition, rng.start, rng.until, planned)
+    if found_id == planned:
+        if found == rng.until:
+            assert classify_claim("j", planned_rng, found, gen, gen, found_topic_id=found_id) is (
+                ClaimResult.ALREADY_COMMITTED
+            )
+        return
+    with pytest.raises(TopicChanged) as changed:
+        classify_claim("j", planned_rng, found, gen, gen, found_topic_id=found_id)
+    assert (changed.value.planned_id, changed.value.current_id) == (planned, found_id)
+    assert changed.value.in_store
+    found_at = {planned_rng.key: planned_rng.until}
+    with pytest.raises(TopicChanged):
+        classify_reread("j", [planned_rng], found_at, gen, gen, found_topic_ids={planned_rng.key: found_id})
+    # fencing still wins over everything
+    with pytest.raises(Fenced):
+        classify_claim("j", planned_rng, found, gen + 1, gen, found_topic_id=found_id)
+
+
+@given(rng=ranges(), gen=generations)
+def test_a_range_without_a_topic_id_is_classified_as_before(rng: OffsetRange, gen: int) -> None:
+    assert (
+        classify_claim("j", rng, rng.until, gen, gen, found_topic_id="any") is ClaimResult.ALREADY_COMMITTED
+    )
+    found = {rng.key: rng.until}
+    assert classify_reread("j", [rng], found, gen, gen, found_topic_ids={rng.key: "any"}) is Settled.AT_UNTIL
