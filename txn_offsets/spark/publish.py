@@ -5,6 +5,11 @@ lag tools, and the user's ``on_batch`` callback.
 Statistics and the mirror are best effort: they run on one background thread, so a slow or
 unreachable Kafka or a busy ``job_stats`` row never delays the next batch, and their failures are
 logged and counted, never raised. The table of offsets stays the only truth.
+
+That one thread also orders the run's mirror sends after its own commits, batch by batch. A run
+that fails or is fenced stops the mirror at once (:meth:`BatchPublisher.run_failed`): its queued
+mirror commits are dropped and ``close()`` flushes nothing, so it never writes an offset older than
+one a newer run may have mirrored already (the mirror also skips entries of a newer generation).
 """
 
 from __future__ import annotations
@@ -48,13 +53,19 @@ class BatchPublisher:
         *,
         mirror_group: str | None,
         on_batch: Callable[[Any], None] | None,
+        generation: int,
     ) -> None:
         self._engine = engine
         self._db = db
         self._job = job
         self._on_batch = on_batch
         self._mirror = (
-            GroupMirror(kafka, mirror_group, on_failure=lambda: self._count_failure("mirror_failed"))
+            GroupMirror(
+                kafka,
+                mirror_group,
+                generation=generation,
+                on_failure=lambda: self._count_failure("mirror_failed"),
+            )
             if mirror_group is not None
             else None
         )
@@ -67,19 +78,25 @@ class BatchPublisher:
         self._background.submit(self._record, seconds, outcomes)
         if self._mirror is not None:
             ends: dict[TopicPartition, int] = {r.range.key: r.range.until for r in reports}
-            self._background.submit(self._mirror.commit, ends)
+            ids = {r.range.key: r.range.topic_id for r in reports if r.range.topic_id is not None}
+            self._background.submit(self._mirror.commit, ends, ids)
         if self._on_batch is not None:
             self._on_batch(report)
 
     def run_failed(self, exc: BaseException) -> None:
-        """Count a failure that ends the run (conflict, fencing, rejected record, data loss)."""
+        """The run ends with `exc`: stop the mirror now (what is queued for it is dropped, not sent),
+        and count the failure if it is one of job_stats' (conflict, fencing, rejected record, data
+        loss)."""
+        if self._mirror is not None:
+            self._mirror.halt(type(exc).__name__)
         outcome = next((name for cls, name in _FAILURE_OUTCOMES.items() if isinstance(exc, cls)), None)
         if outcome is not None:
             self._background.submit(self._count_failure, outcome)
 
     def close(self) -> None:
-        """Finish what is queued (bounded by the mirror's and the statistics' own timeouts)."""
-        if self._mirror is not None:
+        """Finish what is queued (bounded by the mirror's and the statistics' own timeouts); flush the
+        mirror unless the run failed."""
+        if self._mirror is not None and not self._mirror.halted:
             self._background.submit(self._mirror.flush)
         self._background.shutdown(wait=True)
         if self._mirror is not None:

@@ -173,6 +173,7 @@ def run_job(
         job,
         mirror_group=mirror_group,
         on_batch=on_batch,
+        generation=run.generation,
     )
     lease = LeaseKeeper(engine, database, run, every_s=max(1.0, lease_s / 3))
     started = time.monotonic()
