@@ -1,14 +1,43 @@
-"""``txn-offsets serve``: parse, then hand over to :func:`txn_offsets.service.server.serve`."""
+"""``txn-offsets serve``: parse, then hand over to :func:`txn_offsets.service.server.serve`.
+
+After a stop (SIGTERM/SIGINT) the server has abandoned requests still waiting for PostgreSQL or
+Kafka; their worker threads would keep the process alive until their own timeouts end. The
+command waits for them for a moment, then exits anyway: the service is read-only, so nothing is
+left half-done.
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import sys
+import threading
+import time
 
 from txn_offsets.config import database_from_env, kafka_from_env
 from txn_offsets.errors import ConfigError
 
 __all__ = ["register"]
+
+logger = logging.getLogger(__name__)
+
+LINGER_S = 1.0  # how long a stopped service waits for abandoned requests before exiting anyway
+
+
+def _exit_past(before: set[threading.Thread]) -> None:
+    """Exit now (code 0) if threads started while serving are still running after LINGER_S."""
+    deadline = time.monotonic() + LINGER_S
+    for thread in set(threading.enumerate()) - before:
+        if not thread.daemon:
+            thread.join(max(0.0, deadline - time.monotonic()))
+    left = [t for t in set(threading.enumerate()) - before if t.is_alive() and not t.daemon]
+    if left and threading.current_thread() is threading.main_thread():
+        logger.warning("stopped; %d request(s) still waiting for PostgreSQL or Kafka are dropped", len(left))
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -26,15 +55,18 @@ def _serve(args: argparse.Namespace) -> int:
             f"serving schema {db.schema!r} on {url} (/metrics /offsets /healthz /readyz; {auth})", flush=True
         )
 
+    before = set(threading.enumerate())
     serve(
         db,
         kafka,
         host=args.host,
         port=args.port,
         token=token,
+        insecure_no_token=args.insecure_no_token,
         kafka_cache_s=args.kafka_cache_s,
         on_listening=listening,
     )
+    _exit_past(before)
     return 0
 
 
@@ -51,7 +83,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="Postgres schema of the txn_offsets tables (default: $TXN_OFFSETS_SCHEMA or txn_offsets)",
     )
     serve.add_argument(
-        "--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback only)"
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default: 127.0.0.1, loopback only; any other address needs "
+        "$TXN_OFFSETS_SERVE_TOKEN or --insecure-no-token)",
+    )
+    serve.add_argument(
+        "--insecure-no-token",
+        action="store_true",
+        help="allow a --host beyond loopback without $TXN_OFFSETS_SERVE_TOKEN: anyone who reaches "
+        "the address reads the offsets (e.g. in a container whose port is published on loopback only)",
     )
     serve.add_argument(
         "--port",

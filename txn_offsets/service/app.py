@@ -2,20 +2,30 @@
 
 * ``/metrics``: Prometheus exposition by prometheus-client (text or OpenMetrics, as the scraper asks)
 * ``/offsets``: JSON, every job (``/offsets/{job}``: one job; unknown job: 404)
-* ``/healthz``: 200 when PostgreSQL and Kafka answer, else 503 naming which one does not
-* ``/readyz``: 200 when the offsets schema is at the revision this version expects, else 503
+* ``/healthz``: liveness, ``/readyz``: readiness, both from the background checks of
+  :class:`~txn_offsets.service.health.HealthMonitor` (what each means is documented there)
 
 With a token (``TXN_OFFSETS_SERVE_TOKEN``) ``/metrics`` and ``/offsets`` need
-``Authorization: Bearer <token>``; the probes stay open (they show no offsets). Handlers are plain
-functions: Starlette runs them in its thread pool, so a slow database never blocks the event loop.
+``Authorization: Bearer <token>``. The probes stay open but say only ok/unavailable per
+dependency; the details (redacted URL, bootstrap servers, last error class, ages) are added for a
+request that shows the token, and never when no token is set.
+
+The probes are coroutines that read the cached health: they run on the event loop, never wait for
+PostgreSQL or Kafka and never take a worker thread. /metrics and /offsets read the store in a
+worker thread (a slow database never blocks the event loop) that a stopping server abandons
+instead of waiting for it.
 """
 
 from __future__ import annotations
 
+import functools
 import hmac
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Literal
 
+import anyio.to_thread
 import sqlalchemy as sa
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
@@ -27,9 +37,9 @@ from starlette.routing import Route
 from txn_offsets.config import DatabaseSettings, Secret
 from txn_offsets.errors import TxnOffsetsError
 from txn_offsets.service.collector import StoreCollector
+from txn_offsets.service.health import HealthMonitor
 from txn_offsets.service.kafka_view import KafkaView
 from txn_offsets.service.snapshot import Snapshot, read_snapshot
-from txn_offsets.store.database import translate_errors
 from txn_offsets.store.runs import validate_job
 
 __all__ = ["Service", "create_app"]
@@ -39,15 +49,30 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class Service:
-    """What the handlers share: the engine (short timeouts), the settings and the Kafka cache."""
+    """What the handlers share: the engine (short timeouts), the settings, the Kafka cache and the
+    health checks (made from the settings when not given; started by :func:`create_app`)."""
 
     engine: sa.Engine
     db: DatabaseSettings
     kafka: KafkaView
     token: Secret | None = None
+    health: HealthMonitor | None = None
 
     def snapshot(self) -> Snapshot:
         return read_snapshot(self.engine, self.db, self.kafka)
+
+    def start(self) -> HealthMonitor:
+        """Start the health checks (once) and let a scrape skip Kafka while its check fails."""
+        if self.health is None:
+            self.health = HealthMonitor(self.db, self.kafka.kafka)
+        self.health.start()
+        self.kafka.known_down = self.health.kafka_down
+        return self.health
+
+    def close(self) -> None:
+        """Stop the health checks (the engine is the caller's)."""
+        if self.health is not None:
+            self.health.stop()
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -71,19 +96,18 @@ def _denied() -> Response:
     )
 
 
-def _revision(service: Service) -> str | None:
-    from txn_offsets.store.migrate import head
+def _in_thread(handler: Callable[[Request], Response]) -> Callable[[Request], Awaitable[Response]]:
+    """`handler` in a worker thread; a cancelled request (a server stopping) stops waiting for it."""
 
-    version = sa.table("alembic_version", sa.column("version_num"), schema=service.db.schema)
-    with translate_errors(service.db), service.engine.connect() as conn:
-        current = conn.execute(sa.select(version.c.version_num)).scalar_one_or_none()
-    expected = head()
-    return (
-        None if current == expected else f"schema {service.db.schema!r} is at {current}, expected {expected}"
-    )
+    @functools.wraps(handler)
+    async def run(request: Request) -> Response:
+        return await anyio.to_thread.run_sync(handler, request, abandon_on_cancel=True)
+
+    return run
 
 
 def create_app(service: Service) -> Starlette:
+    health = service.start()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StoreCollector(service.snapshot, lambda: service.kafka.refreshes))
 
@@ -119,33 +143,19 @@ def create_app(service: Service) -> Starlette:
             }
         )
 
-    def healthz(_request: Request) -> Response:
-        problems = {}
-        try:
-            with translate_errors(service.db), service.engine.connect() as conn:
-                conn.execute(sa.select(sa.literal(1)))
-        except (TxnOffsetsError, sa.exc.SQLAlchemyError) as exc:
-            problems["database"] = str(exc) if isinstance(exc, TxnOffsetsError) else type(exc).__name__
-        kafka_problem = service.kafka.ping()
-        if kafka_problem is not None:
-            problems["kafka"] = kafka_problem
-        body = {"database": problems.get("database", "ok"), "kafka": problems.get("kafka", "ok")}
-        return JSONResponse(body, status_code=503 if problems else 200)
+    def probe(kind: Literal["live", "ready"]) -> Callable[[Request], Awaitable[Response]]:
+        async def answer(request: Request) -> Response:
+            details = service.token is not None and _authorised(service, request)
+            status, body = health.probe(kind, details=details)
+            return JSONResponse(body, status_code=status, headers={"Cache-Control": "no-store"})
 
-    def readyz(_request: Request) -> Response:
-        try:
-            problem = _revision(service)
-        except (TxnOffsetsError, sa.exc.SQLAlchemyError) as exc:
-            problem = str(exc) if isinstance(exc, TxnOffsetsError) else type(exc).__name__
-        if problem is not None:
-            return JSONResponse({"ready": False, "reason": problem}, status_code=503)
-        return JSONResponse({"ready": True})
+        return answer
 
     routes = [
-        Route("/metrics", metrics),
-        Route("/offsets", offsets),
-        Route("/offsets/{job:path}", offsets),
-        Route("/healthz", healthz),
-        Route("/readyz", readyz),
+        Route("/metrics", _in_thread(metrics)),
+        Route("/offsets", _in_thread(offsets)),
+        Route("/offsets/{job:path}", _in_thread(offsets)),
+        Route("/healthz", probe("live")),
+        Route("/readyz", probe("ready")),
     ]
     return Starlette(routes=routes)

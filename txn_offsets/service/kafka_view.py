@@ -5,7 +5,9 @@ Many scrapers (several Prometheus replicas, Grafana, curl) must cost Kafka one m
 per ``ttl_s``, not one each: :meth:`KafkaView.facts` returns the cached facts while they are fresh
 and otherwise refreshes them once, under a lock, while concurrent callers wait for that refresh
 instead of starting their own. A failed refresh is cached too (as an error), so an unreachable
-broker is not hammered by every scrape.
+broker is not hammered by every scrape. While the service's background health check finds Kafka
+down (:attr:`KafkaView.known_down`), a scrape does not ask Kafka at all: it gets an error at once
+instead of waiting for the timeouts.
 """
 
 from __future__ import annotations
@@ -13,11 +15,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from txn_offsets.config import KafkaSettings
-from txn_offsets.errors import ConfigError, TxnOffsetsError
+from txn_offsets.errors import ConfigError, ServiceUnavailable, TxnOffsetsError
 from txn_offsets.ranges import TopicPartition
 
 __all__ = ["KafkaFacts", "KafkaView"]
@@ -52,20 +54,30 @@ class KafkaView:
         self._lock = threading.Lock()
         self._facts: KafkaFacts | None = None
         self._at = 0.0  # monotonic time of the cached facts
+        # the error class of a failed health check of Kafka, None while it answers
+        self.known_down: Callable[[], str | None] = lambda: None
 
     def facts(self, stored: Mapping[TopicPartition, Collection[int]]) -> KafkaFacts:
         """Facts covering the topics of `stored`: per partition the stored positions of every job
         (where record timestamps are read)."""
         topics = frozenset(t for t, _ in stored)
+        if not self._fresh(topics):
+            down = self.known_down()
+            if down is not None:  # not cached: the next scrape after Kafka is back asks it
+                problem = f"the service's last health check of Kafka failed ({down})"
+                error = ServiceUnavailable("Kafka", self.kafka.bootstrap_servers, problem)
+                return KafkaFacts(topics, error=str(error), fetched_at=time.time())
         with self._lock:
-            cached = self._facts
-            fresh = cached is not None and time.monotonic() - self._at < self.ttl_s
-            if cached is not None and fresh and topics <= cached.topics:
-                return cached
+            if self._fresh(topics) and self._facts is not None:
+                return self._facts
             self._facts = self._refresh(topics, stored)
             self._at = time.monotonic()
             self.refreshes += 1
             return self._facts
+
+    def _fresh(self, topics: frozenset[str]) -> bool:
+        cached = self._facts
+        return cached is not None and time.monotonic() - self._at < self.ttl_s and topics <= cached.topics
 
     def _refresh(
         self, topics: frozenset[str], stored: Mapping[TopicPartition, Collection[int]]
@@ -102,13 +114,3 @@ class KafkaView:
             logger.warning("Kafka facts not refreshed: %s", exc)
             return KafkaFacts(topics, error=str(exc), fetched_at=time.time())
         return KafkaFacts(topics, partitions, marks, stamps, frozenset(missing), None, time.time())
-
-    def ping(self) -> str | None:
-        """None if Kafka answers a metadata request within the timeout, else the error (one line)."""
-        from txn_offsets.kafka import metadata
-
-        try:
-            metadata.topics_matching(self.kafka, ".*", timeout_s=self.timeout_s)
-        except TxnOffsetsError as exc:
-            return str(exc)
-        return None

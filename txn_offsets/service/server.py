@@ -1,9 +1,12 @@
-"""Running the service: bind, print where, serve with uvicorn until SIGTERM/SIGINT.
+"""Running the service: refuse an exposed bind without a token, bind, print where, serve with
+uvicorn until SIGTERM/SIGINT.
 
-The socket is bound here, before uvicorn starts, so a port that is taken or a host that does not
-exist is one clear error, and ``--port 0`` can report the port the system chose. The service's
-engine has short timeouts of its own (a scrape is a few plain SELECTs): its sessions never hold a
-lock and never wait long for one.
+A host beyond loopback (anything but 127.0.0.0/8, ::1 and ``localhost``) needs a token, or an
+explicit ``insecure_no_token``. The socket is bound here, before uvicorn starts, so a port that
+is taken or a host that does not exist is one clear error, and ``--port 0`` can report the port
+the system chose. The service's engine has short timeouts of its own (a scrape is a few plain
+SELECTs): its sessions never hold a lock and never wait long for one. A stop waits at most 2 s
+for requests in flight, then abandons them (see :func:`txn_offsets.service.app.create_app`).
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ from txn_offsets.service.app import Service, create_app
 from txn_offsets.service.kafka_view import KafkaView
 from txn_offsets.store.database import engine_for
 
-__all__ = ["TOKEN_ENV", "bind", "serve", "token_from_env"]
+__all__ = ["INSECURE_FLAG", "TOKEN_ENV", "bind", "check_exposure", "is_loopback", "serve", "token_from_env"]
 
 logger = logging.getLogger(__name__)
 
 TOKEN_ENV = "TXN_OFFSETS_SERVE_TOKEN"  # noqa: S105 - the variable's name, not a token
+INSECURE_FLAG = "--insecure-no-token"
+GRACEFUL_STOP_S = 2  # uvicorn's wait for requests in flight after SIGTERM/SIGINT
 
 
 def token_from_env(environ: dict[str, str] | None = None) -> Secret | None:
@@ -82,11 +87,28 @@ def _stop_quietly() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 (also IPv4-mapped) and ``localhost``; anything else (0.0.0.0, ::, a name,
+    an empty host) reaches beyond this machine, or may."""
+    host = host.strip().removeprefix("[").removesuffix("]")
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host)
     except ValueError:
-        return host == "localhost"
+        return host.lower() == "localhost"
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool((mapped or address).is_loopback)
+
+
+def check_exposure(host: str, token: Secret | None, *, insecure_no_token: bool = False) -> None:
+    """A ConfigError when `host` is beyond loopback, no token is set, and the risk was not
+    accepted explicitly."""
+    if token is None and not insecure_no_token and not is_loopback(host):
+        raise ConfigError(
+            "--host",
+            f"{host!r} is reachable beyond this machine and {TOKEN_ENV} is not set: anyone could read "
+            f"the offsets. Set {TOKEN_ENV} (16+ characters), bind 127.0.0.1, or pass {INSECURE_FLAG} "
+            "to serve without a token",
+        )
 
 
 def serve(
@@ -96,12 +118,14 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 9478,
     token: Secret | None = None,
+    insecure_no_token: bool = False,
     kafka_cache_s: float = 5.0,
     on_listening: Callable[[str], None] = print,
 ) -> None:
     """Serve until SIGTERM/SIGINT. `on_listening` gets the URL once the socket is bound."""
     import uvicorn
 
+    check_exposure(host, token, insecure_no_token=insecure_no_token)
     view = KafkaView(kafka, ttl_s=kafka_cache_s)
     sock = bind(host, port)
     short = DatabaseSettings(
@@ -113,24 +137,31 @@ def serve(
         idle_in_transaction_timeout_s=10.0,
     )
     engine = engine_for(short, pool_size=4, max_overflow=4, pool_timeout=5)
+    service = Service(engine, short, view, token)
     try:
-        app = create_app(Service(engine, short, view, token))
+        app = create_app(service)  # starts the health checks
         bound_host, bound_port = sock.getsockname()[:2]
         shown = f"[{bound_host}]" if ":" in str(bound_host) else bound_host
-        if not _is_loopback(str(bound_host)) and token is None:
+        if not is_loopback(str(bound_host)) and token is None:
             logger.warning(
-                "serving on %s without %s: anyone who can reach this address can read the offsets",
+                "serving on %s without %s (%s): anyone who can reach this address can read the offsets",
                 host,
                 TOKEN_ENV,
+                INSECURE_FLAG,
             )
         on_listening(f"http://{shown}:{bound_port}")
         # log_config=None: our logging setup (configure_logging) applies to uvicorn's loggers too
         config = uvicorn.Config(
-            app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=5
+            app,
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=GRACEFUL_STOP_S,
         )
         server = uvicorn.Server(config)
         with _stop_quietly():
             server.run(sockets=[sock])
     finally:
+        service.close()
         sock.close()
         engine.dispose()

@@ -74,7 +74,18 @@ def make_client(
     yield make
     for c in clients:
         c.close()
+        c.service.close()  # type: ignore[attr-defined]
         c.service.engine.dispose()  # type: ignore[attr-defined]
+
+
+def probe_when_checked(client: TestClient, path: str) -> tuple[int, dict[str, object]]:
+    """The probe's answer once both background checks have run (bounded)."""
+    deadline = time.monotonic() + 15
+    while not client.service.health.checked():  # type: ignore[attr-defined]
+        assert time.monotonic() < deadline, "the health checks did not run"
+        time.sleep(0.05)
+    response = client.get(path)
+    return response.status_code, response.json()
 
 
 @pytest.fixture
@@ -195,7 +206,10 @@ def test_bearer_token(
         assert denied.status_code == 401 and denied.headers["www-authenticate"] == "Bearer"
         assert TOKEN not in denied.text
     assert scrape(client, Authorization=f"Bearer {TOKEN}")
-    assert client.get("/healthz").status_code == 200  # probes stay open
+    # the probes stay open, without details; the token adds them
+    assert probe_when_checked(client, "/healthz") == (200, {"status": "ok", "postgres": "ok", "kafka": "ok"})
+    detailed = client.get("/readyz", headers={"Authorization": f"Bearer {TOKEN}"}).json()
+    assert detailed["status"] == "ok" and detailed["details"]["postgres"]["revision"] == migrate.head()
     assert TOKEN not in caplog.text
 
 
@@ -203,12 +217,16 @@ def test_probes(
     make_client: Callable[..., TestClient], engine: sa.Engine, migrated: DatabaseSettings
 ) -> None:
     client = make_client()
-    assert client.get("/healthz").json() == {"database": "ok", "kafka": "ok"}
-    assert client.get("/readyz").json() == {"ready": True}
+    both_ok = {"status": "ok", "postgres": "ok", "kafka": "ok"}
+    assert probe_when_checked(client, "/healthz") == (200, both_ok)
+    assert probe_when_checked(client, "/readyz") == (200, {**both_ok, "schema": "ok"})
     migrate.downgrade(migrated, "0003")
-    not_ready = client.get("/readyz")
-    assert not_ready.status_code == 503
-    assert not_ready.json()["reason"] == f"schema {migrated.schema!r} is at 0003, expected {migrate.head()}"
+    time.sleep(client.service.health.interval_s + 0.5)  # type: ignore[attr-defined]
+    assert probe_when_checked(client, "/readyz") == (
+        503,
+        {"status": "unavailable", "postgres": "ok", "kafka": "ok", "schema": "mismatch"},
+    )
+    assert probe_when_checked(client, "/healthz") == (200, both_ok)  # alive all the same
 
 
 def test_unreachable_database_is_reported_without_the_password(
@@ -217,18 +235,19 @@ def test_unreachable_database_is_reported_without_the_password(
     dead = DatabaseSettings(
         Secret("postgresql+psycopg://u:pw-secret-9@127.0.0.1:1/db"), schema=migrated.schema
     )
-    client = make_client(db=dead)
-    health = client.get("/healthz")
-    assert health.status_code == 503
-    assert health.json()["database"].startswith(
-        "cannot reach PostgreSQL at postgresql+psycopg://u:***@127.0.0.1:1/db"
+    client = make_client(db=dead, token=TOKEN)
+    assert probe_when_checked(client, "/readyz") == (
+        503,
+        {"status": "unavailable", "postgres": "unavailable", "kafka": "ok", "schema": "unavailable"},
     )
-    assert health.json()["kafka"] == "ok"
-    metrics = client.get("/metrics")
+    health = client.get("/healthz", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert health.json()["details"]["postgres"]["url"] == "postgresql+psycopg://u:***@127.0.0.1:1/db"
+    assert health.json()["details"]["postgres"]["error"] == "ServiceUnavailable"
+    metrics = client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
     assert metrics.status_code == 200 and "pw-secret-9" not in metrics.text + health.text
-    s = scrape(client)
+    s = scrape(client, Authorization=f"Bearer {TOKEN}")
     assert value(s, "txn_offsets_up", target="database") == 0
-    assert client.get("/offsets").status_code == 503
+    assert client.get("/offsets", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 503
 
 
 def test_scrapes_never_wait_for_the_locks_jobs_hold(
@@ -280,7 +299,11 @@ def test_serve_command_binds_loopback_and_stops_on_sigterm(
         line = proc.stdout.readline()
         match = re.search(r"on (http://127\.0\.0\.1:\d+) ", line)
         assert match, line
-        assert httpx.get(f"{match.group(1)}/healthz", timeout=30).json() == {"database": "ok", "kafka": "ok"}
+        deadline = time.monotonic() + 15
+        while (ready := httpx.get(f"{match.group(1)}/readyz", timeout=30)).status_code != 200:
+            assert time.monotonic() < deadline, ready.text
+            time.sleep(0.1)
+        assert ready.json() == {"status": "ok", "postgres": "ok", "kafka": "ok", "schema": "ok"}
         families = {
             f.name
             for f in text_string_to_metric_families(httpx.get(f"{match.group(1)}/metrics", timeout=30).text)
