@@ -85,6 +85,14 @@ def describe_group(kafka_bootstrap: str) -> Describe:
     return run
 
 
+def _ready_topic(topic_factory: TopicFactory, bootstrap: str, partitions: int) -> str:
+    """A fresh topic the broker already serves (a commit right after creating a topic can be
+    rejected with UNKNOWN_TOPIC_OR_PART until the broker's metadata has it)."""
+    topic = topic_factory(partitions=partitions)
+    produce_counts(bootstrap, topic, dict.fromkeys(range(partitions), 1))
+    return topic
+
+
 def test_mirror_is_what_the_lag_tools_read(
     kafka_bootstrap: str, kafka_admin: AdminClient, topic_factory: TopicFactory, describe_group: Describe
 ) -> None:
@@ -142,7 +150,7 @@ def test_unreachable_kafka_costs_a_bounded_wait_a_warning_and_a_counter(
 def test_a_partition_kafka_rejects_does_not_block_the_others(
     kafka_bootstrap: str, topic_factory: TopicFactory
 ) -> None:
-    topic = topic_factory(partitions=2)
+    topic = _ready_topic(topic_factory, kafka_bootstrap, 2)
     group = f"job-{uuid.uuid4().hex[:8]}"
     mirror = GroupMirror(KafkaSettings(kafka_bootstrap), group, backoff_s=0.0)
     gone = f"gone-{uuid.uuid4().hex[:8]}"  # e.g. a topic deleted since the job read it
@@ -170,7 +178,7 @@ def test_an_older_generation_never_overwrites_a_newer_one(
     topic_factory: TopicFactory,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    topic = topic_factory(partitions=3)
+    topic = _ready_topic(topic_factory, kafka_bootstrap, 3)
     group = f"job-{uuid.uuid4().hex[:8]}"
     kafka = KafkaSettings(kafka_bootstrap)
     newer = GroupMirror(kafka, group, generation=5)
@@ -198,13 +206,17 @@ def test_an_older_generation_never_overwrites_a_newer_one(
 def test_a_partition_never_moves_backwards_within_a_run(
     kafka_bootstrap: str, topic_factory: TopicFactory
 ) -> None:
-    topic = topic_factory(partitions=1)
+    topic = _ready_topic(topic_factory, kafka_bootstrap, 1)
     group = f"job-{uuid.uuid4().hex[:8]}"
     mirror = GroupMirror(KafkaSettings(kafka_bootstrap), group, generation=3)
-    assert mirror.commit({(topic, 0): 7})
+    assert mirror.commit({(topic, 0): 7}, topic_ids={(topic, 0): "id-a"})
     assert mirror.commit({(topic, 0): 5})  # e.g. a batch reported late: the higher offset stays
     assert mirror.flush()
     assert group_offsets(KafkaSettings(kafka_bootstrap), group) == {(topic, 0): 7}
+    # the topic was deleted and created again (a new topic id): its offsets start over
+    assert mirror.commit({(topic, 0): 2}, topic_ids={(topic, 0): "id-b"})
+    assert group_offsets(KafkaSettings(kafka_bootstrap), group) == {(topic, 0): 2}
+    assert (mirror.commits, mirror.superseded, mirror.failures) == (4, 0, 0)
 
 
 @pytest.fixture
@@ -228,7 +240,7 @@ def test_a_fenced_or_failed_run_never_moves_the_group_backwards(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Run A (generation 1) is fenced by run B (generation 2) of the same job and mirror group."""
-    topic = topic_factory(partitions=1)
+    topic = _ready_topic(topic_factory, kafka_bootstrap, 1)
     group = f"{job_name}-mirror"
     kafka = KafkaSettings(kafka_bootstrap)
 
