@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import decimal
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 from unittest import mock
@@ -210,9 +211,9 @@ def test_every_isolation_level_writes_every_row(
 def test_floats_and_ints_convert_the_same_way(
     engine: sa.Engine, tables: dict[str, sa.Table], threshold: int
 ) -> None:
-    """What psycopg sends (float8 for floats, int2..int8 for ints) is cast to the column's type:
-    a float into the numeric column keeps PostgreSQL's 15 digits in both paths; a column of
-    mixed Python types fails in both before anything is sent."""
+    """Floats go as float8, ints into a float column as int8, and PostgreSQL casts them to the
+    column's type: a float into the numeric column keeps PostgreSQL's 15 digits in both paths. A
+    column mixing ints and floats writes each value as a call of its own would (both paths)."""
     when = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     rows = [
         {"k": "a", "b": 2**40, "w": when, "n": 7, "d": 0.1 + 0.2, "f": 3},
@@ -221,13 +222,14 @@ def test_floats_and_ints_convert_the_same_way(
     with copy_from(threshold), engine.begin() as conn:
         seen = Statements(conn)
         write(conn, tables["copy"], rows)
-        with pytest.raises(sa.exc.DataError, match="cannot dump lists of mixed types"), conn.begin_nested():
-            write(conn, tables["copy"], [rows[0], {**rows[1], "d": 5}])
+        write(conn, tables["copy"], [{**rows[0], "k": "c"}, {**rows[1], "k": "e", "d": 5}])
     assert seen.merged_from_staging() == (threshold == 1)
     got = contents(engine, tables["copy"])
     assert [r[3:] for r in got] == [
         ("7", "0.3", "3"),
         (str(2**62), "100000000000000000000", "1.152921504606847e+18"),
+        ("7", "0.3", "3"),
+        (str(2**62), "5", "1.152921504606847e+18"),
     ]
 
 
@@ -245,15 +247,26 @@ def test_duplicate_keys_in_one_call_fail_alike(
 def test_a_copy_error_is_a_dbapi_error_without_the_values(
     engine: sa.Engine, tables: dict[str, sa.Table]
 ) -> None:
-    """PostgreSQL rejects a NUL in text during the COPY: the error is SQLAlchemy's (so that
-    commit_ranges classifies it as it classifies the merge's) and does not quote the value."""
+    """PostgreSQL rejects a row during the COPY (here a CHECK constraint the test adds to the
+    staging table, in the same transaction): the error is SQLAlchemy's (so that commit_ranges
+    classifies it as it classifies the merge's, and reports it as WriteFailed without its text:
+    PostgreSQL's DETAIL quotes the failing row) and its SQL part holds no values. (Values of the
+    wrong type or out of range never get this far: upsert_add refuses them before sending.)"""
     rows = rows_of(5)
-    rows[3] = {**rows[3], "k": "payload-\x00-secret"}
-    with copy_from(1), pytest.raises(sa.exc.DataError) as info, engine.begin() as conn:
+    rows[3] = {**rows[3], "k": "payload-secret"}
+
+    def check(_conn: sa.Connection, cursor: Any, statement: str, *_args: Any) -> None:
+        if statement.startswith("CREATE TEMP TABLE"):
+            stage = re.search(r"pg_temp\.txn_offsets_upsert_\w+", statement)
+            assert stage is not None
+            cursor.execute(f"ALTER TABLE {stage[0]} ADD CONSTRAINT clean CHECK (strpos(c0_0, 'secret') = 0)")
+
+    with copy_from(1), pytest.raises(sa.exc.IntegrityError) as info, engine.begin() as conn:
+        sa.event.listen(conn, "after_cursor_execute", check)
         write(conn, tables["copy"], rows)
-    assert getattr(info.value.orig, "sqlstate", None) == "22021"
-    assert "secret" not in str(info.value)
-    assert "COPY pg_temp.txn_offsets_upsert_" in str(info.value)
+    assert getattr(info.value.orig, "sqlstate", None) == "23514"  # check_violation
+    assert info.value.params is None and "secret" not in info.value.statement
+    assert info.value.statement.startswith("COPY pg_temp.txn_offsets_upsert_")
 
 
 @pytest.mark.parametrize("threshold", [1, 10**9], ids=["copy", "unnest"])
