@@ -10,6 +10,9 @@ start`` and the run's generation). So:
   a no-op;
 * a conflict that is not a replay (another writer moved an offset) fails the query, as does a
   newer run (Fenced): nothing of the batch is written;
+* a batch whose topic was deleted and re-created after its plan (TopicChanged: its records came
+  from the new topic) writes nothing and is let go: the next plan starts from the offsets table
+  and reports the re-creation as data loss (``on_data_loss``: the query fails, or skips audited);
 * the lease is renewed while the batch runs, like ``run_job`` does, until ``batch_timeout_s``:
   then the batch's Spark jobs are cancelled and the query fails with BatchFailed.
 
@@ -36,7 +39,7 @@ from txn_offsets.spark.executor import commit_reporting, success_counts, worker_
 from txn_offsets.spark.frames import worker_imports
 from txn_offsets.store.runs import Run, keep_lease
 from txn_offsets.store.stats import record_batch, record_failure
-from txn_offsets.store.stream_plans import load_plan, mark_committed
+from txn_offsets.store.stream_plans import let_go, load_plan, mark_committed
 
 __all__ = ["ExactlyOnceSink"]
 
@@ -86,6 +89,13 @@ class ExactlyOnceSink(Generic[R]):
                 records=-1,
                 kafka=self.kafka,
             )
+        if any(report.outcome == "topic_changed" for report in reports):
+            let_go(engine, self.database, self.run, ranges)
+            changed = next(r.error for r in reports if r.outcome == "topic_changed")
+            logger.warning(
+                "job=%r stream batch=%d not committed, planned again: %s", self.run.job, batch_id, changed
+            )
+            return
         for report in reports:
             if report.error is not None:
                 if report.outcome in _COUNTED_FAILURES:

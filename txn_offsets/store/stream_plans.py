@@ -11,7 +11,9 @@ commits the ranges). So:
   (:func:`claim`) instead of replacing the batch the first query's sink is about to commit;
 * a reader plans a new batch only once the previous one is committed (:func:`check_committed`): a
   stream written by another sink fails instead of re-reading the same records forever;
-* the sink commits only the row it loaded (:func:`mark_committed` in the claim's transaction).
+* the sink commits only the row it loaded (:func:`mark_committed` in the claim's transaction);
+* a batch whose topic was re-created after its plan is let go without committing its ranges
+  (:func:`let_go`): the source then plans from the offsets table, which still holds their starts.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ __all__ = [
     "StreamPlan",
     "check_committed",
     "claim",
+    "let_go",
     "load_plan",
     "mark_committed",
     "range_rows",
@@ -191,3 +194,15 @@ def mark_committed(
         raise StreamDiverged(
             run.job, run.generation, "the stream's current batch changed while the sink was committing it"
         )
+
+
+def let_go(engine: sa.Engine, db: DatabaseSettings, run: Run, ranges: Sequence[OffsetRange]) -> None:
+    """Mark the batch of `ranges` done WITHOUT committing its ranges (their offsets stay where they
+    are): the sink found that a topic changed between the batch's plan and its read
+    (TopicChanged), so its records must not be committed, and the query goes on. The source's
+    next plan starts from the offsets table, which still holds the ranges' starts, and reports the
+    re-created topic as data loss (``on_data_loss``) - as ``run_job`` does when it plans again.
+    A fenced run raises Fenced instead."""
+    with translate_errors(db), engine.begin() as conn:
+        check_generation(conn, db, run.job, run.generation)
+        mark_committed(conn, db, run, ranges)

@@ -33,6 +33,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.fix_services import TopicFactory
 from tests.integration.spark.conftest import Produce
 from tests.integration.spark.test_counting_job import counts_table_of, key_of, stored_offsets, totals
+from tests.integration.spark.test_streaming import _wait_for
 from txn_offsets import BatchWriter, DataLoss, PartitionWriter, StartPolicy, TopicChanged, run_job
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.kafka.metadata import describe_topics
@@ -202,6 +203,7 @@ def stream_counts(recreate: RecreateOnce, batch: Any) -> list[tuple[str, int]]:
     return counts_after(recreate, batch)
 
 
+@pytest.mark.parametrize("policy", ["fail", "skip"])
 def test_a_stream_batch_whose_topic_was_recreated_commits_nothing(
     spark: Any,
     engine: sa.Engine,
@@ -212,36 +214,39 @@ def test_a_stream_batch_whose_topic_was_recreated_commits_nothing(
     produce: Produce,
     job_name: str,
     tmp_path: Path,
+    policy: str,
 ) -> None:
     topic = topic_factory(partitions=1)
     produce(topic, OLD, 1)
     recreate = RecreateOnce(kafka.bootstrap_servers, topic, str(tmp_path / "recreated"))
-    common: dict[str, Any] = {
-        "job": job_name,
-        "kafka": kafka,
-        "database": db,
-        "topics": [topic],
-        "start": StartPolicy.earliest(),
-        "on_data_loss": "skip",
-        "checkpoint_root": str(tmp_path / "checkpoints"),
-    }
-    write = functools.partial(write_rows, counts_table)
-    with open_stream(spark, **common) as stream:
+    with open_stream(
+        spark,
+        job=job_name,
+        kafka=kafka,
+        database=db,
+        topics=[topic],
+        start=StartPolicy.earliest(),
+        on_data_loss=policy,
+        checkpoint_root=str(tmp_path / "checkpoints"),
+    ) as stream:
         query = stream.start(
-            compute_df=functools.partial(stream_counts, recreate), write=write, available_now=True
+            compute_df=functools.partial(stream_counts, recreate),
+            write=functools.partial(write_rows, counts_table),
+            interval_s=0.2,
         )
-        with pytest.raises(Exception, match=r"TopicChanged|changed while its records were processed"):
-            query.awaitTermination(180)
-    assert totals(engine, counts_table) == {}
-    assert stored_offsets(engine, db, job_name) == {(topic, 0): 0}
-    # the next run plans from the table: the re-creation is data loss (skip: audited), then the new
-    # topic is read exactly once
-    with open_stream(spark, **common) as stream:
-        stream.start(
-            compute_df=functools.partial(stream_counts, recreate), write=write, available_now=True
-        ).awaitTermination(180)
-    assert totals(engine, counts_table) == _new_counts()
-    assert stored_offsets(engine, db, job_name) == {(topic, 0): NEW}
+        if policy == "fail":
+            # the batch read the new topic: let go without a commit; the next plan tells the truth
+            with pytest.raises(Exception, match=r"DataLoss|deleted and re-created"):
+                query.awaitTermination(180)
+            assert totals(engine, counts_table) == {}
+            assert stored_offsets(engine, db, job_name) == {(topic, 0): 0}
+        else:
+            # the same query goes on: an audited skip to the new log start, the new topic once
+            _wait_for(lambda: stored_offsets(engine, db, job_name) == {(topic, 0): NEW})
+            assert totals(engine, counts_table) == _new_counts()
+            assert query.isActive and query.exception() is None
+            query.stop()
+    assert os.path.exists(recreate.flag)
 
 
 def test_topic_changed_names_both_ids_and_says_nothing_was_committed() -> None:
