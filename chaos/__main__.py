@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from chaos.scenarios import Services
+from chaos.scenarios import SCENARIOS, Services
 from chaos.suite import FULL, SMOKE, run_suite
 
 
@@ -31,7 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--messages", type=int, default=int(env.get("CHAOS_MESSAGES", "1000000")))
     p.add_argument("--scenarios", default=env.get("CHAOS_SCENARIOS", ""), help="e.g. F1,F3 (default: all)")
     p.add_argument(
-        "--smoke", action="store_true", help="the smoke subset of make test (F1, F2, F3, F5, F11, F12, F13)"
+        "--smoke",
+        action="store_true",
+        help="the smoke subset of make test (F1, F2, F3, F5, F11, F12, F12b, F13)",
     )
     p.add_argument(
         "--work-dir",
@@ -47,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     names = SMOKE if args.smoke else FULL
     if args.scenarios:
-        names = tuple(n.strip().upper() for n in args.scenarios.split(",") if n.strip())
+        known = {name.lower(): name for name in SCENARIOS}  # f12b -> F12b
+        names = tuple(known.get(n.strip().lower(), n.strip()) for n in args.scenarios.split(",") if n.strip())
     stack = env.get("TXN_OFFSETS_STACK_DIR")
     services = Services(
         database_url=env["TXN_OFFSETS_DATABASE_URL"],

@@ -9,7 +9,7 @@ worker processes through files, because Python workers share nothing else.
 
 Fault points, in the order a range lives through them::
 
-    read -> prepare (decode, aggregate)  [before_write]
+    [hold (F12b)] -> read -> prepare (decode, aggregate)  [before_write]
          -> transaction: claim           [after_claim, crash_after_claim, freeze (F13)]
          -> the user's write             [swallowed error (F14), after_write]
          -> COMMIT                       [commit: the driver is killed just before]
@@ -86,6 +86,9 @@ class FaultPlan:
     freeze_limit: int = 1
     # F14: the write runs a failing statement and swallows the error, then returns normally
     swallow_db_error: bool = False
+    # F12b: once `hold_after_batches` batches committed (run_dir/batches), every range waits
+    # BEFORE it reads a record (a file run_dir/held-* says so) until run_dir/resume exists
+    hold_after_batches: int = 0
 
     def _rng(self, key: Key, what: str) -> random.Random:
         return random.Random(f"{self.seed}:{what}:{key[0]}:{key[1]}:{key[2]}")
@@ -145,6 +148,23 @@ class FaultPlan:
                 fh.write(line)
             os.kill(pid, signal.SIGSTOP)  # resumes only if someone sends SIGCONT (nobody does)
             return
+
+    def hold(self) -> None:
+        """F12b: hold the range's task before its first read, after `hold_after_batches` committed
+        batches, until the harness writes ``run_dir/resume`` (bounded: 180 s). While every task
+        of the batch is held the stored offsets cannot move, and whatever the harness does to
+        the topic meanwhile (re-create it) happens between the batch's plan and its read."""
+        if self.hold_after_batches <= 0 or not self.run_dir:
+            return
+        run_dir = Path(self.run_dir)
+        batches = run_dir / "batches"
+        done = len(batches.read_text().splitlines()) if batches.exists() else 0
+        if done < self.hold_after_batches or (run_dir / "resume").exists():
+            return
+        (run_dir / f"held-{os.getpid()}-{time.monotonic_ns()}").write_text("")
+        deadline = time.monotonic() + 180
+        while not (run_dir / "resume").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def straggle(self, key: Key) -> None:
         """F6: a seeded share of ranges is slow on its FIRST attempt only, so a speculative copy
@@ -294,6 +314,7 @@ class CountUsers:
     plan: FaultPlan = field(default_factory=FaultPlan)
 
     def __call__(self, values: Iterator[Decoded]) -> collections.Counter[str]:
+        self.plan.hold()  # before the first record is read (the reader is lazy)
         counts: collections.Counter[str] = collections.Counter()
         key: Key | None = None
         for topic, part, off, user in values:
