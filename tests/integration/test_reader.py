@@ -12,6 +12,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from tests.fix_services import TopicFactory
+from tests.kafka_ends import settled_ends
 from txn_offsets.config import KafkaSettings
 from txn_offsets.errors import KafkaReadError
 from txn_offsets.kafka.metadata import watermarks
@@ -48,8 +49,8 @@ def test_transactions_with_gaps(kafka_bootstrap: str, topic_factory: TopicFactor
     _tx(producer, topic, [b"a0", b"a1", b"a2"], commit=True)  # 0-2, marker 3
     _tx(producer, topic, [b"x0", b"x1"], commit=False)  # 4-5 aborted, marker 6
     _tx(producer, topic, [b"b0"], commit=True)  # 7, marker 8
-    low, end = watermarks(kafka, [(topic, 0)])[(topic, 0)]
-    assert (low, end) == (0, 9)
+    end = settled_ends(kafka, topic, 1)[(topic, 0)]
+    assert watermarks(kafka, [(topic, 0)])[(topic, 0)] == (0, end) == (0, 9)
     whole = list(read_range(kafka, OffsetRange(topic, 0, 0, end)))
     assert [(r.offset, r.value) for r in whole] == [(0, b"a0"), (1, b"a1"), (2, b"a2"), (7, b"b0")]
     # ranges cut anywhere give the same records, each exactly once
@@ -89,6 +90,7 @@ def test_records_exactly_as_produced(kafka_bootstrap: str, topic_factory: TopicF
     producer.produce(topic, key=b"", value=b"", partition=1, timestamp=BASE_MS + 6)
     producer.flush(30)
     producer.commit_transaction(30)  # 6, marker 7
+    assert settled_ends(kafka, topic, 2) == {(topic, 0): 0, (topic, 1): 8}
     assert watermarks(kafka, [(topic, 1)])[(topic, 1)] == (0, 8)
 
     records = list(read_range(kafka, OffsetRange(topic, 1, 0, 8)))
@@ -128,7 +130,7 @@ def test_range_ending_at_the_partition_end_does_not_wait(
     producer = _tx_producer(kafka_bootstrap)
     _tx(producer, topic, [f"a{i}".encode() for i in range(50)], commit=True)  # 0-49, marker 50
     _tx(producer, topic, [f"x{i}".encode() for i in range(30)], commit=False)  # 51-80, marker 81
-    _, end = watermarks(kafka, [(topic, 0)])[(topic, 0)]
+    end = settled_ends(kafka, topic, 1)[(topic, 0)]
     assert end == 82
     assert len(list(read_range(kafka, OffsetRange(topic, 0, 0, end)))) == 50  # connect, warm the pool
     for start in (0, 40, 50, 51):
@@ -144,6 +146,7 @@ def test_open_transaction_bounds_the_lso(kafka_bootstrap: str, topic_factory: To
     kafka = KafkaSettings(kafka_bootstrap)
     producer = _tx_producer(kafka_bootstrap)
     _tx(producer, topic, [b"c0", b"c1"], commit=True)  # 0-1, marker 2
+    assert settled_ends(kafka, topic, 1) == {(topic, 0): 3}
     producer.begin_transaction()
     producer.produce(topic, value=b"open", partition=0)
     producer.flush(30)
@@ -175,7 +178,7 @@ def test_compacted_topic(kafka_bootstrap: str, topic_factory: TopicFactory) -> N
             producer.produce(topic, key=f"k{key}".encode(), value=f"{round_}".encode())
         producer.flush(30)
         time.sleep(0.15)  # roll segments so the cleaner has something to compact
-    _, end = watermarks(kafka, [(topic, 0)])[(topic, 0)]
+    end = settled_ends(kafka, topic, 1)[(topic, 0)]
     assert end == 100
     deadline = time.monotonic() + 60
     records = list(read_range(kafka, OffsetRange(topic, 0, 0, end)))

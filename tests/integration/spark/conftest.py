@@ -9,6 +9,7 @@ import pytest
 import sqlalchemy as sa
 from confluent_kafka import Producer
 
+from tests.kafka_ends import settled_ends
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.store import migrate
 
@@ -48,7 +49,7 @@ Produce = Callable[..., collections.Counter[str]]
 
 @pytest.fixture
 def produce(kafka_bootstrap: str) -> Produce:
-    """produce(topic, n, partitions, keys=97, start=0) -> Counter of keys produced."""
+    """produce(topic, n, partitions, keys=97, start=0) -> Counter of keys produced (and readable)."""
 
     def run(topic: str, n: int, partitions: int, keys: int = 97, start: int = 0) -> collections.Counter[str]:
         producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 10})
@@ -60,6 +61,7 @@ def produce(kafka_bootstrap: str) -> Produce:
             if i % 5000 == 0:
                 producer.poll(0)
         assert producer.flush(60) == 0
+        settled_ends(kafka_bootstrap, topic, partitions)
         return expected
 
     return run

@@ -25,8 +25,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from tests.integration.spark.test_counting_job import counts_table_of
+from tests.kafka_ends import settled_ends
 from txn_offsets.config import DatabaseSettings, from_env
-from txn_offsets.kafka.metadata import partitions_for, watermarks
+from txn_offsets.kafka.metadata import partitions_for
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits
 from txn_offsets.ranges import OffsetRange
@@ -92,8 +93,7 @@ def client(url_file: str, job: str, topic: str, schema: str, table: str, checkpo
         query = stream.start(
             compute_df=key_counts, write=functools.partial(slow_write, table), interval_s=0.2
         )
-        parts = [(topic, p) for p in partitions_for(kafka, topic)]
-        ends = {tp: end for tp, (_, end) in watermarks(kafka, parts).items()}
+        ends = settled_ends(kafka, topic, partitions_for(kafka, topic))
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             with engine.connect() as conn:

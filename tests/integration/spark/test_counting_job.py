@@ -11,8 +11,8 @@ import sqlalchemy as sa
 
 from tests.fix_services import TopicFactory
 from tests.integration.spark.conftest import Produce
+from tests.kafka_ends import settled_ends
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.kafka.metadata import watermarks
 from txn_offsets.kafka.reader import Record
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits
@@ -91,7 +91,7 @@ def test_counting_job_100k_over_8_partitions(
     assert totals(engine, counts_table) == dict(expected)
     assert summary.records == 100_000
     assert summary.batches >= 3  # 12,500 per partition in slices of 5,000
-    ends = {tp: end for tp, (_, end) in watermarks(kafka, [(topic, p) for p in range(8)]).items()}
+    ends = settled_ends(kafka, topic, 8)
     assert stored_offsets(engine, db, job_name) == ends
     # a restart finds nothing to do and changes nothing
     again = run_job(
@@ -175,5 +175,5 @@ def test_a_batch_cap_shared_by_backlog_drains_every_partition_together(
     # by backlog every batch holds a share of every partition (no tail of partition 0 alone, one
     # busy task); evenly the small partitions are drained first
     assert [r.ranges for r in reports] == ranges_per_batch
-    ends = {tp: end for tp, (_, end) in watermarks(kafka, [(topic, p) for p in range(3)]).items()}
+    ends = settled_ends(kafka, topic, 3)
     assert stored_offsets(engine, db, job_name) == ends

@@ -11,7 +11,7 @@ from examples import idempotent_events, metric_per_topic, pageviews, top_keys_pe
 from examples.schema import events, top_keys, topic_metrics, window_counts
 from tests.fix_services import TopicFactory
 from tests.integration.spark.test_counting_job import stored_offsets
-from tests.integration.spark.test_job_faults import ends_of
+from tests.kafka_ends import settled_ends
 from txn_offsets import Limits, StartPolicy, run_job
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 
@@ -58,7 +58,7 @@ def test_windowed_counts(
     assert views == dict(oracle.windows)
     assert durations == dict(oracle.durations)
     assert summary.records == N
-    assert stored_offsets(engine, db, job_name) == ends_of(kafka, topic, 4)
+    assert stored_offsets(engine, db, job_name) == settled_ends(kafka, topic, 4)
 
 
 def test_metric_per_topic(

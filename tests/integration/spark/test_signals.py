@@ -15,7 +15,7 @@ from examples import pageviews
 from examples.schema import window_counts
 from tests.fix_services import REPO, Services, TopicFactory
 from tests.integration.spark.test_counting_job import stored_offsets
-from tests.integration.spark.test_job_faults import ends_of
+from tests.kafka_ends import settled_ends
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 
 
@@ -59,7 +59,7 @@ def test_sigterm_stops_between_batches(
         text=True,
     )
     try:
-        ends = ends_of(kafka, topic, 2)
+        ends = settled_ends(kafka, topic, 2)
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and proc.poll() is None:
             if stored_offsets(engine, db, job_name) == ends:

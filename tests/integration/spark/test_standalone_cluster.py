@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from tests.fix_services import REPO, Services, TopicFactory
 from tests.integration.spark.conftest import Produce
 from tests.integration.spark.test_counting_job import stored_offsets, totals
-from tests.integration.spark.test_job_faults import ends_of
+from tests.kafka_ends import settled_ends
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.spark.cluster import StandaloneCluster
 
@@ -61,4 +61,4 @@ def test_counting_job_on_two_workers(
     assert result["executors"] == 2
     assert result["records"] == 20_000
     assert totals(engine, counts_table) == dict(expected)
-    assert stored_offsets(engine, db, job_name) == ends_of(kafka, topic, 8)
+    assert stored_offsets(engine, db, job_name) == settled_ends(kafka, topic, 8)

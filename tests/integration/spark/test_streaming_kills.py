@@ -22,7 +22,7 @@ from tests.fix_services import TopicFactory
 from tests.integration.spark.conftest import Produce
 from tests.integration.spark.stream_process import SLOW_WRITE
 from tests.integration.spark.test_counting_job import stored_offsets, totals
-from tests.integration.spark.test_job_faults import ends_of
+from tests.kafka_ends import settled_ends
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 
 REPO = Path(__file__).resolve().parents[3]
@@ -105,7 +105,7 @@ def test_stream_survives_kill9_mid_batch(
 ) -> None:
     topic = topic_factory(partitions=2)
     expected = produce(topic, 1_500, 2)
-    ends = ends_of(kafka, topic, 2)
+    ends = settled_ends(kafka, topic, 2)
     client_args = ("client", job_name, topic, db.schema, counts_table, str(tmp_path / "checkpoints"))
     server, url = processes.server("first")
     first = processes.start(client_args[0], url, *client_args[1:])

@@ -21,7 +21,7 @@ from tests.integration.spark.test_counting_job import (
     stored_offsets,
     totals,
 )
-from tests.integration.spark.test_job_faults import ends_of
+from tests.kafka_ends import settled_ends
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import Fenced, JobAlreadyRunning
 from txn_offsets.kafka.start import StartPolicy
@@ -74,7 +74,7 @@ def test_per_batch_writer_with_a_shuffle(
     )
     assert totals(engine, counts_table) == dict(expected)
     assert summary.batches == 4  # 10,000 records in batches of at most 3,000
-    assert stored_offsets(engine, db, job_name) == ends_of(kafka, topic, 4)
+    assert stored_offsets(engine, db, job_name) == settled_ends(kafka, topic, 4)
 
 
 def test_replaying_a_committed_batch_is_a_no_op(

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import sqlalchemy as sa
 from confluent_kafka import Producer
 
+from tests.kafka_ends import settled_ends
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.store import offset_rows
 
@@ -56,3 +57,4 @@ def produce_counts(bootstrap: str, topic: str, counts: dict[int, int]) -> None:
         for i in range(n):
             producer.produce(topic, value=f"v{i}".encode(), partition=part)
     assert producer.flush(30) == 0
+    settled_ends(bootstrap, topic, counts)

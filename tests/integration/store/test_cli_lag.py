@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
 
+from tests.kafka_ends import settled_ends
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.store.runs import start_run
 
@@ -66,6 +67,7 @@ def test_lag_per_partition_and_total_at_the_lso(
     # lag counts offsets, an upper bound on the records a reader will see
     producer.flush(30)
     producer.abort_transaction(30)
+    settled_ends(kafka_bootstrap, topic, 2)  # abort_transaction returns before the marker is written
     code, out, _ = run_cli("offsets", "lag", "--job", job_name, *s)
     assert _row(out, topic, 1)[:5] == [topic, "1", "1", "6", "5"]
     assert "total lag" in out and ": 8 offsets over 2 partition(s)" in out
