@@ -22,7 +22,7 @@ __all__ = ["register"]
 
 logger = logging.getLogger(__name__)
 
-LINGER_S = 1.0  # how long a stopped service waits for abandoned requests before exiting anyway
+LINGER_S = 0.5  # how long a stopped service waits for abandoned requests before exiting anyway
 
 
 def _exit_past(before: set[threading.Thread]) -> None:

@@ -165,8 +165,9 @@ class HealthMonitor:
     def stop(self) -> None:
         """Stop the checks (a check under way is not waited for beyond a moment)."""
         self._stop.set()
+        deadline = time.monotonic() + 0.2  # the threads are daemons: a stuck check is left behind
         for thread in self._threads:
-            thread.join(0.2)
+            thread.join(max(0.0, deadline - time.monotonic()))
         if self._engine is not None:
             self._engine.dispose()
 
