@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from txn_offsets.admin.checkpoint import parse_offsets_file, read_checkpoint
 from txn_offsets.errors import ConfigError
-from txn_offsets.store.checkpoint import parse_offsets_file, read_checkpoint
 
 META = {
     "batchWatermarkMs": 0,

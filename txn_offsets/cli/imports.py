@@ -22,8 +22,9 @@ __all__ = ["register"]
 
 
 def _source(args: argparse.Namespace, engine: sa.Engine) -> tuple[str, dict[TopicPartition, int]]:
+    from txn_offsets.admin import checkpoint
     from txn_offsets.kafka.mirror import group_offsets
-    from txn_offsets.store import checkpoint, imports
+    from txn_offsets.store import imports
 
     if args.from_spark_checkpoint:
         found = checkpoint.read_checkpoint(Path(args.from_spark_checkpoint), batch=args.checkpoint_batch)

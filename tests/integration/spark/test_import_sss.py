@@ -22,10 +22,10 @@ from tests.fix_services import REPO, TopicFactory
 from tests.integration.spark.conftest import Produce
 from tests.integration.spark.test_counting_job import counting_writer, stored_offsets, totals
 from txn_offsets import cli
+from txn_offsets.admin.checkpoint import read_checkpoint
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.kafka.metadata import watermarks
 from txn_offsets.spark.runner import run_job
-from txn_offsets.store.checkpoint import read_checkpoint
 
 
 def test_structured_streaming_checkpoint_import_continues_exactly(
