@@ -20,7 +20,7 @@ from benchmarks.contenders import Context, Outcome, _job
 from benchmarks.sss import window_counts
 from txn_offsets import StartPolicy
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.spark.streaming import open_stream
+from txn_offsets.spark.stream.query import open_stream
 
 
 def partials_of(batch: Any) -> sink.Partials:

@@ -96,7 +96,7 @@ __all__ = [
 def __getattr__(name: str) -> object:
     # the streaming adapter imports pyspark: only when asked for
     if name == "open_stream":
-        from txn_offsets.spark.streaming import open_stream
+        from txn_offsets.spark.stream.query import open_stream
 
         return open_stream
     raise AttributeError(f"module 'txn_offsets' has no attribute {name!r}")

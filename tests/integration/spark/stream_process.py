@@ -32,7 +32,7 @@ from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.sinks import upsert_add
-from txn_offsets.spark.streaming import open_stream
+from txn_offsets.spark.stream.query import open_stream
 from txn_offsets.store.database import engine_for
 from txn_offsets.store.offset_rows import load_offsets
 
