@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from txn_offsets.cli.lag import partition_lags
+from txn_offsets.admin.lag import partition_lags
 from txn_offsets.config import DatabaseSettings, KafkaSettings, Secret
 from txn_offsets.errors import ConfigError
 from txn_offsets.service.collector import StoreCollector

@@ -5,7 +5,7 @@
 :func:`apply_reset` re-checks the plan under the job's lock, refuses while a live run holds the
 lease (unless forced), then writes the offsets, the audit rows and the generation bump at once.
 
-``offsets lag`` (:func:`offset_lag`, from :mod:`txn_offsets.cli.lag`) compares the stored offsets
+``offsets lag`` (:func:`offset_lag`, from :mod:`txn_offsets.admin.lag`) compares the stored offsets
 with Kafka's end offsets at the readers' isolation level (the LSO under read_committed), as the
 planner does, and reports the age of the oldest unprocessed record.
 """
@@ -20,7 +20,7 @@ from typing import Literal
 
 import sqlalchemy as sa
 
-from txn_offsets.cli.lag import LagReport, PartitionLag, offset_lag
+from txn_offsets.admin.lag import LagReport, PartitionLag, offset_lag
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError, JobAlreadyRunning
 from txn_offsets.ranges import TopicPartition

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
-from txn_offsets.cli.lag import PartitionLag, partition_lags
+from txn_offsets.admin.lag import PartitionLag, partition_lags
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import TxnOffsetsError
 from txn_offsets.ranges import TopicPartition
