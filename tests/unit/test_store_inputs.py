@@ -8,7 +8,7 @@ import pytest
 import sqlalchemy as sa
 
 from txn_offsets import ConfigError, SchemaMissing, ServiceUnavailable, cli
-from txn_offsets.cli.commands import ResetTarget
+from txn_offsets.admin.reset import ResetTarget
 from txn_offsets.config import DatabaseSettings, Secret, database_from_env, kafka_from_env
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.store.database import is_connection_lost, is_retryable, translate_errors

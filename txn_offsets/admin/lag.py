@@ -17,6 +17,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.kafka import metadata
+from txn_offsets.kafka.timestamps import first_timestamps
 from txn_offsets.ranges import TopicPartition
 from txn_offsets.store import offset_rows
 from txn_offsets.store.database import translate_errors
@@ -123,8 +125,6 @@ def offset_lag(
     Covers every partition with a stored offset plus partitions added since to the topics the job
     reads (the planner seeds those at the log start). Reads only.
     """
-    from txn_offsets.kafka import metadata, timestamps
-
     validate_job(job)
     with translate_errors(db), engine.connect() as conn:
         lock_job(conn, db, job, for_update=False)  # UnknownJob rather than an empty report
@@ -140,5 +140,5 @@ def offset_lag(
         # below the log start (lost to retention) the oldest record left is the first one
         at = {k: max(stored.get(k, marks[k][0]), marks[k][0]) for k in keys}
         lagging = {k: off for k, off in at.items() if off < marks[k][1]}
-        ts = timestamps.first_timestamps(kafka, lagging, timeout_s=timeout_s)
+        ts = first_timestamps(kafka, lagging, timeout_s=timeout_s)
     return LagReport(job, kafka.isolation_level, partition_lags(stored, parts, marks, ts))

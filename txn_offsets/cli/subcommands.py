@@ -1,6 +1,6 @@
 """Sub-commands of the CLI that work on the offset store: ``db``, ``offsets`` and ``jobs``.
 
-A thin layer over :mod:`txn_offsets.store.migrate` and :mod:`txn_offsets.cli.commands`: parse, call, print.
+A thin layer over :mod:`txn_offsets.store.migrate` and :mod:`txn_offsets.admin`: parse, call, print.
 The database URL is read only from TXN_OFFSETS_DATABASE_URL, never from an argument: command
 lines end up in shell histories and process lists, and the URL holds the password.
 """
@@ -17,7 +17,10 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from txn_offsets.cli import commands, output
+from txn_offsets.admin.lag import offset_lag
+from txn_offsets.admin.reset import ResetTarget, apply_reset, plan_reset
+from txn_offsets.admin.views import audit_log, list_jobs, show_offsets
+from txn_offsets.cli import output
 from txn_offsets.config import DatabaseSettings, database_from_env, kafka_from_env
 from txn_offsets.errors import ConfigError
 from txn_offsets.store import migrate
@@ -66,7 +69,7 @@ def _db_cmd(args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace) -> int:
     db = _db(args)
     with _engine(db) as engine:
-        rows = commands.show_offsets(engine, db, args.job)
+        rows = show_offsets(engine, db, args.job)
     if args.format == "json":
         output.emit_json([asdict(r) for r in rows])
         return 0
@@ -80,7 +83,7 @@ def _show(args: argparse.Namespace) -> int:
 def _jobs(args: argparse.Namespace) -> int:
     db = _db(args)
     with _engine(db) as engine:
-        rows = commands.list_jobs(engine, db)
+        rows = list_jobs(engine, db)
     if args.format == "json":
         output.emit_json([{**asdict(r), "state": "live" if r.live else "idle"} for r in rows])
         return 0
@@ -101,20 +104,20 @@ def _jobs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _target(args: argparse.Namespace) -> commands.ResetTarget:
+def _target(args: argparse.Namespace) -> ResetTarget:
     if args.to_earliest:
-        return commands.ResetTarget("earliest")
+        return ResetTarget("earliest")
     if args.to_latest:
-        return commands.ResetTarget("latest")
+        return ResetTarget("latest")
     if args.to_offset is not None:
-        return commands.ResetTarget("offset", value=args.to_offset)
+        return ResetTarget("offset", value=args.to_offset)
     if args.shift_by is not None:
-        return commands.ResetTarget("shift", value=args.shift_by)
+        return ResetTarget("shift", value=args.shift_by)
     try:
         at = datetime.fromisoformat(args.to_datetime)
     except ValueError:
         raise ConfigError("--to-datetime", f"{args.to_datetime!r} is not an ISO 8601 datetime") from None
-    return commands.ResetTarget("datetime", at=at)
+    return ResetTarget("datetime", at=at)
 
 
 def _reset(args: argparse.Namespace) -> int:
@@ -124,7 +127,7 @@ def _reset(args: argparse.Namespace) -> int:
         raise ConfigError("--reason", "say why the offsets move (it is written to the audit table)")
     kafka = kafka_from_env(bootstrap=args.kafka_bootstrap) if target.needs_kafka else None
     with _engine(db) as engine:
-        plan = commands.plan_reset(
+        plan = plan_reset(
             engine, db, args.job, target, topic=args.topic, partitions=args.partition or (), kafka=kafka
         )
         output.print_moves(f"reset plan for job {plan.job!r} (generation {plan.generation}):", plan.steps)
@@ -138,7 +141,7 @@ def _reset(args: argparse.Namespace) -> int:
             force=args.force,
         ):
             return 0
-        generation = commands.apply_reset(engine, db, plan, reason=args.reason, force=args.force)
+        generation = apply_reset(engine, db, plan, reason=args.reason, force=args.force)
     print(f"reset {len(plan.steps)} partition(s) of job {plan.job!r}; generation is now {generation}")
     return 0
 
@@ -149,7 +152,7 @@ def _lag(args: argparse.Namespace) -> int:
     db = _db(args)
     kafka = kafka_from_env(bootstrap=args.kafka_bootstrap)
     with _engine(db) as engine:
-        report = commands.offset_lag(engine, db, args.job, kafka)
+        report = offset_lag(engine, db, args.job, kafka)
     if args.format == "json":
         output.emit_json(report.as_dict())
     else:
@@ -189,7 +192,7 @@ def _lag(args: argparse.Namespace) -> int:
 def _history(args: argparse.Namespace) -> int:
     db = _db(args)
     with _engine(db) as engine:
-        rows = commands.audit_log(engine, db, args.job, limit=args.limit)
+        rows = audit_log(engine, db, args.job, limit=args.limit)
     if args.format == "json":
         output.emit_json([asdict(r) for r in rows])
         return 0

@@ -297,7 +297,7 @@ def reset_offsets(
 
     The job row is locked FOR UPDATE first, so claims in flight finish before the old values are
     read; the generation bump then fences the run that planned from them. Checking whether a live
-    run may be fenced is the caller's decision (see :mod:`txn_offsets.cli.commands`).
+    run may be fenced is the caller's decision (see :mod:`txn_offsets.admin.reset`).
     """
     check_offsets(targets)
     check_audit("reset", reason, actor)

@@ -1,0 +1,182 @@
+"""``offsets reset``: move a job's offsets to a Kafka position, a time, an offset or by a shift.
+
+Split in two so that a front-end can always show the plan first (:mod:`txn_offsets.admin.moves`):
+:func:`plan_reset` reads (offsets, and Kafka where the target needs it) and changes nothing;
+:func:`apply_reset` re-checks the plan under the job's lock, refuses while a live run holds the
+lease (unless forced), then writes the offsets, the audit rows and the generation bump at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+import sqlalchemy as sa
+
+from txn_offsets.admin.moves import Move, MovePlan
+from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.errors import ConfigError, JobAlreadyRunning
+from txn_offsets.kafka import metadata
+from txn_offsets.ranges import TopicPartition
+from txn_offsets.store import offset_rows
+from txn_offsets.store.database import translate_errors
+from txn_offsets.store.runs import lock_job, validate_job
+
+__all__ = ["ResetPlan", "ResetTarget", "TargetKind", "apply_reset", "plan_reset"]
+
+logger = logging.getLogger(__name__)
+
+TargetKind = Literal["earliest", "latest", "datetime", "offset", "shift"]
+
+
+@dataclass(frozen=True)
+class ResetTarget:
+    """Where a reset moves the offsets: a Kafka position, a datetime, an offset or a shift."""
+
+    kind: TargetKind
+    value: int | None = None  # the offset for 'offset', the delta for 'shift'
+    at: datetime | None = None  # for 'datetime' (timezone-aware)
+
+    def __post_init__(self) -> None:
+        if self.kind in ("offset", "shift") and self.value is None:
+            raise ConfigError(f"--to-{self.kind}", "needs a value")
+        if self.kind == "offset" and self.value is not None and self.value < 0:
+            raise ConfigError("--to-offset", f"{self.value} is negative; offsets are >= 0")
+        if self.kind == "datetime" and (self.at is None or self.at.tzinfo is None):
+            raise ConfigError("--to-datetime", "give a timezone, e.g. 2024-05-01T12:00:00Z or ...+02:00")
+
+    @property
+    def needs_kafka(self) -> bool:
+        return self.kind in ("earliest", "latest", "datetime")
+
+
+@dataclass(frozen=True)
+class ResetPlan(MovePlan):
+    generation: int  # a reset needs the job to exist
+
+
+def _kafka(kafka: KafkaSettings | None, target: ResetTarget) -> KafkaSettings:
+    if kafka is None:
+        raise ConfigError("--kafka-bootstrap", f"--to-{target.kind} asks Kafka; give the bootstrap servers")
+    return kafka
+
+
+def _value(target: ResetTarget) -> int:
+    if target.value is None:  # pragma: no cover - ResetTarget refuses it
+        raise ConfigError(f"--to-{target.kind}", "needs a value")
+    return target.value
+
+
+def _select(
+    stored: dict[TopicPartition, int],
+    target: ResetTarget,
+    *,
+    topic: str | None,
+    partitions: Sequence[int],
+    kafka: KafkaSettings | None,
+    timeout_s: float,
+) -> list[TopicPartition]:
+    if topic is None:
+        if partitions:
+            raise ConfigError("--partition", "needs --topic")
+        if not stored:
+            raise ConfigError("--topic", "the job has no stored offsets yet; name the topic to reset")
+        return sorted(stored)
+    if target.needs_kafka:
+        existing = metadata.partitions_for(_kafka(kafka, target), topic, timeout_s=timeout_s)
+    elif target.kind == "offset" and partitions:
+        existing = list(partitions)  # an explicit offset may create rows
+    else:
+        existing = [p for t, p in stored if t == topic]
+    unknown = sorted(set(partitions) - set(existing))
+    if unknown:
+        raise ConfigError("--partition", f"{topic} has no partition(s) {unknown} (it has {sorted(existing)})")
+    chosen = sorted(set(partitions) if partitions else set(existing))
+    if not chosen:
+        raise ConfigError("--topic", f"the job has no stored offsets for topic {topic!r}")
+    return [(topic, p) for p in chosen]
+
+
+def _targets(
+    keys: list[TopicPartition],
+    stored: dict[TopicPartition, int],
+    target: ResetTarget,
+    kafka: KafkaSettings | None,
+    timeout_s: float,
+) -> dict[TopicPartition, int]:
+    if target.kind == "offset":
+        return dict.fromkeys(keys, _value(target))
+    if target.kind == "shift":
+        out = {}
+        for key in keys:
+            new = stored[key] + _value(target)
+            if new < 0:
+                raise ConfigError("--shift-by", f"{key[0]}[{key[1]}] would move to {new}; offsets are >= 0")
+            out[key] = new
+        return out
+    if target.kind == "datetime" and target.at is not None:
+        ms = int(target.at.timestamp() * 1000)
+        return metadata.offsets_for_time(_kafka(kafka, target), keys, ms, timeout_s=timeout_s)
+    marks = metadata.watermarks(_kafka(kafka, target), keys, timeout_s=timeout_s)
+    index = 0 if target.kind == "earliest" else 1
+    return {key: marks[key][index] for key in keys}
+
+
+def plan_reset(
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    job: str,
+    target: ResetTarget,
+    *,
+    topic: str | None = None,
+    partitions: Sequence[int] = (),
+    kafka: KafkaSettings | None = None,
+    timeout_s: float = 10.0,
+) -> ResetPlan:
+    """The old -> new offset of every selected partition. Reads only; changes nothing."""
+    validate_job(job)
+    if target.needs_kafka:
+        _kafka(kafka, target)  # fail before touching anything
+    with translate_errors(db), engine.connect() as conn:
+        state = lock_job(conn, db, job, for_update=False)
+        stored = offset_rows.load_offsets(conn, db, job)
+    keys = _select(stored, target, topic=topic, partitions=partitions, kafka=kafka, timeout_s=timeout_s)
+    new = _targets(keys, stored, target, kafka, timeout_s)
+    steps = tuple(Move(t, p, stored.get((t, p)), new[(t, p)]) for t, p in keys)
+    live = state.run_id if state.live else None
+    return ResetPlan(job, state.generation, steps, live, state.heartbeat_age_s)
+
+
+def apply_reset(
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    plan: ResetPlan,
+    *,
+    reason: str,
+    actor: str | None = None,
+    force: bool = False,
+) -> int:
+    """Carry out `plan`; returns the job's new generation. Refuses while a live run holds the
+    lease (unless `force`, which fences it) and if the offsets moved since the plan was made."""
+    who = actor or offset_rows.default_actor()
+    with translate_errors(db), engine.begin() as conn:
+        state = lock_job(conn, db, plan.job)  # FOR UPDATE: claims in flight finish first
+        if state.live and not force:
+            raise JobAlreadyRunning(plan.job, state.run_id or "?", state.generation, state.heartbeat_age_s)
+        current = offset_rows.load_offsets(conn, db, plan.job)
+        step = plan.moved_since(current)
+        if step is not None:
+            now = current.get((step.topic, step.partition))
+            raise ConfigError(
+                "reset",
+                f"{step.topic}[{step.partition}] moved from {step.old} to {now} since the plan was "
+                f"made; run the reset again to see a fresh plan",
+            )
+        targets = {(s.topic, s.partition): s.new for s in plan.steps}
+        offset_rows.reset_offsets(conn, db, plan.job, targets, reason=reason, actor=who)
+        generation = lock_job(conn, db, plan.job).generation
+    logger.info("job %r: reset %r partitions, generation now %r", plan.job, len(plan.steps), generation)
+    return generation
