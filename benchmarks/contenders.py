@@ -28,7 +28,7 @@ from txn_offsets.kafka.metadata import watermarks
 from txn_offsets.kafka.reader import Record
 from txn_offsets.ranges import OffsetRange, plan_ranges
 from txn_offsets.spark.batch import Batch
-from txn_offsets.spark.executor import PartitionTask, TaskReport
+from txn_offsets.spark.tasks import PartitionTask, TaskReport
 from txn_offsets.store.runs import Run
 
 

@@ -33,8 +33,8 @@ from txn_offsets import StartPolicy, from_env
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.kafka import metadata
 from txn_offsets.planner import Limits, TopicSelection, plan_batch
-from txn_offsets.spark import executor
-from txn_offsets.spark.executor import PartitionTask
+from txn_offsets.spark import tasks
+from txn_offsets.spark.tasks import PartitionTask
 from txn_offsets.store import migrate
 from txn_offsets.store.database import engine_for
 from txn_offsets.store.runs import end_run, heartbeat, start_run
@@ -58,10 +58,10 @@ def _patch() -> None:
     """Time the pieces where they are looked up (module attributes)."""
     metadata.describe_topics = _timed("plan: describe_topics (Kafka)", metadata.describe_topics)
     metadata.watermarks = _timed("plan: watermarks (Kafka)", metadata.watermarks)
-    executor.commit_reporting = _timed("range: transaction", executor.commit_reporting)
-    # executor's own name for it (where the executor looks it up); not an export of executor
-    read_range = executor.read_range  # type: ignore[attr-defined]
-    executor.read_range = _timed_iter("range: first record (assign + fetch)", read_range)  # type: ignore[attr-defined]
+    tasks.commit_reporting = _timed("range: transaction", tasks.commit_reporting)
+    # the task module's own name for it (where the tasks look it up); not an export of tasks
+    read_range = tasks.read_range  # type: ignore[attr-defined]
+    tasks.read_range = _timed_iter("range: first record (assign + fetch)", read_range)  # type: ignore[attr-defined]
 
 
 def _timed_iter(name: str, fn: Callable[..., Iterator[Any]]) -> Callable[..., Iterator[Any]]:

@@ -44,7 +44,7 @@ from txn_offsets import from_env
 from txn_offsets.kafka import reader as txn_reader
 from txn_offsets.kafka.metadata import watermarks
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.spark.executor import _Counting
+from txn_offsets.spark.tasks import _Counting
 
 REPO = Path(__file__).resolve().parent.parent
 Partials = windowed_counts.Partials

@@ -28,8 +28,8 @@ from txn_offsets.devstack.kafka import KAFKA_VERSION, cache_dir, ensure_libs
 from txn_offsets.errors import ConfigError, Fenced
 from txn_offsets.kafka.mirror import GroupMirror, group_offsets
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.spark.executor import TaskReport
 from txn_offsets.spark.publish import BatchPublisher
+from txn_offsets.spark.tasks import TaskReport
 from txn_offsets.store import migrate
 from txn_offsets.store.schema import tables_for
 

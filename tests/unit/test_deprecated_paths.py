@@ -21,6 +21,22 @@ MOVED: dict[str, tuple[str, tuple[str, ...]]] = {
         ("FORMAT", "StreamConfig", "TxnOffsetsSource", "bound_source"),
     ),
     "txn_offsets.spark.stream_sink": ("txn_offsets.spark.stream.sink", ("ExactlyOnceSink",)),
+    "txn_offsets.spark.executor": (
+        "txn_offsets.spark.tasks",
+        (
+            "DeadLetter",
+            "PartitionTask",
+            "ReadOptions",
+            "ReadTask",
+            "TaskReport",
+            "commit_reporting",
+            "decoded",
+            "dispose_worker_engines",
+            "success_counts",
+            "worker_engine",
+            "write_dead_letters",
+        ),
+    ),
 }
 
 

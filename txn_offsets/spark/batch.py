@@ -24,8 +24,8 @@ from typing import Any
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark import frames
-from txn_offsets.spark.executor import ReadOptions, ReadTask
 from txn_offsets.spark.frames import EXECUTION_PATHS, check_execution
+from txn_offsets.spark.tasks import ReadOptions, ReadTask
 from txn_offsets.store.runs import Run
 
 __all__ = ["EXECUTION_PATHS", "Batch", "assign_ranges", "batch_deadline", "check_execution"]

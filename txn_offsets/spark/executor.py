@@ -1,341 +1,41 @@
-"""What runs inside a Spark task: read each of its ranges, decode, aggregate, and commit each range
-with its results, one transaction per range.
+"""Deprecated: moved to :mod:`txn_offsets.spark.tasks` (the bodies a Spark task runs).
 
-A task's input is the list of its range indexes (on the RDD path and the DataFrame path alike), so
-a task always knows its ranges, however many it was given. Records are read and reduced *before*
-the transaction opens, so the transaction only holds the claimed offset row for as long as the
-write takes. The SQLAlchemy engine is created once per Python worker (Spark reuses workers) and
-keyed by the database settings.
+Kept for one release so that old imports still work; importing it warns. The task bodies are
+defined only in the new module (Spark pickles them by that module's path).
 """
 
-from __future__ import annotations
+import warnings
 
-import atexit
-import logging
-import threading
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
-from typing import Any, Generic, NamedTuple, TypeVar
-
-import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.errors import (
-    ClaimBlocked,
-    ConfigError,
-    Fenced,
-    OffsetConflict,
-    RecordRejected,
-    RecordsNotConsumed,
-    TopicChanged,
-    TransactionAborted,
-    TxnOffsetsError,
-    WriteFailed,
+from txn_offsets.spark.tasks import (
+    DeadLetter,
+    PartitionTask,
+    ReadOptions,
+    ReadTask,
+    TaskReport,
+    commit_reporting,
+    decoded,
+    dispose_worker_engines,
+    success_counts,
+    worker_engine,
+    write_dead_letters,
 )
-from txn_offsets.kafka.metadata import check_incarnation
-from txn_offsets.kafka.reader import Record, read_range
-from txn_offsets.ranges import OffsetRange
-from txn_offsets.store.database import engine_for
-from txn_offsets.store.runs import Run
-from txn_offsets.store.schema import tables_for
-from txn_offsets.store.transaction import commit_ranges
 
-logger = logging.getLogger(__name__)
+__all__ = [
+    "DeadLetter",
+    "PartitionTask",
+    "ReadOptions",
+    "ReadTask",
+    "TaskReport",
+    "commit_reporting",
+    "decoded",
+    "dispose_worker_engines",
+    "success_counts",
+    "worker_engine",
+    "write_dead_letters",
+]
 
-T = TypeVar("T")
-A = TypeVar("A")
-
-_engines: dict[DatabaseSettings, sa.Engine] = {}
-_engines_lock = threading.Lock()
-
-
-def worker_engine(db: DatabaseSettings) -> sa.Engine:
-    """One engine per Python worker process and database settings (Spark reuses the worker between
-    tasks): the same engine options as everywhere (timeouts, keepalives, parameters hidden from
-    error text, which would otherwise quote record keys and values)."""
-    with _engines_lock:
-        engine = _engines.get(db)
-        if engine is None:
-            if not _engines:
-                atexit.register(dispose_worker_engines)
-            engine = engine_for(db, pool_size=2, max_overflow=2)
-            _engines[db] = engine
-        return engine
-
-
-def dispose_worker_engines() -> None:
-    """Close the pooled connections of this worker (at interpreter exit: the server sees a clean
-    goodbye instead of a dropped socket)."""
-    with _engines_lock:
-        engines = list(_engines.values())
-        _engines.clear()
-    for engine in engines:
-        engine.dispose()
-
-
-@dataclass(frozen=True)
-class ReadOptions:
-    """How tasks read: records per consume() call, the stall bound, and how many Spark tasks a
-    batch's ranges are spread over (None: one per core of the session, ``defaultParallelism``).
-    Fewer tasks than ranges is cheaper: each Spark task costs tens of milliseconds however small
-    its range, and a task commits its ranges one transaction each."""
-
-    batch_size: int = 2000
-    stall_timeout_s: float = 60.0
-    max_tasks: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.max_tasks is not None and self.max_tasks < 1:
-            raise ConfigError("max_tasks", f"must be >= 1 or None, got {self.max_tasks}")
-
-
-@dataclass(frozen=True)
-class TaskReport:
-    """What a task tells the driver about its range (pickled back by collect())."""
-
-    range: OffsetRange
-    # committed | already_committed, or (with `error`) conflict | fenced | blocked | aborted |
-    # write_failed | topic_changed | rejected | not_consumed
-    outcome: str
-    records: int
-    error: TxnOffsetsError | None = None
-
-
-def success_counts(reports: Iterable[TaskReport]) -> dict[str, int]:
-    """Ranges per success outcome (``committed``, ``already_committed``): a batch's statistics."""
-    counts = {"committed": 0, "already_committed": 0}
-    for report in reports:
-        if report.outcome in counts:
-            counts[report.outcome] += 1
-    return counts
-
-
-class DeadLetter(NamedTuple):
-    """A record the decoder rejected, kept (in dead-letter mode) instead of failing the batch."""
-
-    record: Record
-    error: str
-
-
-def decoded(
-    records: Iterable[Record], decode: Callable[[Record], T], dead: list[DeadLetter] | None = None
-) -> Iterator[T]:
-    """Apply the user's decoder. A failure rejects the batch naming the record (topic, partition,
-    offset), or, when `dead` is a list, is appended to it and the record is skipped.
-
-    The error names the exception type only: a decoder's message often quotes the record
-    (``invalid literal for int(): b'...'``), and errors travel to logs and Spark task failures. The
-    full message is kept with the record in the dead-letter table, which holds the payload anyway.
-    """
-    for rec in records:
-        try:
-            yield decode(rec)
-        except Exception as exc:  # any decoder failure rejects the record
-            if dead is None:
-                raise RecordRejected(
-                    rec.topic, rec.partition, rec.offset, f"{type(exc).__name__} (message not shown)"
-                ) from None
-            dead.append(DeadLetter(rec, f"{type(exc).__name__}: {exc}"[:2000]))
-
-
-def write_dead_letters(conn: sa.Connection, db: DatabaseSettings, job: str, dead: list[DeadLetter]) -> None:
-    """Insert a range's dead letters in the range's transaction (one multi-row statement).
-
-    A record rejected again (the range replayed after an audited reset) replaces its earlier dead
-    letter instead of failing the range forever on the primary key.
-    """
-    if not dead:
-        return
-    table = tables_for(db.schema).dead_letters
-    stmt = pg_insert(table)
-    conn.execute(
-        stmt.on_conflict_do_update(
-            index_elements=["job", "topic", "part", "off"],
-            set_={
-                "key": stmt.excluded.key,
-                "value": stmt.excluded.value,
-                "error": stmt.excluded.error,
-                "at": sa.func.now(),
-            },
-        ),
-        [
-            {
-                "job": job,
-                "topic": d.record.topic,
-                "part": d.record.partition,
-                "off": d.record.offset,
-                "key": d.record.key,
-                "value": d.record.value,
-                "error": d.error,
-            }
-            for d in dead
-        ],
-    )
-
-
-def commit_reporting(
-    db: DatabaseSettings,
-    run: Run,
-    ranges: list[OffsetRange],
-    write: Callable[[sa.Connection], None],
-    *,
-    isolation_level: str,
-    records: int,
-    kafka: KafkaSettings | None,
-    guard: bool = True,
-) -> list[TaskReport]:
-    """commit_ranges on this worker's engine, with a conflict or a fencing turned into reports:
-    nothing was written, and the driver raises the error with its context (a Spark retry of the
-    task could never succeed).
-
-    Call it once the ranges' records have been read: with `kafka`, it first checks that each
-    topic is still the incarnation the ranges were planned from (TopicChanged otherwise, reported
-    like a conflict and planned again by the runner). ``kafka=None`` is for callers that did not
-    read the records themselves."""
-    try:
-        if kafka is not None and guard:
-            check_incarnation(kafka, ranges)
-        outcomes = commit_ranges(
-            worker_engine(db), db, run, ranges, write, isolation_level=isolation_level, guard=guard
-        )
-    except _REPORTED as exc:
-        return [TaskReport(r, _REPORTED_AS[type(exc)], records, exc) for r in ranges]
-    return [TaskReport(o.range, o.outcome.value, records) for o in outcomes]
-
-
-# Errors a task reports instead of raising: Spark's own task retry could not change them (or, for
-# ClaimBlocked, should not wait again in place); the driver raises each with its context, and the
-# runner plans again from the stored offsets when it is transient.
-_REPORTED_AS: dict[type[TxnOffsetsError], str] = {
-    OffsetConflict: "conflict",
-    Fenced: "fenced",
-    ClaimBlocked: "blocked",
-    TransactionAborted: "aborted",
-    WriteFailed: "write_failed",
-    TopicChanged: "topic_changed",
-}
-_REPORTED = tuple(_REPORTED_AS)
-
-
-@dataclass(frozen=True)
-class PartitionTask(Generic[A]):
-    """The picklable body of a per-partition commit task."""
-
-    database: DatabaseSettings
-    kafka: KafkaSettings
-    run: Run
-    ranges: tuple[OffsetRange, ...]
-    prepare: Callable[[Iterator[Record], list[DeadLetter] | None], A]
-    write: Callable[[sa.Connection, OffsetRange, A], None]
-    read: ReadOptions = field(default_factory=ReadOptions)
-    isolation_level: str = "READ COMMITTED"
-    after_commit: Callable[[OffsetRange, str], None] | None = None
-    dead_letters: bool = False
-    guard: bool = True  # benchmarks only: False skips the claim (at-least-once), see commit_ranges
-
-    def __call__(self, index: int, assigned: Iterable[Any]) -> Iterator[TaskReport]:
-        """Read and commit each range this task was given, one transaction per range. After a
-        range that failed (a conflict, fencing, a rejected record) the rest are left alone: the
-        driver raises that error and plans again from the stored offsets."""
-        for i in _range_indexes(assigned):
-            report = self._one(self.ranges[i])
-            yield report
-            if report.error is not None:
-                return
-
-    def _one(self, rng: OffsetRange) -> TaskReport:
-        counted = _Counting(
-            read_range(
-                self.kafka, rng, batch_size=self.read.batch_size, stall_timeout_s=self.read.stall_timeout_s
-            )
-        )
-        try:
-            dead: list[DeadLetter] | None = [] if self.dead_letters else None
-            prepared = self.prepare(counted, dead)
-        except RecordRejected as exc:
-            counted.close()
-            return TaskReport(rng, "rejected", counted.n, exc)
-        if counted.unread():
-            # committing would move the offset past records the user's code never saw
-            error = RecordsNotConsumed(rng.topic, rng.partition, rng.start, rng.until)
-            return TaskReport(rng, "not_consumed", counted.n, error)
-        (report,) = commit_reporting(
-            self.database,
-            self.run,
-            [rng],
-            lambda conn: self._write(conn, rng, prepared, dead),
-            isolation_level=self.isolation_level,
-            records=counted.n,
-            kafka=self.kafka,
-            guard=self.guard,
-        )
-        if report.error is not None:
-            return report  # conflict / fenced / ...: not retried into success, the driver raises it
-        if self.after_commit is not None:
-            # runs after COMMIT, before the task reports: an exception here makes Spark retry a
-            # task whose range is already committed (fault injection, notifications)
-            self.after_commit(rng, report.outcome)
-        return TaskReport(rng, report.outcome, counted.n)
-
-    def _write(
-        self, conn: sa.Connection, rng: OffsetRange, prepared: A, dead: list[DeadLetter] | None
-    ) -> None:
-        self.write(conn, rng, prepared)
-        if dead:
-            write_dead_letters(conn, self.database, self.run.job, dead)
-
-
-def _range_indexes(assigned: Iterable[Any]) -> list[int]:
-    """The indexes of the ranges a task was given (its input: one tuple of indexes), read to the
-    end first: PySpark only reuses a Python worker whose input stream was consumed completely."""
-    return [int(i) for group in assigned for i in group]
-
-
-class _Counting(Iterator[Record]):
-    """Counts the records that pass through (for the batch log line)."""
-
-    def __init__(self, inner: Iterator[Record]) -> None:
-        self._inner = inner
-        self.n = 0
-
-    def __iter__(self) -> _Counting:
-        return self
-
-    def __next__(self) -> Record:
-        rec = next(self._inner)
-        self.n += 1
-        return rec
-
-    def close(self) -> None:
-        close = getattr(self._inner, "close", None)
-        if close is not None:
-            close()
-
-    def unread(self) -> bool:
-        """True if records are left that nobody read (the reader is closed either way)."""
-        try:
-            next(self._inner)
-        except StopIteration:
-            return False
-        self.close()
-        return True
-
-
-@dataclass(frozen=True)
-class ReadTask:
-    """The picklable body of a batch's records (RDD or DataFrame path): a task yields the records
-    of each range it was given, range after range, each in offset order."""
-
-    kafka: KafkaSettings
-    ranges: tuple[OffsetRange, ...]
-    read: ReadOptions = field(default_factory=ReadOptions)
-
-    def __call__(self, index: int, assigned: Iterable[Any]) -> Iterator[Record]:
-        for i in _range_indexes(assigned):
-            yield from read_range(
-                self.kafka,
-                self.ranges[i],
-                batch_size=self.read.batch_size,
-                stall_timeout_s=self.read.stall_timeout_s,
-            )
+warnings.warn(
+    "txn_offsets.spark.executor is deprecated: import from txn_offsets.spark.tasks",
+    DeprecationWarning,
+    stacklevel=2,
+)

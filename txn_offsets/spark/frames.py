@@ -25,7 +25,7 @@ from typing import Any
 
 from txn_offsets.errors import ConfigError
 from txn_offsets.kafka.reader import Record
-from txn_offsets.spark.executor import TaskReport
+from txn_offsets.spark.tasks import TaskReport
 
 __all__ = [
     "EXECUTION_PATHS",

@@ -25,7 +25,7 @@ from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import DataLoss, Fenced, OffsetConflict, RecordRejected, TxnOffsetsError
 from txn_offsets.kafka.mirror import GroupMirror
 from txn_offsets.ranges import TopicPartition
-from txn_offsets.spark.executor import TaskReport, success_counts
+from txn_offsets.spark.tasks import TaskReport, success_counts
 from txn_offsets.store import stats
 
 __all__ = ["BatchPublisher"]

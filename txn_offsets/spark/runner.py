@@ -31,9 +31,9 @@ from txn_offsets.errors import (
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import ON_DATA_LOSS, Limits, TopicSelection, plan_batch, preflight
 from txn_offsets.spark.batch import Batch, batch_deadline, check_execution
-from txn_offsets.spark.executor import ReadOptions, TaskReport
 from txn_offsets.spark.publish import BatchPublisher
 from txn_offsets.spark.signals import stop_on_signals
+from txn_offsets.spark.tasks import ReadOptions, TaskReport
 from txn_offsets.spark.writers import Writer
 from txn_offsets.store.database import engine_for
 from txn_offsets.store.runs import LeaseKeeper, Run, end_run, start_run

@@ -23,8 +23,8 @@ from txn_offsets.kafka.reader import Record
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.spark.executor import ReadOptions
 from txn_offsets.spark.runner import run_job
+from txn_offsets.spark.tasks import ReadOptions
 from txn_offsets.spark.writers import PartitionWriter
 
 

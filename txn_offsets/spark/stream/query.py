@@ -46,10 +46,10 @@ from txn_offsets.errors import ConfigError, TxnOffsetsError
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import ON_DATA_LOSS, Limits, TopicSelection, preflight
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.spark.executor import ReadOptions
 from txn_offsets.spark.frames import session_cores
 from txn_offsets.spark.stream.sink import ExactlyOnceSink
 from txn_offsets.spark.stream.source import FORMAT, StreamConfig, bound_source
+from txn_offsets.spark.tasks import ReadOptions
 from txn_offsets.store.database import engine_for
 from txn_offsets.store.runs import Run, end_run, start_run
 

@@ -42,8 +42,8 @@ from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits, TopicSelection, plan_batch
 from txn_offsets.ranges import OffsetRange, TopicPartition
 from txn_offsets.spark.batch import assign_ranges
-from txn_offsets.spark.executor import ReadOptions, ReadTask
 from txn_offsets.spark.frames import arrow_batches, record_schema
+from txn_offsets.spark.tasks import ReadOptions, ReadTask
 from txn_offsets.store.database import engine_for, translate_errors
 from txn_offsets.store.offset_rows import load_offsets
 from txn_offsets.store.runs import Run, heartbeat
