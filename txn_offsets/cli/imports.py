@@ -1,46 +1,35 @@
 """``txn-offsets offsets import``: bring a job's position from another offset store.
 
 Parse, read the source, show the plan (always), then apply unless ``--dry-run``. The work behind
-it is in :mod:`txn_offsets.store.imports` (plan and apply), :mod:`txn_offsets.store.checkpoint`
-(Structured Streaming checkpoints) and :mod:`txn_offsets.kafka.mirror` (consumer groups).
+it is in :mod:`txn_offsets.admin.sources` (checkpoints, consumer groups, legacy tables) and
+:mod:`txn_offsets.admin.imports` (plan and apply).
 """
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import sqlalchemy as sa
 
+from txn_offsets.admin import sources
+from txn_offsets.admin.imports import apply_import, plan_import
 from txn_offsets.cli import output
-from txn_offsets.config import database_from_env, kafka_from_env
+from txn_offsets.config import DatabaseSettings, KafkaSettings, database_from_env, kafka_from_env
 from txn_offsets.errors import ConfigError
-from txn_offsets.ranges import TopicPartition
 from txn_offsets.store.database import engine_for
 
 __all__ = ["register"]
 
 
-def _source(args: argparse.Namespace, engine: sa.Engine) -> tuple[str, dict[TopicPartition, int]]:
-    from txn_offsets.admin import checkpoint
-    from txn_offsets.kafka.mirror import group_offsets
-    from txn_offsets.store import imports
-
+def _source(
+    args: argparse.Namespace, engine: sa.Engine, db: DatabaseSettings, kafka: KafkaSettings
+) -> sources.Source:
     if args.from_spark_checkpoint:
-        found = checkpoint.read_checkpoint(Path(args.from_spark_checkpoint), batch=args.checkpoint_batch)
-        return f"spark checkpoint {args.from_spark_checkpoint} (batch {found.batch})", dict(found.offsets)
+        return sources.from_checkpoint(args.from_spark_checkpoint, batch=args.checkpoint_batch)
     if args.checkpoint_batch is not None:
         raise ConfigError("--checkpoint-batch", "goes with --from-spark-checkpoint")
     if args.from_consumer_group:
-        kafka = kafka_from_env(bootstrap=args.kafka_bootstrap)
-        offsets = group_offsets(kafka, args.from_consumer_group)
-        if not offsets:
-            raise ConfigError(
-                "--from-consumer-group",
-                f"group {args.from_consumer_group!r} has no committed offsets on {kafka.bootstrap_servers} "
-                f"(check the name: kafka-consumer-groups.sh --list)",
-            )
-        return f"consumer group {args.from_consumer_group!r}", offsets
+        return sources.from_consumer_group(kafka, args.from_consumer_group)
     columns = args.table_columns.split(",") if args.table_columns else None
     where = None
     if args.table_filter:
@@ -48,24 +37,19 @@ def _source(args: argparse.Namespace, engine: sa.Engine) -> tuple[str, dict[Topi
         if not eq or not column:
             raise ConfigError("--table-filter", f"{args.table_filter!r}: give COLUMN=VALUE")
         where = (column, value)
-    db = database_from_env(schema=args.schema)
-    return f"table {args.from_table}", imports.read_table(
-        engine, db, args.from_table, columns=columns, where=where
-    )
+    return sources.from_table(engine, db, args.from_table, columns=columns, where=where)
 
 
 def _import(args: argparse.Namespace) -> int:
-    from txn_offsets.store import imports
-
     db = database_from_env(schema=args.schema)
     kafka = kafka_from_env(bootstrap=args.kafka_bootstrap)
     engine = engine_for(db)
     try:
         with output.progress("import", total=3) as bar:
-            source, offsets = _source(args, engine)
-            bar.advance(note=f"read {len(offsets)} offset(s) from {source}")
-            plan = imports.plan_import(
-                engine, db, args.job, offsets, source=source, kafka=kafka, topics=args.topic or ()
+            source = _source(args, engine, db, kafka)
+            bar.advance(note=f"read {len(source.offsets)} offset(s) from {source.name}")
+            plan = plan_import(
+                engine, db, args.job, source.offsets, source=source.name, kafka=kafka, topics=args.topic or ()
             )
             bar.advance(note="checked against Kafka and the store")
             gen = "new job" if plan.generation is None else f"generation {plan.generation}"
@@ -88,7 +72,7 @@ def _import(args: argparse.Namespace) -> int:
                 force=args.force,
             ):
                 return 0
-            generation = imports.apply_import(engine, db, plan, reason=args.reason, force=args.force)
+            generation = apply_import(engine, db, plan, reason=args.reason, force=args.force)
             bar.advance(note="written")
     finally:
         engine.dispose()

@@ -1,0 +1,231 @@
+"""``offsets import``: bring a job's position from another offset store, a plan first, then one
+audited transaction (the move-plan shape of :mod:`txn_offsets.admin.moves`).
+
+The offsets come from a source (:mod:`txn_offsets.admin.sources`: a Structured Streaming
+checkpoint, a Kafka consumer group or a legacy table). :func:`plan_import` checks them against
+Kafka and the store and changes nothing; it imports only the topics the job reads
+(:func:`select_topics`: the ``topics`` named, else the job's own, else the source's only topic)
+and lists the others as not imported. :func:`apply_import` writes them under the job row's lock,
+like a reset: rows the job did not have are inserted and audited ``import``; with ``force``, rows
+it had are moved by :func:`txn_offsets.store.offset_rows.reset_offsets` (audited ``reset``, reason
+"import ..."); the generation is bumped either way, so a run that planned from the old offsets is
+fenced.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+from txn_offsets.admin.moves import Move, MovePlan
+from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.errors import ConfigError, JobAlreadyRunning, UnknownJob
+from txn_offsets.kafka import metadata
+from txn_offsets.ranges import TopicPartition
+from txn_offsets.store import offset_rows
+from txn_offsets.store.audit import check_offsets
+from txn_offsets.store.database import translate_errors
+from txn_offsets.store.runs import lock_job, validate_job
+from txn_offsets.store.schema import tables_for
+
+__all__ = ["ImportPlan", "ImportStep", "apply_import", "plan_import", "select_topics"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ImportStep(Move):
+    """A move, with the partition's log (start, end) in Kafka when the plan was made."""
+
+    log_start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class ImportPlan(MovePlan):
+    steps: tuple[ImportStep, ...]
+    source: str
+    topic_ids: Mapping[str, str]
+    unlisted: tuple[TopicPartition, ...]  # partitions of the topics the source has no offset for
+    not_imported: Mapping[str, int] = field(default_factory=dict)  # source topic -> its partitions
+
+    @property
+    def existing(self) -> list[ImportStep]:
+        return [s for s in self.steps if s.old is not None]
+
+    def notes(self) -> list[str]:
+        out = []
+        for s in self.steps:
+            if s.new < s.log_start:
+                out.append(
+                    f"{s.topic}[{s.partition}]: offsets [{s.new}, {s.log_start}) were deleted by Kafka; "
+                    f"the job will raise DataLoss there (or skip, audited, with on_data_loss='skip')"
+                )
+        if self.unlisted:
+            shown = ", ".join(f"{t}[{p}]" for t, p in self.unlisted[:8])
+            out.append(f"no offset in the source for {shown}: the job starts those at their log start")
+        return out
+
+
+def _names(topics: Collection[str]) -> str:
+    return ", ".join(sorted(topics))
+
+
+def select_topics(
+    source_topics: Collection[str], *, source: str, job: str, named: Collection[str], own: Collection[str]
+) -> set[str]:
+    """The topics of the source to import: those `named` (``--topic``; each must be in the
+    source), else the job's `own` topics (those it has offset rows for; the source must hold one
+    of them), else the source's topic if it holds just one. A topic of the source the job does
+    not read is never taken without being named: a row that no run moves would show lag forever."""
+    held = set(source_topics)
+    if named:
+        missing = sorted(set(named) - held)
+        if missing:
+            raise ConfigError(
+                "--topic",
+                f"{missing[0]!r} is not in {source}: it holds offsets for {_names(held)}",
+            )
+        return set(named)
+    if own:
+        mine = held & set(own)
+        if not mine:
+            raise ConfigError(
+                "--topic",
+                f"job {job!r} reads {_names(own)} and {source} holds offsets for {_names(held)} only: "
+                f"pass --topic to import one of those into this job anyway",
+            )
+        return mine
+    if len(held) > 1:
+        raise ConfigError(
+            "--topic",
+            f"{source} holds offsets for {len(held)} topics ({_names(held)}) and job {job!r} has no "
+            f"offsets yet: pass --topic for each topic the job reads (the others are not imported)",
+        )
+    return held
+
+
+def plan_import(
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    job: str,
+    offsets: Mapping[TopicPartition, int],
+    *,
+    source: str,
+    kafka: KafkaSettings,
+    topics: Collection[str] = (),
+    timeout_s: float = 10.0,
+) -> ImportPlan:
+    """Check `offsets` against Kafka (topics and partitions exist, no offset past the end) and
+    against the store; changes nothing. Only the topics :func:`select_topics` picks (`topics`,
+    else the job's own) are planned; the source's others are listed in ``not_imported``."""
+    validate_job(job)
+    check_offsets(offsets)  # the store's own validation of topic/partition/offset values
+    if not offsets:
+        raise ConfigError("import", f"{source} has no offsets")
+    with translate_errors(db), engine.connect() as conn:
+        try:
+            state = lock_job(conn, db, job, for_update=False)
+        except UnknownJob:
+            state = None
+        stored = offset_rows.load_offsets(conn, db, job)
+    held = collections.Counter(t for t, _ in offsets)
+    chosen = select_topics(held, source=source, job=job, named=topics, own={t for t, _ in stored})
+    not_imported = {t: n for t, n in sorted(held.items()) if t not in chosen}
+    offsets = {tp: off for tp, off in offsets.items() if tp[0] in chosen}
+    infos = metadata.describe_topics(kafka, sorted({t for t, _ in offsets}), timeout_s=timeout_s)
+    for topic, part in sorted(offsets):
+        if part not in infos[topic].partitions:
+            raise ConfigError(
+                "import",
+                f"{source}: {topic} has no partition {part} (it has {list(infos[topic].partitions)})",
+            )
+    marks = metadata.watermarks(kafka, offsets.keys(), timeout_s=timeout_s)
+    for (topic, part), off in sorted(offsets.items()):
+        if off > marks[(topic, part)][1]:
+            raise ConfigError(
+                "import",
+                f"{source}: {topic}[{part}] offset {off} is past the end of the log "
+                f"({marks[(topic, part)][1]}); it is not a position in this topic (another cluster, "
+                f"or the topic was re-created)",
+            )
+    steps = tuple(
+        ImportStep(t, p, stored.get((t, p)), off, *marks[(t, p)]) for (t, p), off in sorted(offsets.items())
+    )
+    unlisted = tuple(sorted((t, p) for t in infos for p in infos[t].partitions if (t, p) not in offsets))
+    return ImportPlan(
+        job=job,
+        generation=None if state is None else state.generation,
+        steps=steps,
+        live_run=state.run_id if state is not None and state.live else None,
+        heartbeat_age_s=0.0 if state is None else state.heartbeat_age_s,
+        source=source,
+        topic_ids={t: info.topic_id for t, info in infos.items()},
+        unlisted=unlisted,
+        not_imported=not_imported,
+    )
+
+
+def apply_import(
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    plan: ImportPlan,
+    *,
+    reason: str | None = None,
+    actor: str | None = None,
+    force: bool = False,
+) -> int:
+    """Write `plan` in one transaction; returns the job's new generation. Refuses (changing
+    nothing) when the job has offsets for the imported partitions or a live run, unless `force`,
+    and when the offsets moved since the plan was made."""
+    who = actor or offset_rows.default_actor()
+    why = f"import from {plan.source}" + (f": {reason.strip()}" if reason and reason.strip() else "")
+    t = tables_for(db.schema)
+    with translate_errors(db), engine.begin() as conn:
+        conn.execute(pg_insert(t.jobs).values(job=plan.job).on_conflict_do_nothing())
+        state = lock_job(conn, db, plan.job)  # FOR UPDATE: claims in flight finish first
+        current = offset_rows.load_offsets(conn, db, plan.job)
+        stale = plan.moved_since(current)
+        if stale is not None:
+            raise ConfigError(
+                "import",
+                f"{stale.topic}[{stale.partition}] moved since the plan was made; run the import again",
+            )
+        if state.live and not force:
+            raise JobAlreadyRunning(plan.job, state.run_id or "?", state.generation, state.heartbeat_age_s)
+        if current and not force:
+            first = next(iter(sorted(current.items())))
+            raise ConfigError(
+                "--force",
+                f"job {plan.job!r} already has offsets for {len(current)} partition(s) "
+                f"(e.g. {first[0][0]}[{first[0][1]}] at {first[1]}); importing would replace them: "
+                f"pass --force, or import into a new job name",
+            )
+        moved = {(s.topic, s.partition): s.new for s in plan.steps if s.old is not None}
+        fresh = {(s.topic, s.partition): s.new for s in plan.steps if s.old is None}
+        if fresh:
+            offset_rows.seed_offsets(
+                conn, db, plan.job, fresh, action="import", reason=why, actor=who, topic_ids=plan.topic_ids
+            )
+        if moved:  # audits 'reset', bumps the generation and drops the lease
+            offset_rows.reset_offsets(conn, db, plan.job, moved, reason=why, actor=who)
+        else:
+            conn.execute(
+                sa.update(t.jobs)
+                .where(t.jobs.c.job == plan.job)
+                .values(generation=t.jobs.c.generation + 1, run_id=None, lease_until=None)
+            )
+        generation = lock_job(conn, db, plan.job).generation
+    logger.info(
+        "job %r: imported %r partition(s) from %s, generation now %r",
+        plan.job,
+        len(plan.steps),
+        plan.source,
+        generation,
+    )
+    return generation
