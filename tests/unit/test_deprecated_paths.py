@@ -59,3 +59,15 @@ def test_old_path_imports_warns_and_gives_the_same_objects(old: str) -> None:
         if isinstance(obj, type | types.FunctionType):
             # defined once, in the new module: Spark pickles it by that path
             assert obj.__module__ == new_name, f"{name} is defined in {obj.__module__}"
+
+
+@pytest.mark.parametrize("name", ["is_connect", "session_cores"])
+def test_session_probes_moved_out_of_frames_warn(name: str) -> None:
+    from txn_offsets.spark import frames, session
+
+    with pytest.warns(DeprecationWarning, match=rf"frames\.{name} is deprecated.*spark\.session"):
+        obj = getattr(frames, name)
+    assert obj is getattr(session, name)
+    assert obj.__module__ == "txn_offsets.spark.session"
+    with pytest.raises(AttributeError):
+        _ = frames.no_such_name  # type: ignore[attr-defined]

@@ -23,7 +23,7 @@ from typing import Any
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.spark import frames
+from txn_offsets.spark import frames, session
 from txn_offsets.spark.frames import EXECUTION_PATHS, check_execution
 from txn_offsets.spark.tasks import ReadOptions, ReadTask
 from txn_offsets.store.runs import Run
@@ -54,12 +54,12 @@ class Batch:
         """The execution path this batch takes: 'rdd' or 'dataframe'."""
         if self.execution != "auto":
             return self.execution
-        return "dataframe" if frames.is_connect(self.spark) else "rdd"
+        return "dataframe" if session.is_connect(self.spark) else "rdd"
 
     def groups(self) -> tuple[tuple[int, ...], ...]:
         """Range indexes per Spark task: at most ``read.max_tasks`` (default: the session's cores)
         groups balanced by span, largest range first (LPT), each group in range order."""
-        limit = self.read.max_tasks or frames.session_cores(self.spark)
+        limit = self.read.max_tasks or session.session_cores(self.spark)
         return assign_ranges([r.span for r in self.ranges], max(1, min(len(self.ranges), limit)))
 
     def ranges_rdd(self) -> Any:
@@ -104,7 +104,7 @@ def batch_deadline(spark: Any, group: str, timeout_s: float | None) -> Iterator[
     if the deadline fired (the body's collect() then fails).
     """
     expired = threading.Event()
-    if frames.is_connect(spark):
+    if session.is_connect(spark):
         # no SparkContext: tag this thread's operations, interrupt them by tag (a server-side call
         # that any thread may make)
         spark.addTag(group)

@@ -18,24 +18,22 @@ import contextlib
 import functools
 import pickle
 import re
-import sys
-import threading
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from txn_offsets.errors import ConfigError
 from txn_offsets.kafka.reader import Record
+from txn_offsets.spark import session
 from txn_offsets.spark.tasks import TaskReport
 
 __all__ = [
     "EXECUTION_PATHS",
     "arrow_batches",
     "check_execution",
-    "is_connect",
     "record_schema",
     "records_frame",
     "run_tasks",
-    "session_cores",
     "worker_imports",
 ]
 
@@ -90,38 +88,11 @@ def check_execution(execution: str, spark: Any = None) -> str:
             f"{execution!r}: use 'auto' (the DataFrame path on Spark Connect, the RDD path on classic "
             f"Spark), 'rdd' (classic Spark only) or 'dataframe' (any session)",
         )
-    if execution == "rdd" and spark is not None and is_connect(spark):
+    if execution == "rdd" and spark is not None and session.is_connect(spark):
         raise ConfigError(
             "execution", "'rdd' needs a classic SparkSession: Spark Connect has no RDD API (use 'auto')"
         )
     return execution
-
-
-def is_connect(spark: Any) -> bool:
-    """True for a Spark Connect session (no SparkContext, no RDD API)."""
-    # never imports the Connect client (grpc, pandas, pyarrow): if its module is not loaded, no
-    # Connect session can exist in this process
-    module = sys.modules.get("pyspark.sql.connect.session")
-    return module is not None and isinstance(spark, module.SparkSession)
-
-
-_cores: dict[str, int] = {}
-_cores_lock = threading.Lock()
-
-
-def session_cores(spark: Any) -> int:
-    """The session's default parallelism: ``defaultParallelism`` on classic Spark; under Connect
-    (no SparkContext) the number of partitions of ``spark.range`` without a partition count (the
-    same default), found once per session. The last row of a range is always in its last
-    partition, so one row tells the count without a shuffle."""
-    if not is_connect(spark):
-        return int(spark.sparkContext.defaultParallelism)
-    key = str(spark.session_id)
-    with _cores_lock:
-        if key not in _cores:
-            (row,) = spark.range(0, 1).selectExpr("spark_partition_id() AS p").collect()
-            _cores[key] = int(row.p) + 1
-        return _cores[key]
 
 
 def task_frame(spark: Any, tasks: int) -> Any:
@@ -230,3 +201,15 @@ def worker_imports() -> Iterator[None]:
             f"own modules in the Python environment of the Spark cluster (or Connect server), or ship "
             f"them with spark.addArtifacts('<module>.py' or '<package>.zip', pyfile=True)",
         ) from exc
+
+
+def __getattr__(name: str) -> object:
+    # the session probes moved to txn_offsets.spark.session (kept here for one release)
+    if name in ("is_connect", "session_cores"):
+        warnings.warn(
+            f"txn_offsets.spark.frames.{name} is deprecated: import it from txn_offsets.spark.session",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(session, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

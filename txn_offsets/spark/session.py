@@ -1,4 +1,5 @@
-"""SparkSession helpers for examples and tests: loopback only, UI off, executors on our interpreter.
+"""Spark sessions: the helpers that make them for examples and tests (loopback only, UI off,
+executors on our interpreter), and the probes the library makes on the session it is given.
 
 :func:`local_session` is a classic session. With ``serve_connect=True`` its driver also runs a Spark
 Connect server (Spark's ``SparkConnectPlugin``) on a free loopback port behind a random token, and
@@ -9,6 +10,9 @@ Why not pyspark's ``SparkSession.builder.remote("local[2]")``: it refuses to sta
 holds a classic session (tests use both), always listens on port 15002 on every interface, and
 switches the whole process into Connect mode (``pyspark.sql.functions`` then build Connect columns
 for classic sessions too). The server started here is the same Spark Connect service.
+
+The probes (:func:`is_connect`, :func:`session_cores`, :func:`session_key`) import nothing of
+pyspark: classic or Connect, its parallelism, a key per session.
 """
 
 from __future__ import annotations
@@ -16,13 +20,22 @@ from __future__ import annotations
 import os
 import secrets
 import sys
+import threading
 from collections.abc import Mapping
 from typing import Any
 
 from txn_offsets._java import find_java
 from txn_offsets.errors import ConfigError
 
-__all__ = ["connect_client", "connect_url", "local_connect_session", "local_session"]
+__all__ = [
+    "connect_client",
+    "connect_url",
+    "is_connect",
+    "local_connect_session",
+    "local_session",
+    "session_cores",
+    "session_key",
+]
 
 _AUTH_SETTING = "spark.connect.authenticate.token"
 
@@ -100,3 +113,39 @@ def local_connect_session(
 ) -> Any:  # pyspark.sql.connect.session.SparkSession
     """A Spark Connect session to a local Connect server started in this process on `master`."""
     return connect_client(local_session(app_name, master=master, conf=conf, serve_connect=True))
+
+
+# -- probes: what kind of session the library was given ------------------------------------------
+
+
+def is_connect(spark: Any) -> bool:
+    """True for a Spark Connect session (no SparkContext, no RDD API)."""
+    # never imports the Connect client (grpc, pandas, pyarrow): if its module is not loaded, no
+    # Connect session can exist in this process
+    module = sys.modules.get("pyspark.sql.connect.session")
+    return module is not None and isinstance(spark, module.SparkSession)
+
+
+_cores: dict[str, int] = {}
+_cores_lock = threading.Lock()
+
+
+def session_cores(spark: Any) -> int:
+    """The session's default parallelism: ``defaultParallelism`` on classic Spark; under Connect
+    (no SparkContext) the number of partitions of ``spark.range`` without a partition count (the
+    same default), found once per session. The last row of a range is always in its last
+    partition, so one row tells the count without a shuffle."""
+    if not is_connect(spark):
+        return int(spark.sparkContext.defaultParallelism)
+    key = str(spark.session_id)
+    with _cores_lock:
+        if key not in _cores:
+            (row,) = spark.range(0, 1).selectExpr("spark_partition_id() AS p").collect()
+            _cores[key] = int(row.p) + 1
+        return _cores[key]
+
+
+def session_key(spark: Any) -> str:
+    """A key for `spark` that tells its sessions apart (the Connect session id, else the object)."""
+    session_id = getattr(spark, "session_id", None)
+    return str(session_id) if session_id is not None else str(id(spark))

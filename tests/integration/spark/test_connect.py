@@ -33,8 +33,8 @@ from txn_offsets.ranges import OffsetRange
 from txn_offsets.sinks import upsert_add
 from txn_offsets.spark import runner
 from txn_offsets.spark.batch import Batch
-from txn_offsets.spark.frames import is_connect
 from txn_offsets.spark.runner import run_job
+from txn_offsets.spark.session import is_connect
 from txn_offsets.spark.tasks import ReadOptions
 from txn_offsets.spark.writers import BatchWriter, PartitionWriter
 from txn_offsets.store.database import engine_for

@@ -46,7 +46,7 @@ from txn_offsets.errors import ConfigError, TxnOffsetsError
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import ON_DATA_LOSS, Limits, TopicSelection, preflight
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.spark.frames import session_cores
+from txn_offsets.spark.session import session_cores, session_key
 from txn_offsets.spark.stream.sink import ExactlyOnceSink
 from txn_offsets.spark.stream.source import FORMAT, StreamConfig, bound_source
 from txn_offsets.spark.tasks import ReadOptions
@@ -162,7 +162,7 @@ class TxnStream:
 
     def register(self) -> None:
         """(Re)register the ``txn_offsets`` format in the session, knowing every open stream."""
-        key = _session_key(self.spark)
+        key = session_key(self.spark)
         with _open_lock:
             streams = _open.setdefault(key, {})
             streams[self.run.job] = self.config
@@ -247,7 +247,7 @@ class TxnStream:
                 self.query.stop()
         finally:
             with _open_lock:
-                streams = _open.get(_session_key(self.spark), {})
+                streams = _open.get(session_key(self.spark), {})
                 if streams.get(self.run.job) is self.config:  # not a newer stream of the same job
                     del streams[self.run.job]
             try:
@@ -265,11 +265,6 @@ class TxnStream:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
-
-
-def _session_key(spark: Any) -> str:
-    session_id = getattr(spark, "session_id", None)
-    return str(session_id) if session_id is not None else str(id(spark))
 
 
 def check_frame(frame: Any, job: str) -> None:
