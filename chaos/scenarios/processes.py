@@ -21,7 +21,7 @@ from chaos.scenarios.context import (
     scenario,
     wait_file,
 )
-from txn_offsets.spark.cluster import StandaloneCluster
+from txn_offsets.devstack.cluster import StandaloneCluster
 
 logger = logging.getLogger(__name__)
 

@@ -21,6 +21,7 @@ MOVED: dict[str, tuple[str, tuple[str, ...]]] = {
         ("FORMAT", "StreamConfig", "TxnOffsetsSource", "bound_source"),
     ),
     "txn_offsets.spark.stream_sink": ("txn_offsets.spark.stream.sink", ("ExactlyOnceSink",)),
+    "txn_offsets.spark.cluster": ("txn_offsets.devstack.cluster", ("StandaloneCluster",)),
     "txn_offsets.spark.executor": (
         "txn_offsets.spark.tasks",
         (

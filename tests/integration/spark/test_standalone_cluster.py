@@ -15,7 +15,7 @@ from tests.integration.spark.conftest import Produce
 from tests.integration.spark.test_counting_job import stored_offsets, totals
 from tests.kafka_ends import settled_ends
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.spark.cluster import StandaloneCluster
+from txn_offsets.devstack.cluster import StandaloneCluster
 
 
 def test_counting_job_on_two_workers(
