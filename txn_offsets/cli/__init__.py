@@ -1,6 +1,7 @@
-"""The ``txn-offsets`` command line: the entry point (:mod:`~txn_offsets.cli.main`), its
-subcommands (:mod:`~txn_offsets.cli.subcommands`) and the plain functions behind them
-(:mod:`~txn_offsets.cli.commands`), usable without the command line."""
+"""The ``txn-offsets`` command line: the entry point (:mod:`~txn_offsets.cli.main`), one module per
+command group (db, offsets, jobs, dev, serve) and :mod:`~txn_offsets.cli.output`. It parses and
+prints; the plain functions behind it, usable without the command line, are in
+:mod:`txn_offsets.admin`."""
 
 from txn_offsets.cli.main import build_parser, main
 

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from txn_offsets.admin import sources
 from txn_offsets.admin.imports import apply_import, plan_import
-from txn_offsets.cli import output
+from txn_offsets.cli import options, output
 from txn_offsets.config import DatabaseSettings, KafkaSettings, database_from_env, kafka_from_env
 from txn_offsets.errors import ConfigError
 from txn_offsets.store.database import engine_for
@@ -62,15 +62,7 @@ def _import(args: argparse.Namespace) -> int:
                 print(f"  {topic}  not imported ({parts} partition(s) in the source)")
             for note in plan.notes():
                 print(f"note: {note}")
-            if not output.confirm_move(
-                action="import",
-                job=plan.job,
-                live_run=plan.live_run,
-                generation=plan.generation,
-                heartbeat_age_s=plan.heartbeat_age_s,
-                dry_run=args.dry_run,
-                force=args.force,
-            ):
+            if not output.confirm_move(plan, action="import", dry_run=args.dry_run, force=args.force):
                 return 0
             generation = apply_import(engine, db, plan, reason=args.reason, force=args.force)
             bar.advance(note="written")
@@ -121,9 +113,5 @@ def register(
     cmd.add_argument("--reason", help="why (written to the audit table with the source)")
     cmd.add_argument("--dry-run", action="store_true", help="print the plan and stop")
     cmd.add_argument("--force", action="store_true", help="replace offsets the job has; fence a live run")
-    cmd.add_argument(
-        "--kafka-bootstrap",
-        default=None,
-        help="Kafka bootstrap servers (default: $TXN_OFFSETS_KAFKA_BOOTSTRAP)",
-    )
+    options.add_kafka_bootstrap(cmd)
     cmd.set_defaults(handler=_import)

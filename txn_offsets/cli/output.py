@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Protocol, TextIO
 
+from txn_offsets.admin.moves import Move, MovePlan
 from txn_offsets.errors import JobAlreadyRunning
 
 __all__ = ["Progress", "confirm_move", "emit_json", "print_moves", "progress", "table"]
@@ -87,19 +88,6 @@ def progress(label: str, total: int | None = None, *, stream: TextIO | None = No
         yield _Rich(bar, bar.add_task("", total=total))
 
 
-class Move(Protocol):
-    """One planned offset move (a reset or an import step)."""
-
-    @property
-    def topic(self) -> str: ...
-    @property
-    def partition(self) -> int: ...
-    @property
-    def old(self) -> int | None: ...
-    @property
-    def new(self) -> int: ...
-
-
 def print_moves(header: str, moves: Iterable[Move], *, detail: Callable[[Any], str] | None = None) -> None:
     """The plan of an offset move: one line per partition, old -> new (and the difference)."""
     print(header)
@@ -109,27 +97,18 @@ def print_moves(header: str, moves: Iterable[Move], *, detail: Callable[[Any], s
         print(f"  {m.topic}[{m.partition}]  {old} -> {m.new}{delta}{detail(m) if detail else ''}")
 
 
-def confirm_move(
-    *,
-    action: str,
-    job: str,
-    live_run: str | None,
-    generation: int | None,
-    heartbeat_age_s: float,
-    dry_run: bool,
-    force: bool,
-) -> bool:
+def confirm_move(plan: MovePlan, *, action: str, dry_run: bool, force: bool) -> bool:
     """After a printed plan: say whether a live run holds the lease; False for a dry run (nothing
     is changed); JobAlreadyRunning when a live run holds it and `force` was not given."""
-    if live_run is not None:
+    if plan.live_run is not None:
         need = "would need" if dry_run else "needs"
         print(
-            f"note: live run {live_run} holds the lease (heartbeat {heartbeat_age_s:.1f}s ago); "
+            f"note: live run {plan.live_run} holds the lease (heartbeat {plan.heartbeat_age_s:.1f}s ago); "
             f"the {action} {need} --force, which fences it"
         )
     if dry_run:
         print("dry run: nothing changed")
         return False
-    if live_run is not None and not force:
-        raise JobAlreadyRunning(job, live_run, generation or 0, heartbeat_age_s)
+    if plan.live_run is not None and not force:
+        raise JobAlreadyRunning(plan.job, plan.live_run, plan.generation or 0, plan.heartbeat_age_s)
     return True

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 
+from txn_offsets.cli import options
 from txn_offsets.config import database_from_env, kafka_from_env
 from txn_offsets.errors import ConfigError
 
@@ -101,11 +102,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="TCP port (default: 9478, clear of postgres_exporter's 9187 and kafka_exporter's 9308; "
         "0 picks a free one)",
     )
-    serve.add_argument(
-        "--kafka-bootstrap",
-        default=None,
-        help="Kafka bootstrap servers (default: $TXN_OFFSETS_KAFKA_BOOTSTRAP)",
-    )
+    options.add_kafka_bootstrap(serve)
     serve.add_argument(
         "--kafka-cache-s",
         type=float,

@@ -1,0 +1,188 @@
+"""``txn-offsets offsets``: show, reset, lag, import and history of a job's stored offsets.
+
+A thin layer over :mod:`txn_offsets.admin`: parse, call, print. ``offsets import`` has its own
+module (:mod:`txn_offsets.cli.imports`). A reset always shows its plan first
+(:func:`txn_offsets.admin.reset.plan_reset`), then applies it unless ``--dry-run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import asdict
+from datetime import datetime
+
+from txn_offsets.admin.lag import offset_lag
+from txn_offsets.admin.reset import ResetTarget, apply_reset, plan_reset
+from txn_offsets.admin.views import audit_log, show_offsets
+from txn_offsets.cli import imports, options, output
+from txn_offsets.config import kafka_from_env
+from txn_offsets.errors import ConfigError
+
+__all__ = ["register"]
+
+
+def _show(args: argparse.Namespace) -> int:
+    db = options.database(args)
+    with options.opened(db) as engine:
+        rows = show_offsets(engine, db, args.job)
+    if args.format == "json":
+        output.emit_json([asdict(r) for r in rows])
+        return 0
+    output.table(
+        ["JOB", "TOPIC", "PARTITION", "OFFSET", "UPDATED"],
+        [(r.job, r.topic, r.partition, r.offset, r.updated_at.isoformat(timespec="seconds")) for r in rows],
+    )
+    return 0
+
+
+def _target(args: argparse.Namespace) -> ResetTarget:
+    if args.to_earliest:
+        return ResetTarget("earliest")
+    if args.to_latest:
+        return ResetTarget("latest")
+    if args.to_offset is not None:
+        return ResetTarget("offset", value=args.to_offset)
+    if args.shift_by is not None:
+        return ResetTarget("shift", value=args.shift_by)
+    try:
+        at = datetime.fromisoformat(args.to_datetime)
+    except ValueError:
+        raise ConfigError("--to-datetime", f"{args.to_datetime!r} is not an ISO 8601 datetime") from None
+    return ResetTarget("datetime", at=at)
+
+
+def _reset(args: argparse.Namespace) -> int:
+    db = options.database(args)
+    target = _target(args)
+    if not args.dry_run and not (args.reason and args.reason.strip()):
+        raise ConfigError("--reason", "say why the offsets move (it is written to the audit table)")
+    kafka = kafka_from_env(bootstrap=args.kafka_bootstrap) if target.needs_kafka else None
+    with options.opened(db) as engine:
+        plan = plan_reset(
+            engine, db, args.job, target, topic=args.topic, partitions=args.partition or (), kafka=kafka
+        )
+        output.print_moves(f"reset plan for job {plan.job!r} (generation {plan.generation}):", plan.steps)
+        if not output.confirm_move(plan, action="reset", dry_run=args.dry_run, force=args.force):
+            return 0
+        generation = apply_reset(engine, db, plan, reason=args.reason, force=args.force)
+    print(f"reset {len(plan.steps)} partition(s) of job {plan.job!r}; generation is now {generation}")
+    return 0
+
+
+def _lag(args: argparse.Namespace) -> int:
+    if args.fail_over is not None and args.fail_over < 0:
+        raise ConfigError("--fail-over", f"{args.fail_over} is negative; give the lag (offsets) to allow")
+    db = options.database(args)
+    kafka = kafka_from_env(bootstrap=args.kafka_bootstrap)
+    with options.opened(db) as engine:
+        report = offset_lag(engine, db, args.job, kafka)
+    if args.format == "json":
+        output.emit_json(report.as_dict())
+    else:
+        output.table(
+            ["TOPIC", "PARTITION", "OFFSET", "END", "LAG", "LAG_S", "NOTE"],
+            [
+                (
+                    p.topic,
+                    p.partition,
+                    p.offset,
+                    p.end,
+                    p.lag,
+                    None if p.lag_seconds is None else f"{p.lag_seconds:.1f}",
+                    "new partition (starts at the log start)"
+                    if p.offset is None
+                    else (f"{p.lost} offsets deleted before processing" if p.lost else ""),
+                )
+                for p in report.partitions
+            ],
+        )
+        oldest = report.max_lag_seconds
+        print(
+            f"total lag of job {report.job!r}: {report.total} offsets over {len(report.partitions)} "
+            f"partition(s) (end offsets at {report.isolation_level})"
+            + ("" if oldest is None else f"; oldest unprocessed record {oldest:.1f}s old")
+        )
+    if args.fail_over is not None and report.total > args.fail_over:
+        print(
+            f"txn-offsets: lag of job {report.job!r} is {report.total} offsets, over --fail-over "
+            f"{args.fail_over}",
+            file=sys.stderr,
+        )
+        return 2
+    return 0
+
+
+def _history(args: argparse.Namespace) -> int:
+    db = options.database(args)
+    with options.opened(db) as engine:
+        rows = audit_log(engine, db, args.job, limit=args.limit)
+    if args.format == "json":
+        output.emit_json([asdict(r) for r in rows])
+        return 0
+    output.table(
+        ["AT", "TOPIC", "PARTITION", "OLD", "NEW", "ACTION", "ACTOR", "REASON"],
+        [
+            (
+                r.at.isoformat(timespec="seconds"),
+                r.topic,
+                r.partition,
+                r.old,
+                r.new,
+                r.action,
+                r.actor,
+                r.reason,
+            )
+            for r in rows
+        ],
+    )
+    return 0
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    common = options.store_options()
+    offsets = sub.add_parser("offsets", help="show or reset stored offsets").add_subparsers(
+        dest="offsets_command", required=True
+    )
+    show = offsets.add_parser("show", parents=[common], help="the stored offsets (all jobs, or --job)")
+    show.add_argument("--job")
+    options.add_format(show)
+    show.set_defaults(handler=_show)
+
+    reset = offsets.add_parser("reset", parents=[common], help="move a job's offsets (audited)")
+    reset.add_argument("--job", required=True)
+    reset.add_argument("--topic", help="only this topic (default: every topic the job has offsets for)")
+    reset.add_argument("--partition", type=int, action="append", help="only this partition (repeatable)")
+    to = reset.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-earliest", action="store_true", help="the log start offset (asks Kafka)")
+    to.add_argument("--to-latest", action="store_true", help="the end offset, as readers see it (asks Kafka)")
+    to.add_argument("--to-datetime", metavar="ISO8601", help="first offset at/after this time (asks Kafka)")
+    to.add_argument("--to-offset", type=int, metavar="N")
+    to.add_argument("--shift-by", type=int, metavar="N", help="move by N (negative: re-process)")
+    reset.add_argument("--reason", help="why (written to the audit table; required unless --dry-run)")
+    reset.add_argument("--dry-run", action="store_true", help="print the plan and stop")
+    reset.add_argument("--force", action="store_true", help="reset even while a live run holds the lease")
+    options.add_kafka_bootstrap(reset)
+    reset.set_defaults(handler=_reset)
+
+    lag = offsets.add_parser(
+        "lag", parents=[common], help="per partition: stored offset, end offset (LSO) and lag"
+    )
+    lag.add_argument("--job", required=True)
+    options.add_kafka_bootstrap(lag)
+    options.add_format(lag)
+    lag.add_argument(
+        "--fail-over",
+        type=int,
+        metavar="N",
+        help="exit with code 2 when the total lag is over N offsets (for scripts and probes)",
+    )
+    lag.set_defaults(handler=_lag)
+
+    imports.register(offsets, common)
+
+    history = offsets.add_parser("history", parents=[common], help="the audit log of a job, newest first")
+    history.add_argument("--job", required=True)
+    history.add_argument("--limit", type=int, default=50)
+    options.add_format(history)
+    history.set_defaults(handler=_history)

@@ -1,0 +1,60 @@
+"""Options and setup that several command groups share.
+
+The database URL is read only from TXN_OFFSETS_DATABASE_URL, never from an argument: command
+lines end up in shell histories and process lists, and the URL holds the password.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import sqlalchemy as sa
+
+from txn_offsets.cli import output
+from txn_offsets.config import DatabaseSettings, database_from_env
+from txn_offsets.store.database import engine_for
+
+__all__ = ["add_format", "add_kafka_bootstrap", "database", "opened", "store_options"]
+
+
+def store_options() -> argparse.ArgumentParser:
+    """The parent parser of every command that works on the offset store (``--schema``)."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--schema",
+        default=os.environ.get("TXN_OFFSETS_SCHEMA", "txn_offsets"),
+        help="Postgres schema of the txn_offsets tables (default: $TXN_OFFSETS_SCHEMA or txn_offsets); "
+        "the database URL is read from $TXN_OFFSETS_DATABASE_URL only",
+    )
+    return common
+
+
+def add_format(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--format", choices=output.FORMATS, default="table", help="table (default) or json (for scripts)"
+    )
+
+
+def add_kafka_bootstrap(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kafka-bootstrap",
+        default=None,
+        help="Kafka bootstrap servers (default: $TXN_OFFSETS_KAFKA_BOOTSTRAP)",
+    )
+
+
+def database(args: argparse.Namespace) -> DatabaseSettings:
+    return database_from_env(schema=args.schema)
+
+
+@contextmanager
+def opened(db: DatabaseSettings) -> Iterator[sa.Engine]:
+    """An engine for one command, disposed of when it is done."""
+    engine = engine_for(db)
+    try:
+        yield engine
+    finally:
+        engine.dispose()

@@ -1,0 +1,48 @@
+"""The ``dev`` command: bring the local stack up, down, or say how it stands.
+
+One command with two doors: ``txn-offsets dev ...`` (:mod:`txn_offsets.cli.dev`) and
+``python -m txn_offsets.devstack ...`` (:mod:`txn_offsets.devstack.__main__`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from txn_offsets.devstack import Stack
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=["up", "down", "status"])
+    parser.add_argument(
+        "--stack-dir",
+        default=os.environ.get("TXN_OFFSETS_STACK_DIR", ".stack"),
+        help="where the stack keeps its data, logs and pid files (default: ./.stack)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Do `args.action` and print the outcome; exit code 3 when ``status`` finds a service down."""
+    stack = Stack(Path(args.stack_dir))
+    if args.action == "up":
+        st = stack.up()
+        print(
+            f"stack up: postgres pid {st.postgres_pid} port {st.postgres_port}, "
+            f"kafka pid {st.kafka_pid} port {st.kafka_port}; settings in {st.env_file}"
+        )
+    elif args.action == "down":
+        stopped = stack.down()
+        print(f"stack down: stopped {', '.join(stopped) if stopped else 'nothing (not running)'}")
+    else:
+        st = stack.status()
+        for name, pid, port in (
+            ("postgres", st.postgres_pid, st.postgres_port),
+            ("kafka", st.kafka_pid, st.kafka_port),
+        ):
+            state = f"running (pid {pid})" if pid else "stopped"
+            print(f"{name:9} {state:22} 127.0.0.1:{port}")
+        return 0 if st.postgres_pid and st.kafka_pid else 3
+    return 0
