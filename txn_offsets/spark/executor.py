@@ -1,7 +1,8 @@
 """Deprecated: moved to :mod:`txn_offsets.spark.tasks` (the bodies a Spark task runs).
 
 Kept for one release so that old imports still work; importing it warns. The task bodies are
-defined only in the new module (Spark pickles them by that module's path).
+defined only in the new module (Spark pickles them by that module's path); the worker engine
+cache moved to :mod:`txn_offsets.store.database`.
 """
 
 import warnings
@@ -14,11 +15,10 @@ from txn_offsets.spark.tasks import (
     TaskReport,
     commit_reporting,
     decoded,
-    dispose_worker_engines,
     success_counts,
-    worker_engine,
     write_dead_letters,
 )
+from txn_offsets.store.database import dispose_worker_engines, worker_engine
 
 __all__ = [
     "DeadLetter",

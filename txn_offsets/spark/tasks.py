@@ -5,14 +5,12 @@ A task's input is the list of its range indexes (on the RDD path and the DataFra
 a task always knows its ranges, however many it was given. Records are read and reduced *before*
 the transaction opens, so the transaction only holds the claimed offset row for as long as the
 write takes. The SQLAlchemy engine is created once per Python worker (Spark reuses workers) and
-keyed by the database settings.
+keyed by the database settings (:func:`txn_offsets.store.database.worker_engine`).
 """
 
 from __future__ import annotations
 
-import atexit
 import logging
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar
@@ -36,7 +34,7 @@ from txn_offsets.errors import (
 from txn_offsets.kafka.metadata import check_incarnation
 from txn_offsets.kafka.reader import Record, read_range
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.store.database import engine_for
+from txn_offsets.store.database import worker_engine
 from txn_offsets.store.runs import Run
 from txn_offsets.store.schema import tables_for
 from txn_offsets.store.transaction import commit_ranges
@@ -45,33 +43,6 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 A = TypeVar("A")
-
-_engines: dict[DatabaseSettings, sa.Engine] = {}
-_engines_lock = threading.Lock()
-
-
-def worker_engine(db: DatabaseSettings) -> sa.Engine:
-    """One engine per Python worker process and database settings (Spark reuses the worker between
-    tasks): the same engine options as everywhere (timeouts, keepalives, parameters hidden from
-    error text, which would otherwise quote record keys and values)."""
-    with _engines_lock:
-        engine = _engines.get(db)
-        if engine is None:
-            if not _engines:
-                atexit.register(dispose_worker_engines)
-            engine = engine_for(db, pool_size=2, max_overflow=2)
-            _engines[db] = engine
-        return engine
-
-
-def dispose_worker_engines() -> None:
-    """Close the pooled connections of this worker (at interpreter exit: the server sees a clean
-    goodbye instead of a dropped socket)."""
-    with _engines_lock:
-        engines = list(_engines.values())
-        _engines.clear()
-    for engine in engines:
-        engine.dispose()
 
 
 @dataclass(frozen=True)

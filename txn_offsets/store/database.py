@@ -1,5 +1,6 @@
-"""Reaching PostgreSQL: the engine for a :class:`DatabaseSettings`, and the translation of driver
-errors into the library's errors.
+"""Reaching PostgreSQL: the engine for a :class:`DatabaseSettings` (and the cache of one per
+Python worker process, for Spark tasks), and the translation of driver errors into the library's
+errors.
 
 Only errors about *reaching* the database (unreachable, authentication, terminated connection)
 and about *our* tables being absent are translated; everything else (a bug, a constraint of the
@@ -10,8 +11,10 @@ password, secret query parameters such as ``sslpassword=``) as a second guard.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from urllib.parse import quote, quote_plus
@@ -23,6 +26,7 @@ from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import SchemaMissing, ServiceUnavailable
 
 __all__ = [
+    "dispose_worker_engines",
     "engine_for",
     "is_connection_lost",
     "is_lock_timeout",
@@ -30,6 +34,7 @@ __all__ = [
     "is_statement_timeout",
     "sqlstate",
     "translate_errors",
+    "worker_engine",
 ]
 
 logger = logging.getLogger(__name__)
@@ -71,6 +76,34 @@ def engine_for(db: DatabaseSettings, **kwargs: object) -> sa.Engine:
     if not options.get("pool_pre_ping"):
         _ping_when_idle(engine)
     return engine
+
+
+_engines: dict[DatabaseSettings, sa.Engine] = {}
+_engines_lock = threading.Lock()
+
+
+def worker_engine(db: DatabaseSettings) -> sa.Engine:
+    """One engine per Python worker process and database settings (Spark reuses the worker between
+    tasks): the same engine options as everywhere (timeouts, keepalives, parameters hidden from
+    error text, which would otherwise quote record keys and values)."""
+    with _engines_lock:
+        engine = _engines.get(db)
+        if engine is None:
+            if not _engines:
+                atexit.register(dispose_worker_engines)
+            engine = engine_for(db, pool_size=2, max_overflow=2)
+            _engines[db] = engine
+        return engine
+
+
+def dispose_worker_engines() -> None:
+    """Close the pooled connections of this worker (at interpreter exit: the server sees a clean
+    goodbye instead of a dropped socket)."""
+    with _engines_lock:
+        engines = list(_engines.values())
+        _engines.clear()
+    for engine in engines:
+        engine.dispose()
 
 
 def _ping_when_idle(engine: sa.Engine) -> None:

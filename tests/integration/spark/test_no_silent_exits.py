@@ -513,7 +513,7 @@ def test_write_errors_and_rejections_never_show_the_payload(
 
 
 def test_worker_engines_hide_parameters(db: DatabaseSettings) -> None:
-    from txn_offsets.spark.tasks import dispose_worker_engines, worker_engine
+    from txn_offsets.store.database import dispose_worker_engines, worker_engine
 
     eng = worker_engine(db)
     try:

@@ -36,7 +36,8 @@ from txn_offsets.errors import BatchFailed
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark.batch import batch_deadline
 from txn_offsets.spark.frames import worker_imports
-from txn_offsets.spark.tasks import commit_reporting, success_counts, worker_engine
+from txn_offsets.spark.tasks import commit_reporting, success_counts
+from txn_offsets.store.database import worker_engine
 from txn_offsets.store.runs import Run, keep_lease
 from txn_offsets.store.stats import record_batch, record_failure
 from txn_offsets.store.stream_plans import let_go, load_plan, mark_committed
