@@ -22,7 +22,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.errors import DataLoss, Fenced, OffsetConflict, RecordRejected, TxnOffsetsError
+from txn_offsets.errors import TxnOffsetsError
 from txn_offsets.kafka.mirror import GroupMirror
 from txn_offsets.ranges import TopicPartition
 from txn_offsets.spark.tasks import TaskReport, success_counts
@@ -31,14 +31,6 @@ from txn_offsets.store import stats
 __all__ = ["BatchPublisher"]
 
 logger = logging.getLogger(__name__)
-
-# the failures counted in job_stats (the rest are transient or configuration errors)
-_FAILURE_OUTCOMES: dict[type[TxnOffsetsError], str] = {
-    OffsetConflict: "conflict",
-    Fenced: "fenced",
-    RecordRejected: "rejected",
-    DataLoss: "data_loss",
-}
 
 
 class BatchPublisher:
@@ -89,8 +81,8 @@ class BatchPublisher:
         loss)."""
         if self._mirror is not None:
             self._mirror.halt(type(exc).__name__)
-        outcome = next((name for cls, name in _FAILURE_OUTCOMES.items() if isinstance(exc, cls)), None)
-        if outcome is not None:
+        outcome = exc.outcome if isinstance(exc, TxnOffsetsError) else None
+        if outcome in stats.FAILURES:  # the failures job_stats counts (conflict, fenced, ...)
             self._background.submit(self._count_failure, outcome)
 
     def close(self) -> None:

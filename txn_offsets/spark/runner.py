@@ -14,29 +14,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.errors import (
-    BatchFailed,
-    ClaimBlocked,
-    CommitNotApplied,
-    ConfigError,
-    KafkaReadError,
-    ServiceUnavailable,
-    TopicChanged,
-    TopicMissing,
-    TxnOffsetsError,
-)
+from txn_offsets.errors import BatchFailed, ConfigError, Transient, TxnOffsetsError
 from txn_offsets.kafka.start import StartPolicy
-from txn_offsets.planner import ON_DATA_LOSS, Limits, TopicSelection, plan_batch, preflight
+from txn_offsets.planner import Limits, plan_batch
+from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark.batch import Batch, batch_deadline, check_execution
 from txn_offsets.spark.publish import BatchPublisher
 from txn_offsets.spark.signals import stop_on_signals
+from txn_offsets.spark.spec import JobSpec, job_run
 from txn_offsets.spark.tasks import ReadOptions, TaskReport
 from txn_offsets.spark.writers import Writer
-from txn_offsets.store.database import engine_for
-from txn_offsets.store.runs import LeaseKeeper, Run, end_run, start_run
+from txn_offsets.store.runs import LeaseKeeper, Run
 
 __all__ = ["BatchReport", "JobSummary", "run_job"]
 
@@ -44,23 +33,6 @@ logger = logging.getLogger(__name__)
 
 # TaskReports a summary keeps (the most recent): a job that runs for days must not grow
 _KEPT_OUTCOMES = 10_000
-
-# Failures after which planning again from the stored offsets may succeed. Never: OffsetConflict,
-# Fenced, RecordRejected, RecordsNotConsumed, TransactionAborted, WriteFailed, DataLoss,
-# ConfigError - retrying those cannot change their answer. TopicMissing is the one ConfigError that
-# is transient once a run has started: Kafka deletes and re-creates a topic in two steps, and a plan
-# in between must not end the job (the preflight, before the run, fails on a misnamed topic at once).
-# TopicChanged: a batch read a topic re-created after its plan; nothing was committed, and the next
-# plan reports the new topic as data loss (on_data_loss) with the truth about the stored offsets.
-TRANSIENT = (
-    BatchFailed,
-    ClaimBlocked,
-    CommitNotApplied,
-    KafkaReadError,
-    ServiceUnavailable,
-    TopicChanged,
-    TopicMissing,
-)
 
 
 @dataclass(frozen=True)
@@ -133,16 +105,23 @@ def run_job(
     With `mirror_group`, the committed offsets are also stored in that Kafka consumer group after
     each batch's database commit (best effort, never read back) so Kafka's lag tools see the job.
     """
-    if not isinstance(job, str) or not job.strip() or len(job) > 200:
-        raise ConfigError("job", f"{job!r}: give a non-empty job name of at most 200 characters")
+    spec = JobSpec.of(
+        job=job,
+        topics=topics,
+        topic_pattern=topic_pattern,
+        start=start,
+        limits=limits,
+        on_data_loss=on_data_loss,
+        read=read,
+        lease_s=lease_s,
+        batch_timeout_s=batch_timeout_s,
+        execution=execution,
+        force=force,
+    )
     if batch_interval_s < 0:
         raise ConfigError("batch_interval_s", f"must be >= 0 seconds, got {batch_interval_s}")
     if max_batches is not None and max_batches <= 0:
         raise ConfigError("max_batches", f"must be > 0 or None, got {max_batches}")
-    if on_data_loss not in ON_DATA_LOSS:
-        raise ConfigError("on_data_loss", f"{on_data_loss!r}: use 'fail' (default) or 'skip'")
-    if batch_timeout_s is not None and not batch_timeout_s > 0:
-        raise ConfigError("batch_timeout_s", f"must be > 0 seconds or None, got {batch_timeout_s}")
     if not lease_s > batch_interval_s:
         raise ConfigError(
             "lease_s",
@@ -154,175 +133,144 @@ def run_job(
             "retries", f"retries ({retries}) and retry_backoff_s ({retry_backoff_s}) must be >= 0"
         )
     check_execution(execution, spark)
-    selection = TopicSelection(tuple(topics), topic_pattern)
-    limits = limits or Limits()
-    read = read or ReadOptions()
     stop = stop or threading.Event()
-    engine = engine_for(database)
-    try:
-        preflight(engine, database, kafka, job=job, selection=selection)
-    except BaseException:
-        engine.dispose()
-        raise
-    run = start_run(engine, database, job, force=force, lease_s=lease_s)
-    summary = JobSummary(job=job, generation=run.generation)
-    publisher = BatchPublisher(
-        engine,
-        database,
-        kafka,
-        job,
-        mirror_group=mirror_group,
-        on_batch=on_batch,
-        generation=run.generation,
-    )
-    lease = LeaseKeeper(engine, database, run, every_s=max(1.0, lease_s / 3))
-    started = time.monotonic()
-    restore = stop_on_signals(stop)
-    failures = 0
-    try:
-        while True:
-            if stop.is_set():
-                summary.stopped_by = "signal"
-                break
-            try:
-                worked = _step(
-                    spark,
-                    summary=summary,
-                    run=run,
-                    engine=engine,
-                    database=database,
-                    kafka=kafka,
-                    writer=writer,
-                    read=read,
-                    publisher=publisher,
-                    selection=selection,
-                    start=start,
-                    limits=limits,
-                    on_data_loss=on_data_loss,
-                    lease=lease,
-                    batch_timeout_s=batch_timeout_s,
-                    execution=execution,
-                )
-            except TRANSIENT as exc:
-                failures += 1
-                if failures > retries:
-                    raise
-                delay = min(30.0, retry_backoff_s * 2 ** (failures - 1))
-                logger.warning(
-                    "job=%r transient failure (%s); planning again from the stored offsets in %.1fs "
-                    "(retry %d of %d)",
-                    job,
-                    exc,
-                    delay,
-                    failures,
-                    retries,
-                )
-                stop.wait(delay)
-                continue
-            failures = 0
-            if worked:
-                if max_batches is not None and summary.batches >= max_batches:
-                    summary.stopped_by = "max_batches"
-                    break
-                continue
-            if until_caught_up:
-                summary.stopped_by = "caught_up"
-                break
-            stop.wait(batch_interval_s)
-    except BaseException as exc:
-        publisher.run_failed(exc)
-        raise
-    finally:
-        lease.close()
-        publisher.close()
-        restore()
-        _end_quietly(engine, database, run)
-        summary.seconds = time.monotonic() - started
-        engine.dispose()
-    return summary
-
-
-def _step(
-    spark: Any,
-    *,
-    summary: JobSummary,
-    run: Run,
-    engine: Any,
-    database: DatabaseSettings,
-    kafka: KafkaSettings,
-    writer: Writer,
-    read: ReadOptions,
-    publisher: BatchPublisher,
-    selection: TopicSelection,
-    start: StartPolicy | None,
-    limits: Limits,
-    on_data_loss: str,
-    lease: LeaseKeeper,
-    batch_timeout_s: float | None,
-    execution: str,
-) -> bool:
-    """Plan (renewing the lease), and run one batch if there is anything to read; True if a batch ran."""
-    plan = plan_batch(
-        engine,
-        database,
-        kafka,
-        job=run.job,
-        selection=selection,
-        start=start,
-        limits=limits,
-        on_data_loss=on_data_loss,
-        run=run,  # renews the lease in the plan's transaction; Fenced if a newer run started
-    )
-    if not plan.ranges:
-        return False
-    with lease.during(batch_timeout_s):
-        _run_batch(
-            spark,
-            summary=summary,
+    with job_run(spec, database, kafka) as (engine, run):
+        loop = _Loop(
+            spark=spark,
+            spec=spec,
             run=run,
-            ranges=plan.ranges,
+            engine=engine,
             database=database,
             kafka=kafka,
             writer=writer,
-            read=read,
-            lag_after=plan.lag_after,
-            publisher=publisher,
-            timeout_s=batch_timeout_s,
-            execution=execution,
+            summary=JobSummary(job=job, generation=run.generation),
+            publisher=BatchPublisher(
+                engine,
+                database,
+                kafka,
+                job,
+                mirror_group=mirror_group,
+                on_batch=on_batch,
+                generation=run.generation,
+            ),
+            lease=LeaseKeeper(engine, database, run, every_s=max(1.0, lease_s / 3)),
         )
+        started = time.monotonic()
+        restore = stop_on_signals(stop)
+        try:
+            _loop(
+                loop,
+                stop=stop,
+                max_batches=max_batches,
+                until_caught_up=until_caught_up,
+                batch_interval_s=batch_interval_s,
+                retries=retries,
+                retry_backoff_s=retry_backoff_s,
+            )
+        except BaseException as exc:
+            loop.publisher.run_failed(exc)
+            raise
+        finally:
+            loop.lease.close()
+            loop.publisher.close()
+            restore()
+            loop.summary.seconds = time.monotonic() - started
+    return loop.summary
+
+
+@dataclass
+class _Loop:
+    """What every batch of one run shares (the run's context, built once by run_job)."""
+
+    spark: Any
+    spec: JobSpec
+    run: Run
+    engine: Any
+    database: DatabaseSettings
+    kafka: KafkaSettings
+    writer: Writer
+    summary: JobSummary
+    publisher: BatchPublisher
+    lease: LeaseKeeper
+
+
+def _loop(
+    loop: _Loop,
+    *,
+    stop: threading.Event,
+    max_batches: int | None,
+    until_caught_up: bool,
+    batch_interval_s: float,
+    retries: int,
+    retry_backoff_s: float,
+) -> None:
+    """Plan and run batches until stopped; transient failures plan again from the stored offsets."""
+    summary, job = loop.summary, loop.run.job
+    failures = 0
+    while True:
+        if stop.is_set():
+            summary.stopped_by = "signal"
+            return
+        try:
+            worked = _step(loop)
+        except Transient as exc:  # planning again from the stored offsets may get past it
+            failures += 1
+            if failures > retries:
+                raise
+            delay = min(30.0, retry_backoff_s * 2 ** (failures - 1))
+            logger.warning(
+                "job=%r transient failure (%s); planning again from the stored offsets in %.1fs "
+                "(retry %d of %d)",
+                job,
+                exc,
+                delay,
+                failures,
+                retries,
+            )
+            stop.wait(delay)
+            continue
+        failures = 0
+        if worked:
+            if max_batches is not None and summary.batches >= max_batches:
+                summary.stopped_by = "max_batches"
+                return
+            continue
+        if until_caught_up:
+            summary.stopped_by = "caught_up"
+            return
+        stop.wait(batch_interval_s)
+
+
+def _step(loop: _Loop) -> bool:
+    """Plan (renewing the lease), and run one batch if there is anything to read; True if a batch ran."""
+    spec = loop.spec
+    plan = plan_batch(
+        loop.engine,
+        loop.database,
+        loop.kafka,
+        job=loop.run.job,
+        selection=spec.selection,
+        start=spec.start,
+        limits=spec.limits,
+        on_data_loss=spec.on_data_loss,
+        run=loop.run,  # renews the lease in the plan's transaction; Fenced if a newer run started
+    )
+    if not plan.ranges:
+        return False
+    with loop.lease.during(spec.batch_timeout_s):
+        _run_batch(loop, plan.ranges, lag_after=plan.lag_after)
     return True
 
 
-def _end_quietly(engine: Any, database: DatabaseSettings, run: Run) -> None:
-    """Release the lease; if the database is gone, say so without hiding the error in flight
-    (the lease then simply expires)."""
-    try:
-        end_run(engine, database, run)
-    except (TxnOffsetsError, SQLAlchemyError) as exc:
-        logger.warning("job=%r could not release its lease (%s); it expires by itself", run.job, exc)
-
-
-def _run_batch(
-    spark: Any,
-    *,
-    summary: JobSummary,
-    run: Run,
-    ranges: tuple[Any, ...],
-    database: DatabaseSettings,
-    kafka: KafkaSettings,
-    writer: Writer,
-    read: ReadOptions,
-    lag_after: int,
-    publisher: BatchPublisher,
-    timeout_s: float | None,
-    execution: str,
-) -> None:
+def _run_batch(loop: _Loop, ranges: tuple[OffsetRange, ...], *, lag_after: int) -> None:
+    run, summary, spec = loop.run, loop.summary, loop.spec
     number = summary.batches + 1
-    batch = Batch(number, ranges, spark, database, kafka, run, read, execution)
+    batch = Batch(number, ranges, loop.spark, loop.database, loop.kafka, run, spec.read, spec.execution)
     t0 = time.monotonic()
+    timeout_s = spec.batch_timeout_s
     try:
-        with batch_deadline(spark, f"txn-offsets-{run.run_id}-{number}", timeout_s) as expired:
-            reports = writer.commit(batch)
+        with batch_deadline(loop.spark, f"txn-offsets-{run.run_id}-{number}", timeout_s) as expired:
+            reports = loop.writer.commit(batch)
     except TxnOffsetsError:
         raise
     except Exception as exc:
@@ -363,7 +311,7 @@ def _run_batch(
         report.seconds,
         lag_after,
     )
-    publisher.batch_committed(report, report.seconds, reports)
+    loop.publisher.batch_committed(report, report.seconds, reports)
 
 
 def _spark_error_summary(exc: BaseException) -> str:

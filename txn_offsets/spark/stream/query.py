@@ -42,16 +42,16 @@ from typing import Any
 import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.errors import ConfigError, TxnOffsetsError
+from txn_offsets.errors import ConfigError
 from txn_offsets.kafka.start import StartPolicy
-from txn_offsets.planner import ON_DATA_LOSS, Limits, TopicSelection, preflight
+from txn_offsets.planner import Limits
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark.session import session_cores, session_key
+from txn_offsets.spark.spec import JobSpec, job_run
 from txn_offsets.spark.stream.sink import ExactlyOnceSink
 from txn_offsets.spark.stream.source import FORMAT, StreamConfig, bound_source
 from txn_offsets.spark.tasks import ReadOptions
-from txn_offsets.store.database import engine_for
-from txn_offsets.store.runs import Run, end_run, start_run
+from txn_offsets.store.runs import Run
 
 __all__ = ["TxnStream", "open_stream"]
 
@@ -105,30 +105,25 @@ def open_stream(
         raise ConfigError(
             "checkpoint_root", "give a directory (any Hadoop path) for the stream's checkpoints"
         )
-    if on_data_loss not in ON_DATA_LOSS:
-        raise ConfigError("on_data_loss", f"{on_data_loss!r}: use 'fail' (default) or 'skip'")
     if max_tasks is not None and max_tasks <= 0:
         raise ConfigError("max_tasks", f"must be > 0 or None, got {max_tasks}")
-    selection = TopicSelection(tuple(topics), topic_pattern)
-    engine = engine_for(database)
-    try:
-        preflight(engine, database, kafka, job=job, selection=selection)
-        run = start_run(engine, database, job, force=force, lease_s=lease_s)
-    except BaseException:
-        engine.dispose()
-        raise
-    config = StreamConfig(
-        run=run,
-        kafka=kafka,
-        database=database,
-        selection=selection,
+    spec = JobSpec.of(
+        job=job,
+        topics=topics,
+        topic_pattern=topic_pattern,
         start=start,
-        limits=limits or Limits(),
+        limits=limits,
         on_data_loss=on_data_loss,
-        read=read or ReadOptions(),
-        tasks=max_tasks or session_cores(spark),
+        read=read,
+        lease_s=lease_s,
+        force=force,
     )
-    stream = TxnStream(spark, config, engine, checkpoint_root.rstrip("/"), lease_s)
+    lifecycle = contextlib.ExitStack()
+    _, run = lifecycle.enter_context(job_run(spec, database, kafka))
+    config = StreamConfig(
+        run=run, kafka=kafka, database=database, spec=spec, tasks=max_tasks or session_cores(spark)
+    )
+    stream = TxnStream(spark, config, lifecycle, checkpoint_root.rstrip("/"))
     stream.register()
     return stream
 
@@ -137,13 +132,13 @@ class TxnStream:
     """One run of a job as a Structured Streaming query: its source, its sink, its checkpoint."""
 
     def __init__(
-        self, spark: Any, config: StreamConfig, engine: sa.Engine, checkpoint_root: str, lease_s: float
+        self, spark: Any, config: StreamConfig, lifecycle: contextlib.ExitStack, checkpoint_root: str
     ) -> None:
         self.spark = spark
         self.config = config
-        self._engine = engine
+        self._lifecycle = lifecycle  # the run's (spec.job_run): closing it ends the run
         self._checkpoint_root = checkpoint_root
-        self._lease_s = lease_s
+        self._lease_s = config.spec.lease_s
         self.query: Any = None
         self._closed = False
 
@@ -250,13 +245,7 @@ class TxnStream:
                 streams = _open.get(session_key(self.spark), {})
                 if streams.get(self.run.job) is self.config:  # not a newer stream of the same job
                     del streams[self.run.job]
-            try:
-                end_run(self._engine, self.config.database, self.run)
-            except (TxnOffsetsError, sa.exc.SQLAlchemyError) as exc:
-                logger.warning(
-                    "job=%r could not release its lease (%s); it expires by itself", self.run.job, exc
-                )
-            self._engine.dispose()
+            self._lifecycle.close()  # releases the lease (quietly) and closes the engine
 
     def __enter__(self) -> TxnStream:
         return self

@@ -25,7 +25,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -38,12 +38,12 @@ from pyspark.sql.streaming.datasource import (
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError, StreamDiverged, TopicMissing
-from txn_offsets.kafka.start import StartPolicy
-from txn_offsets.planner import Limits, TopicSelection, plan_batch
+from txn_offsets.planner import Limits, plan_batch
 from txn_offsets.ranges import OffsetRange, TopicPartition
 from txn_offsets.spark.batch import assign_ranges
 from txn_offsets.spark.frames import arrow_batches, record_schema
-from txn_offsets.spark.tasks import ReadOptions, ReadTask
+from txn_offsets.spark.spec import JobSpec
+from txn_offsets.spark.tasks import ReadTask
 from txn_offsets.store.database import engine_for, translate_errors
 from txn_offsets.store.offset_rows import load_offsets
 from txn_offsets.store.runs import Run, heartbeat
@@ -65,11 +65,7 @@ class StreamConfig:
     run: Run
     kafka: KafkaSettings
     database: DatabaseSettings
-    selection: TopicSelection
-    start: StartPolicy | None = None
-    limits: Limits = field(default_factory=Limits)
-    on_data_loss: str = "fail"
-    read: ReadOptions = field(default_factory=ReadOptions)
+    spec: JobSpec  # topics, start, limits, data-loss policy, read options
     tasks: int = 2  # at most this many Spark tasks (input partitions) per batch
 
 
@@ -133,7 +129,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"generation": cfg.run.generation, "next": _nested(stored), "batch": []}
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        cap = self.config.limits.max_records_per_batch
+        cap = self.config.spec.limits.max_records_per_batch
         return ReadAllAvailable() if cap is None else ReadMaxRows(cap)
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -151,8 +147,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         try:
             # without a batch cap there is nothing to share (Limits refuses "backlog" alone)
-            share = cfg.limits.batch_share if cap is not None else "even"
-            plan = self._plan(replace(cfg.limits, max_records_per_batch=cap, batch_share=share))
+            share = cfg.spec.limits.batch_share if cap is not None else "even"
+            plan = self._plan(replace(cfg.spec.limits, max_records_per_batch=cap, batch_share=share))
         except TopicMissing as exc:
             return self._while_missing(exc, start)
         self._missing_since = None
@@ -190,8 +186,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         ranges: tuple[OffsetRange, ...] = partition.value
-        task = ReadTask(self.config.kafka, ranges, self.config.read)
-        return arrow_batches(task(0, [tuple(range(len(ranges)))]), self.config.read.batch_size)
+        task = ReadTask(self.config.kafka, ranges, self.config.spec.read)
+        return arrow_batches(task(0, [tuple(range(len(ranges)))]), self.config.spec.read.batch_size)
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -220,10 +216,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             cfg.database,
             cfg.kafka,
             job=cfg.run.job,
-            selection=cfg.selection,
-            start=cfg.start,
+            selection=cfg.spec.selection,
+            start=cfg.spec.start,
             limits=limits,
-            on_data_loss=cfg.on_data_loss,
+            on_data_loss=cfg.spec.on_data_loss,
             generation=cfg.run.generation,
         )
 

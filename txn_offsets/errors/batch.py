@@ -1,87 +1,35 @@
-"""The library's errors: one root, every subclass carries its context as attributes.
-
-Messages are built from the attributes and always say what to fix. No message ever contains a
-password: database URLs are rendered through :func:`txn_offsets.config.redact_url` before they reach
-an error.
-"""
+"""What a batch's ranges can come to besides success: the protocol's errors (conflicts, fencing,
+data loss, a changed topic, a failed write or read). Each that a task reports instead of raising
+has an ``outcome``; the transient ones are retried by ``run_job`` from the stored offsets."""
 
 from __future__ import annotations
 
-from typing import Any
+from txn_offsets.errors.base import Transient, TxnOffsetsError
 
 __all__ = [
     "BatchFailed",
     "ClaimBlocked",
     "CommitNotApplied",
-    "ConfigError",
     "DataLoss",
     "Fenced",
-    "JavaNotFound",
-    "JobAlreadyRunning",
     "KafkaReadError",
-    "MigrationError",
     "OffsetConflict",
     "RecordRejected",
     "RecordsNotConsumed",
-    "SchemaMissing",
-    "ServiceUnavailable",
-    "StackError",
     "StreamDiverged",
     "TopicChanged",
-    "TopicMissing",
     "TransactionAborted",
-    "TxnOffsetsError",
-    "UnknownJob",
     "WriteFailed",
 ]
 
 
-class TxnOffsetsError(Exception):
-    """Root of every error raised by txn_offsets."""
-
-    __module__ = "txn_offsets"
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Errors cross process boundaries (Spark tasks -> driver). The default pickling calls
-        # cls(*args) with the message only, which our keyword-rich constructors reject.
-        return (_restore, (type(self), self.args, dict(self.__dict__)))
-
-
-def _restore(cls: type[TxnOffsetsError], args: tuple[Any, ...], state: dict[str, Any]) -> TxnOffsetsError:
-    obj = cls.__new__(cls)
-    Exception.__init__(obj, *args)
-    obj.__dict__.update(state)
-    return obj
-
-
-class ConfigError(TxnOffsetsError, ValueError):
-    """A setting is missing or invalid; the message names the setting and what to use instead."""
-
-    __module__ = "txn_offsets"
-
-    def __init__(self, setting: str, problem: str) -> None:
-        self.setting = setting
-        self.problem = problem
-        super().__init__(f"{setting}: {problem}")
-
-
-class TopicMissing(ConfigError):
-    """Kafka says a topic the job reads does not exist (never created, or deleted)."""
-
-    __module__ = "txn_offsets"
-
-    def __init__(self, topic: str, problem: str) -> None:
-        self.topic = topic
-        super().__init__("topics", problem)
-
-
-class TopicChanged(TxnOffsetsError):
+class TopicChanged(Transient):
     """The topic a batch was planned from is not the topic there is now: it was deleted (and maybe
     created again under the same name) between the plan and the commit. Nothing was committed; the
     runner plans again from the stored offsets, and that plan reports the new topic as data loss
     (``on_data_loss``)."""
 
-    __module__ = "txn_offsets"
+    outcome = "topic_changed"
 
     def __init__(
         self, topic: str, planned_id: str, current_id: str | None, *, in_store: bool = False
@@ -103,74 +51,10 @@ class TopicChanged(TxnOffsetsError):
         )
 
 
-class StackError(TxnOffsetsError):
-    """The embedded local stack (PostgreSQL, Kafka) could not be started, checked or stopped."""
-
-    __module__ = "txn_offsets"
-
-    def __init__(self, service: str, problem: str, fix: str) -> None:
-        self.service = service
-        self.problem = problem
-        self.fix = fix
-        super().__init__(f"{service}: {problem}. Fix: {fix}")
-
-
-class JavaNotFound(TxnOffsetsError):
-    """No usable Java runtime (>= 17) for Spark or the local Kafka broker."""
-
-    __module__ = "txn_offsets"
-
-    def __init__(self, problem: str) -> None:
-        self.problem = problem
-        super().__init__(
-            f"{problem}; Spark 4 and Kafka 4 need Java >= 17. Fix: install one "
-            f"(Debian: `apt-get install openjdk-17-jre-headless`) and/or set JAVA_HOME to it"
-        )
-
-
-class ServiceUnavailable(TxnOffsetsError):
-    """PostgreSQL or Kafka could not be reached."""
-
-    __module__ = "txn_offsets"
-
-    def __init__(self, service: str, target: str, detail: str) -> None:
-        self.service = service
-        self.target = target
-        self.detail = detail
-        super().__init__(
-            f"cannot reach {service} at {target}: {detail}. "
-            f"Check that it is running and that host, port and credentials are right."
-        )
-
-
-class SchemaMissing(TxnOffsetsError):
-    """The offsets schema or a table is missing: migrations have not been run."""
-
-    __module__ = "txn_offsets"
-
-    def __init__(self, schema: str, detail: str) -> None:
-        self.schema = schema
-        self.detail = detail
-        super().__init__(
-            f"the txn_offsets tables in schema {schema!r} are missing or out of date ({detail}). "
-            f"Run `txn-offsets db upgrade` with a role that may create them."
-        )
-
-
-class UnknownJob(TxnOffsetsError):
-    """An operation names a job that has no row in the jobs table."""
-
-    __module__ = "txn_offsets"
-
-    def __init__(self, job: str) -> None:
-        self.job = job
-        super().__init__(f"unknown job {job!r}: no run of it was ever started (see `txn-offsets jobs list`)")
-
-
 class OffsetConflict(TxnOffsetsError):
     """The stored offset is neither the range's start nor its end: another writer moved it."""
 
-    __module__ = "txn_offsets"
+    outcome = "conflict"
 
     def __init__(self, job: str, topic: str, partition: int, expected: int, found: int | None) -> None:
         self.job = job
@@ -189,7 +73,7 @@ class OffsetConflict(TxnOffsetsError):
 class Fenced(TxnOffsetsError):
     """A newer run of the same job exists; this (older) run must stop without writing."""
 
-    __module__ = "txn_offsets"
+    outcome = "fenced"
 
     def __init__(self, job: str, generation: int, current: int) -> None:
         self.job = job
@@ -201,29 +85,13 @@ class Fenced(TxnOffsetsError):
         )
 
 
-class JobAlreadyRunning(TxnOffsetsError):
-    """A live run holds the job's lease."""
-
-    __module__ = "txn_offsets"
-
-    def __init__(self, job: str, run_id: str, generation: int, heartbeat_age_s: float) -> None:
-        self.job = job
-        self.run_id = run_id
-        self.generation = generation
-        self.heartbeat_age_s = heartbeat_age_s
-        super().__init__(
-            f"job {job!r} is held by live run {run_id} (generation {generation}, last heartbeat "
-            f"{heartbeat_age_s:.1f}s ago). Stop it first, or pass force=True / --force to fence it."
-        )
-
-
 class DataLoss(TxnOffsetsError):
     """Records the job has not processed are gone from Kafka, or the stored offset belongs to a log
     that no longer exists: deleted by retention (``retention``), the log truncated below the stored
     offset (``truncated``, e.g. unclean leader election), or the topic deleted and re-created under
     the same name (``recreated``: a new Kafka topic id)."""
 
-    __module__ = "txn_offsets"
+    outcome = "data_loss"
 
     def __init__(
         self,
@@ -267,10 +135,8 @@ class DataLoss(TxnOffsetsError):
         )
 
 
-class KafkaReadError(TxnOffsetsError):
+class KafkaReadError(Transient):
     """Reading an offset range from Kafka failed or stalled."""
-
-    __module__ = "txn_offsets"
 
     def __init__(self, topic: str, partition: int, start: int, until: int, detail: str) -> None:
         self.topic = topic
@@ -281,10 +147,8 @@ class KafkaReadError(TxnOffsetsError):
         super().__init__(f"reading {topic}[{partition}] offsets [{start}, {until}) failed: {detail}")
 
 
-class BatchFailed(TxnOffsetsError):
+class BatchFailed(Transient):
     """A batch's Spark job failed (after Spark's own task retries); nothing of the failed ranges committed."""
-
-    __module__ = "txn_offsets"
 
     def __init__(self, job: str, batch: int, detail: str) -> None:
         self.job = job
@@ -299,7 +163,7 @@ class BatchFailed(TxnOffsetsError):
 class RecordRejected(TxnOffsetsError):
     """The user's decoder rejected a record; the batch fails and nothing of it is written."""
 
-    __module__ = "txn_offsets"
+    outcome = "rejected"
 
     def __init__(self, topic: str, partition: int, offset: int, detail: str) -> None:
         self.topic = topic
@@ -312,10 +176,8 @@ class RecordRejected(TxnOffsetsError):
         )
 
 
-class CommitNotApplied(TxnOffsetsError):
+class CommitNotApplied(Transient):
     """A batch's transaction did not commit and the stored offsets are unchanged: safe to retry."""
-
-    __module__ = "txn_offsets"
 
     def __init__(self, job: str, ranges: str, detail: str) -> None:
         self.job = job
@@ -327,23 +189,11 @@ class CommitNotApplied(TxnOffsetsError):
         )
 
 
-class MigrationError(TxnOffsetsError):
-    """A schema migration command failed, or the tables differ from what the code expects."""
-
-    __module__ = "txn_offsets"
-
-    def __init__(self, action: str, schema: str, detail: str) -> None:
-        self.action = action
-        self.schema = schema
-        self.detail = detail
-        super().__init__(f"`txn-offsets db {action}` on schema {schema!r}: {detail}")
-
-
 class TransactionAborted(TxnOffsetsError):
     """The user's write caught a database error: PostgreSQL aborted the transaction, so COMMIT would
     silently roll back. Nothing was committed and the offsets did not move."""
 
-    __module__ = "txn_offsets"
+    outcome = "aborted"
 
     def __init__(self, job: str, ranges: str) -> None:
         self.job = job
@@ -355,11 +205,11 @@ class TransactionAborted(TxnOffsetsError):
         )
 
 
-class ClaimBlocked(TxnOffsetsError):
+class ClaimBlocked(Transient):
     """A claim waited longer than lock_timeout for an offset row another transaction holds (a frozen
     or slow executor); nothing was written. Retryable: the holder's session ends by its own timeouts."""
 
-    __module__ = "txn_offsets"
+    outcome = "blocked"
 
     def __init__(self, job: str, ranges: str, timeout_s: float) -> None:
         self.job = job
@@ -375,7 +225,7 @@ class ClaimBlocked(TxnOffsetsError):
 class RecordsNotConsumed(TxnOffsetsError):
     """The user's ``aggregate`` returned before reading every record of its range."""
 
-    __module__ = "txn_offsets"
+    outcome = "not_consumed"
 
     def __init__(self, topic: str, partition: int, start: int, until: int) -> None:
         self.topic = topic
@@ -393,7 +243,7 @@ class WriteFailed(TxnOffsetsError):
     """The user's write failed with a database error; nothing was committed. The message names the
     error class, SQLSTATE and table/constraint but never values (they may be record payloads)."""
 
-    __module__ = "txn_offsets"
+    outcome = "write_failed"
 
     def __init__(self, job: str, ranges: str, error: str, sqlstate: str | None, where: str) -> None:
         self.job = job
@@ -411,8 +261,6 @@ class WriteFailed(TxnOffsetsError):
 class StreamDiverged(TxnOffsetsError):
     """A Structured Streaming query and the offset table disagree: the query's batch was not
     committed by the exactly-once sink, or the offsets moved under the running query."""
-
-    __module__ = "txn_offsets"
 
     def __init__(self, job: str, generation: int, problem: str) -> None:
         self.job = job

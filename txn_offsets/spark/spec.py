@@ -1,0 +1,136 @@
+"""One run of a job, described once: :class:`JobSpec`, and the run's lifecycle, :func:`job_run`.
+
+``run_job`` and ``open_stream`` take the same keywords (which topics, where a first run starts,
+batch caps, the data-loss policy, how tasks read, the lease); each builds one frozen ``JobSpec``
+from them, validated here and nowhere else, and hands it on instead of a dozen loose keywords.
+
+Both then live through the same lifecycle: an engine for the driver, the preflight (tables there,
+topics there: a misconfigured run does not even bump the generation), a new run (fencing every
+older one), and at the end the lease released and the engine closed - whatever happened between.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import sqlalchemy as sa
+from sqlalchemy.exc import SQLAlchemyError
+
+from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.errors import ConfigError, TxnOffsetsError
+from txn_offsets.kafka.start import StartPolicy
+from txn_offsets.planner import ON_DATA_LOSS, Limits, TopicSelection, preflight
+from txn_offsets.spark.frames import check_execution
+from txn_offsets.spark.tasks import ReadOptions
+from txn_offsets.store.database import engine_for
+from txn_offsets.store.runs import Run, end_run, start_run
+
+__all__ = ["JobSpec", "end_quietly", "job_run"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobSpec:
+    """What one run of a job reads and how: validated on construction, then passed as one value."""
+
+    job: str
+    selection: TopicSelection
+    start: StartPolicy | None = None
+    limits: Limits = field(default_factory=Limits)
+    on_data_loss: str = "fail"
+    read: ReadOptions = field(default_factory=ReadOptions)
+    lease_s: float = 60.0
+    batch_timeout_s: float | None = 600.0
+    execution: str = "auto"
+    force: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.job, str) or not self.job.strip() or len(self.job) > 200:
+            raise ConfigError("job", f"{self.job!r}: give a non-empty job name of at most 200 characters")
+        if not isinstance(self.selection, TopicSelection):
+            raise ConfigError("topics", f"expected a TopicSelection, got {type(self.selection).__name__}")
+        if self.start is not None and not isinstance(self.start, StartPolicy):
+            raise ConfigError(
+                "start", f"expected a StartPolicy (e.g. StartPolicy.earliest()), got {self.start!r}"
+            )
+        if not isinstance(self.limits, Limits):
+            raise ConfigError("limits", f"expected a Limits, got {type(self.limits).__name__}")
+        if not isinstance(self.read, ReadOptions):
+            raise ConfigError("read", f"expected a ReadOptions, got {type(self.read).__name__}")
+        if self.on_data_loss not in ON_DATA_LOSS:
+            raise ConfigError("on_data_loss", f"{self.on_data_loss!r}: use 'fail' (default) or 'skip'")
+        if (
+            isinstance(self.lease_s, bool)
+            or not isinstance(self.lease_s, int | float)
+            or not self.lease_s > 0
+        ):
+            raise ConfigError("lease_s", f"must be > 0 seconds, got {self.lease_s!r}")
+        if self.batch_timeout_s is not None and not self.batch_timeout_s > 0:
+            raise ConfigError("batch_timeout_s", f"must be > 0 seconds or None, got {self.batch_timeout_s}")
+        check_execution(self.execution)  # the session's side is checked where the session is known
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        job: str,
+        topics: Sequence[str] = (),
+        topic_pattern: str | None = None,
+        start: StartPolicy | None = None,
+        limits: Limits | None = None,
+        on_data_loss: str = "fail",
+        read: ReadOptions | None = None,
+        lease_s: float = 60.0,
+        batch_timeout_s: float | None = 600.0,
+        execution: str = "auto",
+        force: bool = False,
+    ) -> JobSpec:
+        """From the keywords of ``run_job`` / ``open_stream`` (None: the defaults)."""
+        if isinstance(topics, str):
+            raise ConfigError("topics", f"give a list of topic names, not the string {topics!r}")
+        return cls(
+            job=job,
+            selection=TopicSelection(tuple(topics), topic_pattern),
+            start=start,
+            limits=limits if limits is not None else Limits(),
+            on_data_loss=on_data_loss,
+            read=read if read is not None else ReadOptions(),
+            lease_s=lease_s,
+            batch_timeout_s=batch_timeout_s,
+            execution=execution,
+            force=force,
+        )
+
+
+@contextlib.contextmanager
+def job_run(
+    spec: JobSpec, database: DatabaseSettings, kafka: KafkaSettings
+) -> Iterator[tuple[sa.Engine, Run]]:
+    """The driver's engine and a new run of ``spec.job`` (fencing older runs), after the
+    preflight; at exit the lease is released (quietly, see :func:`end_quietly`) and the engine
+    closed. A failed preflight or start changes nothing and leaves nothing open."""
+    engine = engine_for(database)
+    try:
+        preflight(engine, database, kafka, job=spec.job, selection=spec.selection)
+        run = start_run(engine, database, spec.job, force=spec.force, lease_s=spec.lease_s)
+    except BaseException:
+        engine.dispose()
+        raise
+    try:
+        yield engine, run
+    finally:
+        end_quietly(engine, database, run)
+        engine.dispose()
+
+
+def end_quietly(engine: sa.Engine, database: DatabaseSettings, run: Run) -> None:
+    """Release the lease; if the database is gone, say so without hiding the error in flight
+    (the lease then simply expires)."""
+    try:
+        end_run(engine, database, run)
+    except (TxnOffsetsError, SQLAlchemyError) as exc:
+        logger.warning("job=%r could not release its lease (%s); it expires by itself", run.job, exc)
