@@ -1,7 +1,9 @@
-"""The embedded local stack: PostgreSQL + Kafka on loopback, without Docker.
+"""The embedded local stack: PostgreSQL + Kafka on loopback, without Docker; optionally PgBouncer
+in front of PostgreSQL (``up(pooler="pgbouncer")``: transaction pooling, a pool of 2).
 
 ``up`` is idempotent (a running service is only checked), ``down`` stops exactly the processes whose
-pids ``up`` recorded. Connection settings go to ``<stack>/env`` (mode 0600) as KEY=value lines.
+pids ``up`` recorded. Connection settings go to ``<stack>/env`` (mode 0600) as KEY=value lines; the
+pooled URL (TXN_OFFSETS_POOLED_DATABASE_URL) is there while the stack's PgBouncer runs.
 """
 
 from __future__ import annotations
@@ -13,10 +15,13 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from txn_offsets.devstack import kafka, postgres
+from txn_offsets.devstack import kafka, pgbouncer, postgres
 from txn_offsets.devstack._proc import pick_free_port, read_pid
+from txn_offsets.errors import StackError
 
-__all__ = ["Stack", "StackStatus"]
+__all__ = ["POOLERS", "Stack", "StackStatus"]
+
+POOLERS = ("pgbouncer",)
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +33,8 @@ class StackStatus:
     postgres_port: int
     kafka_port: int
     env_file: Path
+    pgbouncer_pid: int | None = None
+    pgbouncer_port: int | None = None  # None: the stack was never started with a pooler
 
 
 class Stack:
@@ -43,16 +50,20 @@ class Stack:
     def env_file(self) -> Path:
         return self.dir / "env"
 
-    def _state(self) -> dict[str, object]:
-        """Ports and passwords chosen on the first start, reused afterwards (0600, never logged)."""
+    def _state(self, pooler: str | None = None) -> dict[str, object]:
+        """Ports and passwords chosen on the first start, reused afterwards (0600, never logged);
+        PgBouncer's port only once the stack is started with a pooler."""
         path = self.dir / "state.json"
         state: dict[str, object] = json.loads(path.read_text()) if path.exists() else {}
         changed = False
-        for key, env in (
+        wanted_ports = [
             ("pg_port", "TXN_OFFSETS_PG_PORT"),
             ("kafka_port", "TXN_OFFSETS_KAFKA_PORT"),
             ("kafka_controller_port", "TXN_OFFSETS_KAFKA_CONTROLLER_PORT"),
-        ):
+        ]
+        if pooler is not None or "pgbouncer_port" in state:
+            wanted_ports.append(("pgbouncer_port", "TXN_OFFSETS_PGBOUNCER_PORT"))
+        for key, env in wanted_ports:
             if os.environ.get(env):
                 wanted = int(os.environ[env])
                 changed |= state.get(key) != wanted
@@ -82,15 +93,31 @@ class Stack:
             controller_port=int(str(state["kafka_controller_port"])),
         )
 
-    def up(self) -> StackStatus:
+    def _bouncer(self, state: dict[str, object], cluster: postgres.PgCluster) -> pgbouncer.Bouncer:
+        return pgbouncer.Bouncer(
+            home=pgbouncer.home_for(self.dir / "pgbouncer", cluster.os_user),
+            pid_file=self.dir / "pgbouncer.pid",
+            port=int(str(state["pgbouncer_port"])),
+            upstream_host="127.0.0.1",
+            upstream_port=cluster.port,
+            os_user=cluster.os_user,
+        )
+
+    def up(self, pooler: str | None = None) -> StackStatus:
+        """Start what is not running; with ``pooler="pgbouncer"`` also PgBouncer in front of PostgreSQL."""
+        if pooler is not None and pooler not in POOLERS:
+            raise StackError("stack", f"unknown pooler {pooler!r}", f"use one of {', '.join(POOLERS)}")
         self.dir.mkdir(parents=True, exist_ok=True)
-        state = self._state()
+        state = self._state(pooler)
         kafka.java_binary()  # fail fast with a clear message before downloading anything
         libs = kafka.ensure_libs()
         cluster = self._pg(state)
         postgres.start(cluster, str(state["pg_admin_password"]), str(state["pg_app_password"]))
         node = self._kafka(state, libs)
         kafka.start(node)
+        if pooler == "pgbouncer":
+            admin = postgres.admin_conninfo(cluster, str(state["pg_admin_password"]), postgres.APP_DB)
+            pgbouncer.start(self._bouncer(state, cluster), admin, [postgres.APP_USER, postgres.ADMIN_USER])
         self._write_env(state, cluster, node)
         return self.status()
 
@@ -104,8 +131,11 @@ class Stack:
             f"TXN_OFFSETS_ADMIN_DATABASE_URL={admin}/{postgres.APP_DB}",
             f"TXN_OFFSETS_KAFKA_BOOTSTRAP={node.bootstrap}",
             f"TXN_OFFSETS_STACK_DIR={self.dir}",
-            "",
         ]
+        if "pgbouncer_port" in state and pgbouncer.running_pid(self._bouncer(state, cluster)) is not None:
+            pooled = self._bouncer(state, cluster).url(postgres.APP_USER, str(state["pg_app_password"]), "")
+            lines.append(f"TXN_OFFSETS_POOLED_DATABASE_URL={pooled}{postgres.APP_DB}")
+        lines.append("")
         fd = os.open(self.env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as fh:
             fh.write("\n".join(lines))
@@ -116,6 +146,8 @@ class Stack:
             return []
         state = self._state()
         stopped = []
+        if "pgbouncer_port" in state and pgbouncer.stop(self._bouncer(state, self._pg(state))):
+            stopped.append("pgbouncer")
         if kafka.stop(self._kafka(state)):
             stopped.append("kafka")
         if postgres.stop(self._pg(state)):
@@ -126,12 +158,15 @@ class Stack:
         state = self._state()
         node = self._kafka(state)
         cluster = self._pg(state)
+        bouncer = self._bouncer(state, cluster) if "pgbouncer_port" in state else None
         return StackStatus(
             postgres_pid=read_pid(cluster.pid_file, "postgres", str(cluster.data_dir)),
             kafka_pid=read_pid(node.pid_file, "kafka", str(node.config)),
             postgres_port=int(str(state["pg_port"])),
             kafka_port=node.port,
             env_file=self.env_file,
+            pgbouncer_pid=pgbouncer.running_pid(bouncer) if bouncer else None,
+            pgbouncer_port=bouncer.port if bouncer else None,
         )
 
     def env(self) -> dict[str, str]:

@@ -10,7 +10,7 @@ import argparse
 import os
 from pathlib import Path
 
-from txn_offsets.devstack import Stack
+from txn_offsets.devstack import POOLERS, Stack
 
 __all__ = ["add_arguments", "run"]
 
@@ -22,27 +22,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("TXN_OFFSETS_STACK_DIR", ".stack"),
         help="where the stack keeps its data, logs and pid files (default: ./.stack)",
     )
+    parser.add_argument(
+        "--pooler",
+        choices=POOLERS,
+        default=os.environ.get("TXN_OFFSETS_POOLER") or None,
+        help="up: also start this connection pooler in front of PostgreSQL (pgbouncer: transaction "
+        "pooling, a pool of 2; its URL is TXN_OFFSETS_POOLED_DATABASE_URL in the settings file)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     """Do `args.action` and print the outcome; exit code 3 when ``status`` finds a service down."""
     stack = Stack(Path(args.stack_dir))
     if args.action == "up":
-        st = stack.up()
+        st = stack.up(pooler=args.pooler)
+        pooled = f", pgbouncer pid {st.pgbouncer_pid} port {st.pgbouncer_port}" if st.pgbouncer_pid else ""
         print(
             f"stack up: postgres pid {st.postgres_pid} port {st.postgres_port}, "
-            f"kafka pid {st.kafka_pid} port {st.kafka_port}; settings in {st.env_file}"
+            f"kafka pid {st.kafka_pid} port {st.kafka_port}{pooled}; settings in {st.env_file}"
         )
     elif args.action == "down":
         stopped = stack.down()
         print(f"stack down: stopped {', '.join(stopped) if stopped else 'nothing (not running)'}")
     else:
         st = stack.status()
-        for name, pid, port in (
-            ("postgres", st.postgres_pid, st.postgres_port),
-            ("kafka", st.kafka_pid, st.kafka_port),
-        ):
+        services = [("postgres", st.postgres_pid, st.postgres_port), ("kafka", st.kafka_pid, st.kafka_port)]
+        if st.pgbouncer_port is not None:  # started with --pooler once: reported (and required) since
+            services.append(("pgbouncer", st.pgbouncer_pid, st.pgbouncer_port))
+        for name, pid, port in services:
             state = f"running (pid {pid})" if pid else "stopped"
             print(f"{name:9} {state:22} 127.0.0.1:{port}")
-        return 0 if st.postgres_pid and st.kafka_pid else 3
+        return 0 if all(pid for _, pid, _ in services) else 3
     return 0

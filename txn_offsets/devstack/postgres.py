@@ -126,7 +126,7 @@ def _service_user() -> str | None:
     return "txn-offsets-pg"
 
 
-def _reachable_by(user: str, path: Path) -> bool:
+def reachable_by(user: str, path: Path) -> bool:
     """True if `user` can traverse every directory down to `path`."""
     entry = pwd.getpwnam(user)
     probe = path
@@ -150,7 +150,7 @@ def cluster_for(stack_dir: Path, port: int) -> PgCluster:
     bin_dir = find_bin_dir() or install_server()
     user = _service_user()
     base = stack_dir / "postgres"
-    if user is not None and not _reachable_by(user, base):
+    if user is not None and not reachable_by(user, base):
         # e.g. a clone inside a 0700 temp directory: the postgres user cannot enter it, and we do
         # not loosen permissions on directories that are not ours. Keep the data beside it instead.
         digest = hashlib.sha256(str(stack_dir).encode()).hexdigest()[:12]
