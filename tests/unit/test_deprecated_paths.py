@@ -15,6 +15,7 @@ import pytest
 
 _TASKS = "txn_offsets.spark.tasks"
 _DATABASE = "txn_offsets.store.database"
+_DEAD_LETTERS = "txn_offsets.store.dead_letters"
 
 # old module -> {name it re-exports: the module that now defines it}
 MOVED: dict[str, dict[str, str]] = {
@@ -27,7 +28,7 @@ MOVED: dict[str, dict[str, str]] = {
     "txn_offsets.spark.stream_sink": {"ExactlyOnceSink": "txn_offsets.spark.stream.sink"},
     "txn_offsets.spark.cluster": {"StandaloneCluster": "txn_offsets.devstack.cluster"},
     "txn_offsets.spark.executor": {
-        "DeadLetter": _TASKS,
+        "DeadLetter": _DEAD_LETTERS,
         "PartitionTask": _TASKS,
         "ReadOptions": _TASKS,
         "ReadTask": _TASKS,
@@ -37,7 +38,7 @@ MOVED: dict[str, dict[str, str]] = {
         "dispose_worker_engines": _DATABASE,
         "success_counts": _TASKS,
         "worker_engine": _DATABASE,
-        "write_dead_letters": _TASKS,
+        "write_dead_letters": _DEAD_LETTERS,
     },
 }
 

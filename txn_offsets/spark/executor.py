@@ -2,13 +2,13 @@
 
 Kept for one release so that old imports still work; importing it warns. The task bodies are
 defined only in the new module (Spark pickles them by that module's path); the worker engine
-cache moved to :mod:`txn_offsets.store.database`.
+cache moved to :mod:`txn_offsets.store.database`, the dead letters to
+:mod:`txn_offsets.store.dead_letters`.
 """
 
 import warnings
 
 from txn_offsets.spark.tasks import (
-    DeadLetter,
     PartitionTask,
     ReadOptions,
     ReadTask,
@@ -16,9 +16,9 @@ from txn_offsets.spark.tasks import (
     commit_reporting,
     decoded,
     success_counts,
-    write_dead_letters,
 )
 from txn_offsets.store.database import dispose_worker_engines, worker_engine
+from txn_offsets.store.dead_letters import DeadLetter, write_dead_letters
 
 __all__ = [
     "DeadLetter",

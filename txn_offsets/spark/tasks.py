@@ -13,10 +13,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Any, Generic, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import (
@@ -35,8 +34,8 @@ from txn_offsets.kafka.metadata import check_incarnation
 from txn_offsets.kafka.reader import Record, read_range
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.store.database import worker_engine
+from txn_offsets.store.dead_letters import DeadLetter, write_dead_letters
 from txn_offsets.store.runs import Run
-from txn_offsets.store.schema import tables_for
 from txn_offsets.store.transaction import commit_ranges
 
 logger = logging.getLogger(__name__)
@@ -82,13 +81,6 @@ def success_counts(reports: Iterable[TaskReport]) -> dict[str, int]:
     return counts
 
 
-class DeadLetter(NamedTuple):
-    """A record the decoder rejected, kept (in dead-letter mode) instead of failing the batch."""
-
-    record: Record
-    error: str
-
-
 def decoded(
     records: Iterable[Record], decode: Callable[[Record], T], dead: list[DeadLetter] | None = None
 ) -> Iterator[T]:
@@ -108,41 +100,6 @@ def decoded(
                     rec.topic, rec.partition, rec.offset, f"{type(exc).__name__} (message not shown)"
                 ) from None
             dead.append(DeadLetter(rec, f"{type(exc).__name__}: {exc}"[:2000]))
-
-
-def write_dead_letters(conn: sa.Connection, db: DatabaseSettings, job: str, dead: list[DeadLetter]) -> None:
-    """Insert a range's dead letters in the range's transaction (one multi-row statement).
-
-    A record rejected again (the range replayed after an audited reset) replaces its earlier dead
-    letter instead of failing the range forever on the primary key.
-    """
-    if not dead:
-        return
-    table = tables_for(db.schema).dead_letters
-    stmt = pg_insert(table)
-    conn.execute(
-        stmt.on_conflict_do_update(
-            index_elements=["job", "topic", "part", "off"],
-            set_={
-                "key": stmt.excluded.key,
-                "value": stmt.excluded.value,
-                "error": stmt.excluded.error,
-                "at": sa.func.now(),
-            },
-        ),
-        [
-            {
-                "job": job,
-                "topic": d.record.topic,
-                "part": d.record.partition,
-                "off": d.record.offset,
-                "key": d.record.key,
-                "value": d.record.value,
-                "error": d.error,
-            }
-            for d in dead
-        ],
-    )
 
 
 def commit_reporting(
