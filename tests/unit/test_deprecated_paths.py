@@ -7,6 +7,7 @@ source by their module path, and module-level state (open streams, engine caches
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import sys
 import types
@@ -73,3 +74,77 @@ def test_session_probes_moved_out_of_frames_warn(name: str) -> None:
     assert obj.__module__ == "txn_offsets.spark.session"
     with pytest.raises(AttributeError):
         _ = frames.no_such_name  # type: ignore[attr-defined]
+
+
+def _homes(module: str, *names: str) -> dict[str, str]:
+    return {name: f"{module}:{name}" for name in names}
+
+
+# issue 21: the admin operations moved to txn_offsets.admin
+# old module -> {name it re-exports: "module:name" that now defines it}
+MOVED_TO_ADMIN: dict[str, dict[str, str]] = {
+    "txn_offsets.store.checkpoint": _homes(
+        "txn_offsets.admin.checkpoint", "CheckpointOffsets", "parse_offsets_file", "read_checkpoint"
+    ),
+    "txn_offsets.store.imports": {
+        **_homes(
+            "txn_offsets.admin.imports",
+            "ImportPlan",
+            "ImportStep",
+            "apply_import",
+            "plan_import",
+            "select_topics",
+        ),
+        **_homes("txn_offsets.admin.sources", "read_table"),
+    },
+    "txn_offsets.cli.lag": _homes(
+        "txn_offsets.admin.lag", "LagReport", "PartitionLag", "offset_lag", "partition_lags"
+    ),
+    "txn_offsets.cli.commands": {
+        **_homes("txn_offsets.admin.lag", "LagReport", "PartitionLag", "offset_lag"),
+        **_homes("txn_offsets.admin.reset", "ResetPlan", "ResetTarget", "apply_reset", "plan_reset"),
+        **_homes(
+            "txn_offsets.admin.views",
+            "AuditRow",
+            "JobRow",
+            "OffsetRow",
+            "audit_log",
+            "list_jobs",
+            "show_offsets",
+        ),
+        "PlanStep": "txn_offsets.admin.moves:Move",  # the move-plan shape that reset and import share
+    },
+}
+
+
+@pytest.mark.parametrize("old", sorted(MOVED_TO_ADMIN))
+def test_admin_paths_import_warn_and_give_the_same_objects(old: str) -> None:
+    homes = MOVED_TO_ADMIN[old]
+    with pytest.warns(DeprecationWarning, match=rf"{old} is deprecated: import .*txn_offsets\.admin\."):
+        module = _import_fresh(old)
+    assert sorted(module.__all__) == sorted(homes)
+    for name, home in homes.items():
+        new_name, _, new_attr = home.partition(":")
+        obj = getattr(module, name)
+        assert obj is getattr(importlib.import_module(new_name), new_attr), f"{old}.{name} is not {home}"
+        if isinstance(obj, type | types.FunctionType):
+            assert obj.__module__ == new_name, f"{name} is defined in {obj.__module__}"
+
+
+def test_cli_subcommands_registers_the_store_groups_from_their_modules() -> None:
+    from txn_offsets.cli import db, imports, jobs, offsets
+
+    with pytest.warns(
+        DeprecationWarning, match=r"cli\.subcommands is deprecated: import .*txn_offsets\.cli\.db"
+    ):
+        module = _import_fresh("txn_offsets.cli.subcommands")
+    parser = argparse.ArgumentParser()
+    module.register(parser.add_subparsers(dest="command", required=True))
+    for argv, group in (
+        (["db", "current"], db),
+        (["offsets", "lag", "--job", "j", "--fail-over", "5"], offsets),
+        (["offsets", "import", "--job", "j", "--from-table", "s.t"], imports),
+        (["jobs", "list", "--format", "json"], jobs),
+    ):
+        handler = parser.parse_args(argv).handler
+        assert handler.__module__ == group.__name__, (argv, handler)

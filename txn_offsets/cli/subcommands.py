@@ -14,7 +14,7 @@ from txn_offsets.cli import db, jobs, offsets
 __all__ = ["register"]
 
 warnings.warn(
-    "txn_offsets.cli.subcommands is deprecated: the command groups are in txn_offsets.cli.db, "
+    "txn_offsets.cli.subcommands is deprecated: import the command groups from txn_offsets.cli.db, "
     "txn_offsets.cli.offsets and txn_offsets.cli.jobs",
     DeprecationWarning,
     stacklevel=2,
