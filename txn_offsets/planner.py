@@ -16,24 +16,45 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError, DataLoss
+from txn_offsets.errors.batch import DataLossKind
 from txn_offsets.kafka import metadata
 from txn_offsets.kafka.start import StartPolicy
-from txn_offsets.ranges import OffsetRange, TopicPartition, check_share, plan_ranges
+from txn_offsets.ranges import BatchShare, OffsetRange, TopicPartition, check_share, plan_ranges
 from txn_offsets.store import offset_rows
 from txn_offsets.store.database import translate_errors
 from txn_offsets.store.runs import Run, renew_lease
 from txn_offsets.store.schema import tables_for
 
-__all__ = ["Limits", "Plan", "TopicSelection", "plan_batch", "preflight"]
+__all__ = [
+    "ON_DATA_LOSS",
+    "Limits",
+    "OnDataLoss",
+    "Plan",
+    "TopicSelection",
+    "check_on_data_loss",
+    "plan_batch",
+    "preflight",
+]
 
 logger = logging.getLogger(__name__)
 
-ON_DATA_LOSS = ("fail", "skip")
+# what a plan does about data loss: raise DataLoss ("fail") or move on, audited ("skip")
+OnDataLoss = Literal["fail", "skip"]
+ON_DATA_LOSS: tuple[OnDataLoss, ...] = get_args(OnDataLoss)
+
+
+def check_on_data_loss(value: object) -> OnDataLoss:
+    """`value` as an OnDataLoss, or a ConfigError naming ``on_data_loss``."""
+    for policy in ON_DATA_LOSS:
+        if value == policy:
+            return policy
+    raise ConfigError("on_data_loss", f"{value!r}: use 'fail' (default) or 'skip'")
 
 
 @dataclass(frozen=True)
@@ -64,7 +85,7 @@ class Limits:
 
     max_records_per_partition: int | None = None
     max_records_per_batch: int | None = None
-    batch_share: str = "even"
+    batch_share: BatchShare = "even"
 
     def __post_init__(self) -> None:
         for name in ("max_records_per_partition", "max_records_per_batch"):
@@ -127,7 +148,7 @@ def plan_batch(
     selection: TopicSelection,
     start: StartPolicy | None,
     limits: Limits,
-    on_data_loss: str = "fail",
+    on_data_loss: OnDataLoss = "fail",
     timeout_s: float = 15.0,
     generation: int | None = None,
     run: Run | None = None,
@@ -143,8 +164,7 @@ def plan_batch(
         if run.job != job or generation not in {None, run.generation}:
             raise ConfigError("run", f"{run!r} is not a run of job {job!r} at generation {generation!r}")
         generation = run.generation
-    if on_data_loss not in ON_DATA_LOSS:
-        raise ConfigError("on_data_loss", f"{on_data_loss!r}: use 'fail' (default) or 'skip'")
+    check_on_data_loss(on_data_loss)
     topics = selection.resolve(kafka, timeout_s)
     infos = metadata.describe_topics(kafka, topics, timeout_s=timeout_s)
     topic_ids = {topic: info.topic_id for topic, info in infos.items()}
@@ -243,7 +263,9 @@ _LOSS_REASONS = {
 }
 
 
-def _lost(row: offset_rows.StoredOffset, topic_id: str, marks: tuple[int, int]) -> tuple[str, int] | None:
+def _lost(
+    row: offset_rows.StoredOffset, topic_id: str, marks: tuple[int, int]
+) -> tuple[DataLossKind, int] | None:
     """(kind, where a skip continues) if the stored offset no longer points into the topic's log.
 
     A stored offset is a claim about ONE incarnation of the topic: a new topic id means the topic

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal, TypeGuard, get_args
 
 from txn_offsets.errors import ConfigError
 
 __all__ = [
     "BATCH_SHARES",
+    "BatchShare",
     "OffsetRange",
     "TopicPartition",
     "backlog_share",
@@ -27,7 +29,8 @@ TopicPartition = tuple[str, int]
 
 # How a batch cap is shared over partitions: "even" (water-filling, :func:`fair_share`) or
 # "backlog" (in proportion to each partition's backlog, :func:`backlog_share`)
-BATCH_SHARES = ("even", "backlog")
+BatchShare = Literal["even", "backlog"]
+BATCH_SHARES: tuple[BatchShare, ...] = get_args(BatchShare)
 
 
 @dataclass(frozen=True, order=True)
@@ -151,12 +154,13 @@ def backlog_share(spans: Mapping[TopicPartition, int], total: int) -> dict[Topic
     return share
 
 
-def check_share(share: str) -> None:
+def check_share(share: object) -> TypeGuard[BatchShare]:
     """Raise ConfigError naming ``batch_share`` unless `share` is one of :data:`BATCH_SHARES`."""
     if share not in BATCH_SHARES:
         raise ConfigError(
             "batch_share", f"must be one of {', '.join(map(repr, BATCH_SHARES))}, got {share!r}"
         )
+    return True
 
 
 def plan_ranges(
@@ -165,7 +169,7 @@ def plan_ranges(
     *,
     max_per_partition: int | None = None,
     max_total: int | None = None,
-    share: str = "even",
+    share: BatchShare = "even",
     topic_ids: Mapping[str, str] | None = None,
 ) -> list[OffsetRange]:
     """The non-empty ranges of one batch: ``until = min(end, start + max_per_partition)``, then an

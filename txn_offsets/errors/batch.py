@@ -4,13 +4,19 @@ has an ``outcome``; the transient ones are retried by ``run_job`` from the store
 
 from __future__ import annotations
 
+from typing import Literal
+
 from txn_offsets.errors.base import Transient, TxnOffsetsError
+
+# why a stored offset no longer points into the topic's log (see DataLoss)
+DataLossKind = Literal["retention", "truncated", "recreated"]
 
 __all__ = [
     "BatchFailed",
     "ClaimBlocked",
     "CommitNotApplied",
     "DataLoss",
+    "DataLossKind",
     "Fenced",
     "KafkaReadError",
     "OffsetConflict",
@@ -101,7 +107,7 @@ class DataLoss(TxnOffsetsError):
         stored: int,
         log_start: int,
         *,
-        kind: str = "retention",
+        kind: DataLossKind = "retention",
         stored_topic_id: str | None = None,
         topic_id: str | None = None,
     ) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark import frames, session
-from txn_offsets.spark.frames import EXECUTION_PATHS, check_execution
+from txn_offsets.spark.frames import EXECUTION_PATHS, Execution, check_execution
 from txn_offsets.spark.tasks import ReadOptions, ReadTask
 from txn_offsets.store.runs import Run
 
@@ -44,7 +44,7 @@ class Batch:
     kafka: KafkaSettings
     run: Run
     read: ReadOptions = field(default_factory=ReadOptions)
-    execution: str = "auto"  # auto | rdd | dataframe
+    execution: Execution = "auto"
 
     def __post_init__(self) -> None:
         check_execution(self.execution, self.spark)

@@ -20,7 +20,7 @@ import pickle
 import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, Literal, get_args
 
 from txn_offsets.errors import ConfigError
 from txn_offsets.kafka.reader import Record
@@ -29,6 +29,7 @@ from txn_offsets.spark.tasks import TaskReport
 
 __all__ = [
     "EXECUTION_PATHS",
+    "Execution",
     "arrow_batches",
     "check_execution",
     "record_schema",
@@ -37,7 +38,9 @@ __all__ = [
     "worker_imports",
 ]
 
-EXECUTION_PATHS = ("auto", "rdd", "dataframe")
+# how a batch's tasks run: "auto" (from the session), "rdd" (classic Spark) or "dataframe" (any)
+Execution = Literal["auto", "rdd", "dataframe"]
+EXECUTION_PATHS: tuple[Execution, ...] = get_args(Execution)
 
 
 @functools.cache
@@ -79,10 +82,11 @@ def _report_schema() -> Any:
 TaskBody = Callable[[int, Iterable[Any]], Iterator[Any]]
 
 
-def check_execution(execution: str, spark: Any = None) -> str:
+def check_execution(execution: object, spark: Any = None) -> Execution:
     """Validate an ``execution`` setting: 'auto' (from the session), 'rdd' or 'dataframe'; with
     `spark`, also that the session can take that path."""
-    if execution not in EXECUTION_PATHS:
+    found = next((path for path in EXECUTION_PATHS if path == execution), None)
+    if found is None:
         raise ConfigError(
             "execution",
             f"{execution!r}: use 'auto' (the DataFrame path on Spark Connect, the RDD path on classic "
@@ -92,7 +96,7 @@ def check_execution(execution: str, spark: Any = None) -> str:
         raise ConfigError(
             "execution", "'rdd' needs a classic SparkSession: Spark Connect has no RDD API (use 'auto')"
         )
-    return execution
+    return found
 
 
 def task_frame(spark: Any, tasks: int) -> Any:

@@ -22,8 +22,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError, TxnOffsetsError
 from txn_offsets.kafka.start import StartPolicy
-from txn_offsets.planner import ON_DATA_LOSS, Limits, TopicSelection, preflight
-from txn_offsets.spark.frames import check_execution
+from txn_offsets.planner import Limits, OnDataLoss, TopicSelection, check_on_data_loss, preflight
+from txn_offsets.spark.frames import Execution, check_execution
 from txn_offsets.spark.tasks import ReadOptions
 from txn_offsets.store.database import engine_for
 from txn_offsets.store.runs import Run, end_run, start_run
@@ -41,11 +41,11 @@ class JobSpec:
     selection: TopicSelection
     start: StartPolicy | None = None
     limits: Limits = field(default_factory=Limits)
-    on_data_loss: str = "fail"
+    on_data_loss: OnDataLoss = "fail"
     read: ReadOptions = field(default_factory=ReadOptions)
     lease_s: float = 60.0
     batch_timeout_s: float | None = 600.0
-    execution: str = "auto"
+    execution: Execution = "auto"
     force: bool = False
 
     def __post_init__(self) -> None:
@@ -61,8 +61,7 @@ class JobSpec:
             raise ConfigError("limits", f"expected a Limits, got {type(self.limits).__name__}")
         if not isinstance(self.read, ReadOptions):
             raise ConfigError("read", f"expected a ReadOptions, got {type(self.read).__name__}")
-        if self.on_data_loss not in ON_DATA_LOSS:
-            raise ConfigError("on_data_loss", f"{self.on_data_loss!r}: use 'fail' (default) or 'skip'")
+        check_on_data_loss(self.on_data_loss)
         if (
             isinstance(self.lease_s, bool)
             or not isinstance(self.lease_s, int | float)
@@ -97,11 +96,11 @@ class JobSpec:
             selection=TopicSelection(tuple(topics), topic_pattern),
             start=start,
             limits=limits if limits is not None else Limits(),
-            on_data_loss=on_data_loss,
+            on_data_loss=check_on_data_loss(on_data_loss),
             read=read if read is not None else ReadOptions(),
             lease_s=lease_s,
             batch_timeout_s=batch_timeout_s,
-            execution=execution,
+            execution=check_execution(execution),
             force=force,
         )
 
