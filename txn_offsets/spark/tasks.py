@@ -36,7 +36,7 @@ from txn_offsets.ranges import OffsetRange
 from txn_offsets.store.database import worker_engine
 from txn_offsets.store.dead_letters import DeadLetter, write_dead_letters
 from txn_offsets.store.runs import Run
-from txn_offsets.store.transaction import commit_ranges
+from txn_offsets.store.transaction import TransactionWrite, commit_ranges
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ def commit_reporting(
     db: DatabaseSettings,
     run: Run,
     ranges: list[OffsetRange],
-    write: Callable[[sa.Connection], None],
+    write: TransactionWrite,
     *,
     isolation_level: str,
     records: int,

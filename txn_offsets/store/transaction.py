@@ -17,6 +17,7 @@ from __future__ import annotations
 import enum
 import itertools
 import logging
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -45,13 +46,15 @@ from txn_offsets.store.database import (
 )
 from txn_offsets.store.runs import Run
 
-__all__ = ["ISOLATION_LEVELS", "Outcome", "RangeOutcome", "Writer", "commit_ranges"]
+__all__ = ["ISOLATION_LEVELS", "Outcome", "RangeOutcome", "TransactionWrite", "commit_ranges"]
 
 logger = logging.getLogger(__name__)
 
 ISOLATION_LEVELS = ("READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE")
 
-Writer = Callable[[sa.Connection], None]
+# what the transaction runs after its claims, on its connection (not spark.writers.Writer, the
+# writer that run_job takes)
+TransactionWrite = Callable[[sa.Connection], None]
 
 
 class Outcome(enum.StrEnum):
@@ -102,7 +105,7 @@ def commit_ranges(
     db: DatabaseSettings,
     run: Run,
     ranges: Sequence[OffsetRange],
-    write: Writer | None = None,
+    write: TransactionWrite | None = None,
     *,
     isolation_level: str = "READ COMMITTED",
     max_attempts: int = 3,
@@ -140,7 +143,7 @@ def _attempt(
     run: Run,
     ordered: list[OffsetRange],
     *,
-    write: Writer | None,
+    write: TransactionWrite | None,
     isolation_level: str,
     guard: bool = True,
 ) -> Outcome:
@@ -258,3 +261,15 @@ def _settle(
     if ours_may_have_committed:
         raise CommitNotApplied(run.job, _describe(ordered), cause)
     raise _Retry(cause)
+
+
+def __getattr__(name: str) -> object:
+    # the write callable's old name, kept for one release (Writer is spark.writers.Writer's name)
+    if name == "Writer":
+        warnings.warn(
+            "txn_offsets.store.transaction.Writer is deprecated: it is TransactionWrite now",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return TransactionWrite
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
