@@ -33,7 +33,7 @@ import sqlalchemy as sa
 
 from txn_offsets.kafka.reader import Record
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.sinks import upsert_add
+from txn_offsets.upserts import upsert_add
 
 Key = tuple[str, int, int]  # (topic, partition, offset): what a fault decision is keyed by
 Decoded = tuple[str, int, int, str]  # (topic, partition, offset, user)

@@ -39,10 +39,10 @@ from txn_offsets.kafka.reader import Record
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.sinks import upsert_add
 from txn_offsets.spark.runner import BatchReport, JobSummary, run_job
 from txn_offsets.spark.session import local_session
 from txn_offsets.spark.writers import BatchWriter, PartitionWriter
+from txn_offsets.upserts import upsert_add
 
 try:
     __version__ = version("txn-offsets")

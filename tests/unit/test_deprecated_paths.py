@@ -28,6 +28,7 @@ MOVED: dict[str, dict[str, str]] = {
     ),
     "txn_offsets.spark.stream_sink": {"ExactlyOnceSink": "txn_offsets.spark.stream.sink"},
     "txn_offsets.spark.cluster": {"StandaloneCluster": "txn_offsets.devstack.cluster"},
+    "txn_offsets.sinks": dict.fromkeys(("COPY_MIN_ROWS", "upsert_add"), "txn_offsets.upserts"),
     "txn_offsets.spark.executor": {
         "DeadLetter": _DEAD_LETTERS,
         "PartitionTask": _TASKS,

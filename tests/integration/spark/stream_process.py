@@ -31,10 +31,10 @@ from txn_offsets.kafka.metadata import partitions_for
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.sinks import upsert_add
 from txn_offsets.spark.stream.query import open_stream
 from txn_offsets.store.database import engine_for
 from txn_offsets.store.offset_rows import load_offsets
+from txn_offsets.upserts import upsert_add
 
 #: the write holds its transaction open this long, so a kill lands inside a batch's transaction
 SLOW_WRITE = "SELECT pg_sleep(0.25) AS txn_offsets_stream_test"

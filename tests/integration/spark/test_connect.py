@@ -30,7 +30,6 @@ from txn_offsets.kafka.reader import read_range
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits, TopicSelection, plan_batch
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.sinks import upsert_add
 from txn_offsets.spark import runner
 from txn_offsets.spark.batch import Batch
 from txn_offsets.spark.runner import run_job
@@ -39,6 +38,7 @@ from txn_offsets.spark.tasks import ReadOptions
 from txn_offsets.spark.writers import BatchWriter, PartitionWriter
 from txn_offsets.store.database import engine_for
 from txn_offsets.store.runs import Run, start_run
+from txn_offsets.upserts import upsert_add
 
 Session = tuple[Any, str]  # (SparkSession, execution)
 

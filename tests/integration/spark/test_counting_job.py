@@ -17,10 +17,10 @@ from txn_offsets.kafka.reader import Record
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.sinks import upsert_add
 from txn_offsets.spark.runner import BatchReport, run_job
 from txn_offsets.spark.writers import PartitionWriter
 from txn_offsets.store import offset_rows
+from txn_offsets.upserts import upsert_add
 
 
 def key_of(record: Record) -> str:

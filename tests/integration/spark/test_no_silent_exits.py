@@ -45,11 +45,11 @@ from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.kafka.reader import Record
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.sinks import upsert_add
 from txn_offsets.spark.runner import run_job
 from txn_offsets.spark.writers import PartitionWriter
 from txn_offsets.store import offset_rows
 from txn_offsets.store.database import engine_for
+from txn_offsets.upserts import upsert_add
 
 
 def _run(spark: Any, db: DatabaseSettings, kafka: KafkaSettings, job: str, writer: Any, **kw: Any) -> Any:

@@ -38,8 +38,8 @@ from txn_offsets import BatchWriter, DataLoss, PartitionWriter, StartPolicy, Top
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.kafka.metadata import describe_topics
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.sinks import upsert_add
 from txn_offsets.spark.stream.query import open_stream
+from txn_offsets.upserts import upsert_add
 
 OLD, NEW = 100, 150  # records of the first and of the re-created topic (one partition)
 

@@ -26,11 +26,11 @@ from txn_offsets.errors import ConfigError
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.sinks import upsert_add
 from txn_offsets.spark.stream.query import open_stream
 from txn_offsets.spark.stream.sink import ExactlyOnceSink
 from txn_offsets.store.offset_rows import reset_offsets
 from txn_offsets.store.stats import load_stats
+from txn_offsets.upserts import upsert_add
 
 
 @pytest.fixture(params=["classic", "connect"])

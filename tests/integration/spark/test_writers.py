@@ -27,12 +27,12 @@ from txn_offsets.errors import Fenced, JobAlreadyRunning
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits, TopicSelection, plan_batch
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.sinks import upsert_add
 from txn_offsets.spark.batch import Batch
 from txn_offsets.spark.runner import run_job
 from txn_offsets.spark.writers import BatchWriter, PartitionWriter
 from txn_offsets.store.database import engine_for
 from txn_offsets.store.runs import start_run
+from txn_offsets.upserts import upsert_add
 
 
 def shuffle_counts(records: Any) -> list[tuple[str, int]]:

@@ -17,10 +17,10 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from txn_offsets import sinks
+from txn_offsets import upserts
 from txn_offsets.errors import ConfigError
-from txn_offsets.sinks import upsert_add
 from txn_offsets.store.database import is_connection_lost
+from txn_offsets.upserts import upsert_add
 
 KEYS = ["k", "b", "w"]
 ADD = ["n", "d", "f"]
@@ -53,7 +53,7 @@ def tables(engine: sa.Engine, pg_schema: str) -> dict[str, sa.Table]:
 @contextlib.contextmanager
 def copy_from(rows: int) -> Iterator[None]:
     """Calls with at least `rows` rows take the COPY path, smaller ones unnest."""
-    with mock.patch.object(sinks, "COPY_MIN_ROWS", rows):
+    with mock.patch.object(upserts, "COPY_MIN_ROWS", rows):
         yield
 
 
@@ -142,7 +142,7 @@ def test_both_paths_and_any_threshold_leave_the_same_rows(
 
 
 def test_the_copy_path_starts_at_copy_min_rows(engine: sa.Engine, tables: dict[str, sa.Table]) -> None:
-    threshold = sinks.COPY_MIN_ROWS
+    threshold = upserts.COPY_MIN_ROWS
     assert 500 <= threshold <= 5_000
     with engine.begin() as conn:
         below = Statements(conn)
@@ -198,12 +198,12 @@ def test_every_isolation_level_writes_every_row(
         conn = base.execution_options(isolation_level=level)
         with conn.begin():
             seen = Statements(conn)
-            write(conn, table, rows_of(sinks.COPY_MIN_ROWS, value=2))
-            write(conn, table, rows_of(sinks.COPY_MIN_ROWS, value=3))
+            write(conn, table, rows_of(upserts.COPY_MIN_ROWS, value=2))
+            write(conn, table, rows_of(upserts.COPY_MIN_ROWS, value=3))
     # AUTOCOMMIT has no transaction to keep staged rows in (ON COMMIT DELETE ROWS): unnest
     assert seen.merged_from_staging() == (level != "AUTOCOMMIT")
     got = contents(engine, table)
-    assert len(got) == sinks.COPY_MIN_ROWS
+    assert len(got) == upserts.COPY_MIN_ROWS
     assert {int(r[3]) for r in got} == {5}
 
 

@@ -24,9 +24,9 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from txn_offsets import sinks
+from txn_offsets import upserts
 from txn_offsets.errors import ConfigError
-from txn_offsets.sinks import upsert_add
+from txn_offsets.upserts import upsert_add
 
 KEYS = ["id", "i4", "txt", "b", "ts", "tstz"]
 ADD = ["i8", "num", "f8"]
@@ -63,7 +63,7 @@ def tables(engine: sa.Engine, pg_schema: str) -> dict[str, sa.Table]:
 
 @contextlib.contextmanager
 def path(name: str) -> Iterator[None]:
-    with mock.patch.object(sinks, "COPY_MIN_ROWS", PATHS[name]):
+    with mock.patch.object(upserts, "COPY_MIN_ROWS", PATHS[name]):
         yield
 
 
