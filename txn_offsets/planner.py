@@ -16,13 +16,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, get_args
 
 import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.data_loss import LOSS_REASONS, ON_DATA_LOSS, OnDataLoss, check_on_data_loss, lost
 from txn_offsets.errors import ConfigError, DataLoss
-from txn_offsets.errors.batch import DataLossKind
 from txn_offsets.kafka import metadata
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.ranges import BatchShare, OffsetRange, TopicPartition, check_share, plan_ranges
@@ -43,18 +42,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-# what a plan does about data loss: raise DataLoss ("fail") or move on, audited ("skip")
-OnDataLoss = Literal["fail", "skip"]
-ON_DATA_LOSS: tuple[OnDataLoss, ...] = get_args(OnDataLoss)
-
-
-def check_on_data_loss(value: object) -> OnDataLoss:
-    """`value` as an OnDataLoss, or a ConfigError naming ``on_data_loss``."""
-    for policy in ON_DATA_LOSS:
-        if value == policy:
-            return policy
-    raise ConfigError("on_data_loss", f"{value!r}: use 'fail' (default) or 'skip'")
 
 
 @dataclass(frozen=True)
@@ -202,7 +189,7 @@ def plan_batch(
             offset_rows.adopt_topic_ids(conn, db, job, {t: topic_ids[t] for t in legacy})
         stored: dict[TopicPartition, int] = {}
         for tp in partitions:
-            loss = _lost(rows[tp], topic_ids[tp[0]], marks[tp])
+            loss = lost(rows[tp], topic_ids[tp[0]], marks[tp])
             stored[tp] = rows[tp].off
             if loss is None:
                 continue
@@ -226,7 +213,7 @@ def plan_batch(
                 tp[1],
                 rows[tp].off,
                 resume,
-                reason=_LOSS_REASONS[kind].format(
+                reason=LOSS_REASONS[kind].format(
                     stored=rows[tp].off, resume=resume, old_id=rows[tp].topic_id, new_id=topic_ids[tp[0]]
                 ),
                 generation=generation,  # a fenced run must not move offsets
@@ -253,34 +240,6 @@ def plan_batch(
         topic_ids=topic_ids,
     )
     return Plan(ranges=tuple(ranges), ends=ends, stored=stored)
-
-
-_LOSS_REASONS = {
-    "retention": "records [{stored}, {resume}) deleted from Kafka before processing",
-    "truncated": "stored offset {stored} above the log end {resume} (log truncated); continuing at the end",
-    "recreated": "topic re-created (topic id {old_id} -> {new_id}); offset {stored} was of the old topic, "
-    "continuing at the new log start {resume}",
-}
-
-
-def _lost(
-    row: offset_rows.StoredOffset, topic_id: str, marks: tuple[int, int]
-) -> tuple[DataLossKind, int] | None:
-    """(kind, where a skip continues) if the stored offset no longer points into the topic's log.
-
-    A stored offset is a claim about ONE incarnation of the topic: a new topic id means the topic
-    was re-created (even when the new log has already grown past the offset); an offset above the
-    end means the log was truncated under it. Either way reading on from it would skip records
-    without a word, so it is data loss, never "caught up".
-    """
-    low, end = marks
-    if row.topic_id is not None and row.topic_id != topic_id:
-        return "recreated", low
-    if row.off > end:
-        return "truncated", end
-    if row.off < low:
-        return "retention", low
-    return None
 
 
 def _seed(
