@@ -136,6 +136,8 @@ class DatabaseSettings:
     included, is a plain SQLAlchemy ``URL``).
     """
 
+    # the defaults, declared once: __init__'s keywords, from_env and callers (e.g.
+    # DatabaseSettings.lock_timeout_s) read these class attributes
     url: URL
     schema: str = "txn_offsets"
     connect_timeout_s: float = 10.0
@@ -147,19 +149,21 @@ class DatabaseSettings:
     tcp_keepalives_count: int = 3
     tcp_user_timeout_s: float = 60.0
 
+    # each default below is the class attribute of the same name above (a default is evaluated in
+    # the class body, where those names are bound)
     def __init__(
         self,
         url: str | URL | Secret,
         *,
-        schema: str = "txn_offsets",
-        connect_timeout_s: float = 10.0,
-        lock_timeout_s: float = 30.0,
-        statement_timeout_s: float = 600.0,
-        idle_in_transaction_timeout_s: float = 120.0,
-        tcp_keepalives_idle_s: int = 30,
-        tcp_keepalives_interval_s: int = 10,
-        tcp_keepalives_count: int = 3,
-        tcp_user_timeout_s: float = 60.0,
+        schema: str = schema,
+        connect_timeout_s: float = connect_timeout_s,
+        lock_timeout_s: float = lock_timeout_s,
+        statement_timeout_s: float = statement_timeout_s,
+        idle_in_transaction_timeout_s: float = idle_in_transaction_timeout_s,
+        tcp_keepalives_idle_s: int = tcp_keepalives_idle_s,
+        tcp_keepalives_interval_s: int = tcp_keepalives_interval_s,
+        tcp_keepalives_count: int = tcp_keepalives_count,
+        tcp_user_timeout_s: float = tcp_user_timeout_s,
     ):
         object.__setattr__(self, "url", _parse_database_url(url))
         object.__setattr__(self, "schema", validate_identifier(schema, "schema"))
@@ -300,7 +304,7 @@ def from_env(environ: Mapping[str, str] | None = None) -> tuple[DatabaseSettings
     bootstrap = env.get("TXN_OFFSETS_KAFKA_BOOTSTRAP")
     if not bootstrap:
         raise ConfigError("TXN_OFFSETS_KAFKA_BOOTSTRAP", "is not set; export host:port of a Kafka broker")
-    db = DatabaseSettings(Secret(url), schema=env.get("TXN_OFFSETS_SCHEMA", "txn_offsets"))
+    db = DatabaseSettings(Secret(url), schema=env.get("TXN_OFFSETS_SCHEMA", DatabaseSettings.schema))
     return db, KafkaSettings(bootstrap)
 
 
@@ -318,7 +322,9 @@ def database_from_env(
             "TXN_OFFSETS_DATABASE_URL",
             "is not set; export the postgresql+psycopg:// URL of the offsets database",
         )
-    return DatabaseSettings(Secret(url), schema=schema or env.get("TXN_OFFSETS_SCHEMA", "txn_offsets"))
+    return DatabaseSettings(
+        Secret(url), schema=schema or env.get("TXN_OFFSETS_SCHEMA", DatabaseSettings.schema)
+    )
 
 
 def kafka_from_env(
