@@ -14,87 +14,38 @@ import types
 
 import pytest
 
-_TASKS = "txn_offsets.spark.tasks"
-_DATABASE = "txn_offsets.store.database"
-_DEAD_LETTERS = "txn_offsets.store.dead_letters"
-
-# old module -> {name it re-exports: the module that now defines it}
-MOVED: dict[str, dict[str, str]] = {
-    "txn_offsets.spark.streaming": dict.fromkeys(
-        ("TxnStream", "open_stream"), "txn_offsets.spark.stream.query"
-    ),
-    "txn_offsets.spark.stream_source": dict.fromkeys(
-        ("FORMAT", "StreamConfig", "TxnOffsetsSource", "bound_source"), "txn_offsets.spark.stream.source"
-    ),
-    "txn_offsets.spark.stream_sink": {"ExactlyOnceSink": "txn_offsets.spark.stream.sink"},
-    "txn_offsets.spark.cluster": {"StandaloneCluster": "txn_offsets.devstack.cluster"},
-    "txn_offsets.sinks": dict.fromkeys(("COPY_MIN_ROWS", "upsert_add"), "txn_offsets.upserts"),
-    "txn_offsets.spark.executor": {
-        "DeadLetter": _DEAD_LETTERS,
-        "PartitionTask": _TASKS,
-        "ReadOptions": _TASKS,
-        "ReadTask": _TASKS,
-        "TaskReport": _TASKS,
-        "commit_reporting": _TASKS,
-        "decoded": _TASKS,
-        "dispose_worker_engines": _DATABASE,
-        "success_counts": _TASKS,
-        "worker_engine": _DATABASE,
-        "write_dead_letters": _DEAD_LETTERS,
-    },
-}
-
-
-def _import_fresh(name: str) -> types.ModuleType:
-    sys.modules.pop(name, None)  # a module warns when it is executed, i.e. on its first import
-    return importlib.import_module(name)
-
-
-@pytest.mark.parametrize("old", sorted(MOVED))
-def test_old_path_imports_warns_and_gives_the_same_objects(old: str) -> None:
-    names = MOVED[old]
-    with pytest.warns(DeprecationWarning, match=rf"{old} is deprecated: import .*txn_offsets\."):
-        module = _import_fresh(old)
-    assert sorted(module.__all__) == sorted(names)
-    for name, new_name in names.items():
-        new = importlib.import_module(new_name)
-        obj = getattr(module, name)
-        assert obj is getattr(new, name), f"{old}.{name} is not {new_name}.{name}"
-        if isinstance(obj, type | types.FunctionType):
-            # defined once, in the new module: Spark pickles it by that path
-            assert obj.__module__ == new_name, f"{name} is defined in {obj.__module__}"
-
-
-@pytest.mark.parametrize("name", ["is_connect", "session_cores"])
-def test_session_probes_moved_out_of_frames_warn(name: str) -> None:
-    from txn_offsets.spark import frames, session
-
-    with pytest.warns(DeprecationWarning, match=rf"frames\.{name} is deprecated.*spark\.session"):
-        obj = getattr(frames, name)
-    assert obj is getattr(session, name)
-    assert obj.__module__ == "txn_offsets.spark.session"
-    with pytest.raises(AttributeError):
-        _ = frames.no_such_name  # type: ignore[attr-defined]
-
-
-def test_the_store_write_callable_is_no_longer_called_writer() -> None:
-    from txn_offsets.spark import writers
-    from txn_offsets.store import transaction
-
-    assert "Writer" not in transaction.__all__ and "TransactionWrite" in transaction.__all__
-    with pytest.warns(DeprecationWarning, match=r"transaction\.Writer is deprecated.*TransactionWrite"):
-        old = transaction.Writer  # type: ignore[attr-defined]
-    assert old is transaction.TransactionWrite
-    assert writers.Writer is not old  # Writer means one thing: what run_job takes
-
 
 def _homes(module: str, *names: str) -> dict[str, str]:
     return {name: f"{module}:{name}" for name in names}
 
 
-# issue 21: the admin operations moved to txn_offsets.admin
-# old module -> {name it re-exports: "module:name" that now defines it}
-MOVED_TO_ADMIN: dict[str, dict[str, str]] = {
+_TASKS = "txn_offsets.spark.tasks"
+
+# issue 21: old module -> {name it re-exports: "module:name" that now defines it}
+MOVED: dict[str, dict[str, str]] = {
+    # the Spark run modes in their own rooms, the store's concerns in store/
+    "txn_offsets.spark.streaming": _homes("txn_offsets.spark.stream.query", "TxnStream", "open_stream"),
+    "txn_offsets.spark.stream_source": _homes(
+        "txn_offsets.spark.stream.source", "FORMAT", "StreamConfig", "TxnOffsetsSource", "bound_source"
+    ),
+    "txn_offsets.spark.stream_sink": _homes("txn_offsets.spark.stream.sink", "ExactlyOnceSink"),
+    "txn_offsets.spark.cluster": _homes("txn_offsets.devstack.cluster", "StandaloneCluster"),
+    "txn_offsets.sinks": _homes("txn_offsets.upserts", "COPY_MIN_ROWS", "upsert_add"),
+    "txn_offsets.spark.executor": {
+        **_homes(
+            _TASKS,
+            "PartitionTask",
+            "ReadOptions",
+            "ReadTask",
+            "TaskReport",
+            "commit_reporting",
+            "decoded",
+            "success_counts",
+        ),
+        **_homes("txn_offsets.store.database", "dispose_worker_engines", "worker_engine"),
+        **_homes("txn_offsets.store.dead_letters", "DeadLetter", "write_dead_letters"),
+    },
+    # the admin operations moved to txn_offsets.admin
     "txn_offsets.store.checkpoint": _homes(
         "txn_offsets.admin.checkpoint", "CheckpointOffsets", "parse_offsets_file", "read_checkpoint"
     ),
@@ -129,18 +80,49 @@ MOVED_TO_ADMIN: dict[str, dict[str, str]] = {
 }
 
 
-@pytest.mark.parametrize("old", sorted(MOVED_TO_ADMIN))
-def test_admin_paths_import_warn_and_give_the_same_objects(old: str) -> None:
-    homes = MOVED_TO_ADMIN[old]
-    with pytest.warns(DeprecationWarning, match=rf"{old} is deprecated: import .*txn_offsets\.admin\."):
+def _import_fresh(name: str) -> types.ModuleType:
+    sys.modules.pop(name, None)  # a module warns when it is executed, i.e. on its first import
+    return importlib.import_module(name)
+
+
+@pytest.mark.parametrize("old", sorted(MOVED))
+def test_old_path_imports_warns_and_gives_the_same_objects(old: str) -> None:
+    homes = MOVED[old]
+    with pytest.warns(DeprecationWarning, match=rf"{old} is deprecated: import ") as caught:
         module = _import_fresh(old)
+    said = " ".join(str(w.message) for w in caught)
+    assert any(home.partition(":")[0] in said for home in homes.values()), said  # names the new place
     assert sorted(module.__all__) == sorted(homes)
     for name, home in homes.items():
         new_name, _, new_attr = home.partition(":")
         obj = getattr(module, name)
         assert obj is getattr(importlib.import_module(new_name), new_attr), f"{old}.{name} is not {home}"
         if isinstance(obj, type | types.FunctionType):
+            # defined once, in the new module: Spark pickles it by that path
             assert obj.__module__ == new_name, f"{name} is defined in {obj.__module__}"
+
+
+@pytest.mark.parametrize("name", ["is_connect", "session_cores"])
+def test_session_probes_moved_out_of_frames_warn(name: str) -> None:
+    from txn_offsets.spark import frames, session
+
+    with pytest.warns(DeprecationWarning, match=rf"frames\.{name} is deprecated.*spark\.session"):
+        obj = getattr(frames, name)
+    assert obj is getattr(session, name)
+    assert obj.__module__ == "txn_offsets.spark.session"
+    with pytest.raises(AttributeError):
+        _ = frames.no_such_name  # type: ignore[attr-defined]
+
+
+def test_the_store_write_callable_is_no_longer_called_writer() -> None:
+    from txn_offsets.spark import writers
+    from txn_offsets.store import transaction
+
+    assert "Writer" not in transaction.__all__ and "TransactionWrite" in transaction.__all__
+    with pytest.warns(DeprecationWarning, match=r"transaction\.Writer is deprecated.*TransactionWrite"):
+        old = transaction.Writer  # type: ignore[attr-defined]
+    assert old is transaction.TransactionWrite
+    assert writers.Writer is not old  # Writer means one thing: what run_job takes
 
 
 def test_cli_subcommands_registers_the_store_groups_from_their_modules() -> None:
