@@ -8,7 +8,10 @@ What it promises:
 - a claim that loses is classified, never guessed: already committed, conflict or fenced
   (:mod:`~txn_offsets.store.classify`);
 - each run bumps the job's generation and fences the older ones (:mod:`~txn_offsets.store.runs`);
-- database failures surface as the library's named errors (:mod:`~txn_offsets.store.database`);
+- database failures surface as the library's named errors (:mod:`~txn_offsets.store.database`,
+  which also keeps one engine per Python worker for Spark tasks);
+- a record the decoder rejected (dead-letter mode) is written in its range's transaction
+  (:mod:`~txn_offsets.store.dead_letters`);
 - the tables (:mod:`~txn_offsets.store.schema`) change only through migrations
   (:mod:`~txn_offsets.store.migrate`).
 """
