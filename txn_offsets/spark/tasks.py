@@ -19,16 +19,10 @@ import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import (
-    ClaimBlocked,
     ConfigError,
-    Fenced,
-    OffsetConflict,
     RecordRejected,
     RecordsNotConsumed,
-    TopicChanged,
-    TransactionAborted,
     TxnOffsetsError,
-    WriteFailed,
 )
 from txn_offsets.kafka.metadata import check_incarnation
 from txn_offsets.kafka.reader import Record, read_range
@@ -127,23 +121,14 @@ def commit_reporting(
         outcomes = commit_ranges(
             worker_engine(db), db, run, ranges, write, isolation_level=isolation_level, guard=guard
         )
-    except _REPORTED as exc:
-        return [TaskReport(r, _REPORTED_AS[type(exc)], records, exc) for r in ranges]
+    except TxnOffsetsError as exc:
+        # An error with an outcome is reported, not raised: Spark's own task retry could not change
+        # it (or, for ClaimBlocked, should not wait again in place); the driver raises it with its
+        # context, and the runner plans again from the stored offsets when it is Transient.
+        if exc.outcome is None:
+            raise
+        return [TaskReport(r, exc.outcome, records, exc) for r in ranges]
     return [TaskReport(o.range, o.outcome.value, records) for o in outcomes]
-
-
-# Errors a task reports instead of raising: Spark's own task retry could not change them (or, for
-# ClaimBlocked, should not wait again in place); the driver raises each with its context, and the
-# runner plans again from the stored offsets when it is transient.
-_REPORTED_AS: dict[type[TxnOffsetsError], str] = {
-    OffsetConflict: "conflict",
-    Fenced: "fenced",
-    ClaimBlocked: "blocked",
-    TransactionAborted: "aborted",
-    WriteFailed: "write_failed",
-    TopicChanged: "topic_changed",
-}
-_REPORTED = tuple(_REPORTED_AS)
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from txn_offsets.spark.frames import worker_imports
 from txn_offsets.spark.tasks import commit_reporting, success_counts
 from txn_offsets.store.database import worker_engine
 from txn_offsets.store.runs import Run, keep_lease
-from txn_offsets.store.stats import record_batch, record_failure
+from txn_offsets.store.stats import FAILURES, record_batch, record_failure
 from txn_offsets.store.stream_plans import let_go, load_plan, mark_committed
 
 __all__ = ["ExactlyOnceSink"]
@@ -47,9 +47,6 @@ __all__ = ["ExactlyOnceSink"]
 logger = logging.getLogger(__name__)
 
 R = TypeVar("R")
-
-# failures of a report that job_stats counts (under the same name)
-_COUNTED_FAILURES = frozenset({"conflict", "fenced"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,7 +96,7 @@ class ExactlyOnceSink(Generic[R]):
             return
         for report in reports:
             if report.error is not None:
-                if report.outcome in _COUNTED_FAILURES:
+                if report.outcome in FAILURES:  # counted in job_stats under the same name
                     record_failure(engine, self.database, self.run.job, report.outcome)
                 raise report.error
         outcomes = success_counts(reports)
