@@ -8,9 +8,8 @@ ENV JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /app
 COPY pyproject.toml README.md ./
+# the offsets migrations are package data (txn_offsets/migrations): installed with the package
 COPY txn_offsets ./txn_offsets
-# the offsets migrations are installed with the package (share/txn-offsets/migrations)
-COPY migrations ./migrations
 RUN pip install --no-cache-dir '.[examples]'
 COPY examples ./examples
 # the job runs as an unprivileged user

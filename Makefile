@@ -18,7 +18,7 @@ POOLER ?=
 BENCH_SIZE ?= full
 # e.g. CHAOS_ARGS="--scenarios F1,F3 --runs 10"; CHAOS_SEED / CHAOS_RUNS / CHAOS_MESSAGES in the environment
 CHAOS_ARGS ?=
-LINT_PATHS := $(wildcard txn_offsets tests examples migrations benchmarks chaos)
+LINT_PATHS := $(wildcard txn_offsets tests examples benchmarks chaos)
 
 .PHONY: help install stack-up stack-down stack-status lint test test-unit demo chaos bench clean
 

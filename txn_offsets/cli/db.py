@@ -29,7 +29,7 @@ def _db_cmd(args: argparse.Namespace) -> int:
         print(f"schema {db.schema!r} is at revision {migrate.downgrade(db, args.revision)}")
     elif args.action == "current":
         rev = migrate.current(db)
-        head = migrate.head()
+        head = migrate.head(db)
         state = "not created" if rev is None else ("head" if rev == head else f"behind head {head}")
         print(f"schema {db.schema!r}: revision {rev} ({state})")
     else:

@@ -1,7 +1,9 @@
 """Schema migrations as plain functions (alembic underneath): upgrade, downgrade, current, check.
 
-The migrations live in ``migrations/`` next to the package. The Postgres schema they work on
-comes from :class:`DatabaseSettings` and travels to ``migrations/env.py`` through
+The alembic scripts (``env.py``, ``script.py.mako``, ``versions/``) ship inside the package as
+package data, in ``txn_offsets/migrations/``, and are found through :mod:`importlib.resources`:
+a wheel or ``pip install --target`` install migrates exactly as the source tree does. The Postgres
+schema they work on comes from :class:`DatabaseSettings` and travels to ``env.py`` through
 ``Config.attributes``, so one set of revisions serves any schema name. alembic's version table
 lives inside that schema, and ``upgrade`` creates the schema when it is missing.
 """
@@ -10,9 +12,9 @@ from __future__ import annotations
 
 import io
 import logging
-import sys
 import threading
 from collections.abc import Callable, Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,7 @@ __all__ = [
     "describe_diffs",
     "downgrade",
     "head",
+    "scripts",
     "upgrade",
 ]
 
@@ -42,42 +45,57 @@ logger = logging.getLogger(__name__)
 
 
 def _find_migrations() -> Path:
-    """The repository's migrations/ (source tree, editable install), else the copy a wheel
-    installs under <prefix>/share/txn-offsets/migrations (pyproject data-files)."""
-    source = Path(__file__).resolve().parents[2] / "migrations"
-    installed = Path(sys.prefix) / "share" / "txn-offsets" / "migrations"
-    return source if (source / "env.py").is_file() or not (installed / "env.py").is_file() else installed
+    """The package's own ``migrations/`` (package data). alembic needs a directory on disk, which
+    every installed layout (wheel, ``--target``, editable, the source tree) provides."""
+    return Path(str(resources.files("txn_offsets") / "migrations"))
 
 
+#: The alembic script directory of the offsets schema (inside the package).
 MIGRATIONS_DIR = _find_migrations()
 
-# Keys of Config.attributes read by migrations/env.py
+# Keys of Config.attributes read by txn_offsets/migrations/env.py
 ATTR_DB = "txn_offsets.db"
 ATTR_CREATE_SCHEMA = "txn_offsets.create_schema"
 
 # alembic's `context` and `op` are process-wide proxies: two migrations in threads of one process
-# would trample each other. Processes are serialised by an advisory lock in migrations/env.py.
+# would trample each other. Processes are serialised by an advisory lock in the migrations' env.py.
 _ALEMBIC_LOCK = threading.Lock()
 
 
-def alembic_config(db: DatabaseSettings, *, create_schema: bool = False) -> Config:
+def scripts(action: str, schema: str) -> Path:
+    """The script directory, or a MigrationError naming the `txn-offsets db` command that needed it
+    (`action`) when the install lacks it."""
+    missing = [n for n in ("env.py", "script.py.mako", "versions") if not (MIGRATIONS_DIR / n).exists()]
+    if missing:
+        raise MigrationError(
+            action,
+            schema,
+            f"the package's migration scripts are missing ({', '.join(missing)} not in {MIGRATIONS_DIR}): "
+            "reinstall txn-offsets from its wheel or source (pip install --force-reinstall txn-offsets)",
+        )
+    return MIGRATIONS_DIR
+
+
+def alembic_config(db: DatabaseSettings, *, create_schema: bool = False, action: str = "upgrade") -> Config:
     """An alembic Config that targets `db` (its URL never goes into the config's options)."""
-    if not (MIGRATIONS_DIR / "env.py").is_file():
-        raise MigrationError("setup", db.schema, f"migrations not found at {MIGRATIONS_DIR}")
+    location = scripts(action, db.schema)
     # alembic prints progress to stdout; the CLI prints its own summary instead
     cfg = Config(stdout=io.StringIO())
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("script_location", str(location))
     cfg.attributes[ATTR_DB] = db
     cfg.attributes[ATTR_CREATE_SCHEMA] = create_schema
     return cfg
 
 
-def head() -> str:
-    """The newest revision of the migrations."""
-    script = ScriptDirectory(str(MIGRATIONS_DIR))
-    rev = script.get_current_head()
-    if rev is None:  # pragma: no cover - the repository always ships revisions
-        raise MigrationError("head", "-", "no migration revisions found")
+def head(db: DatabaseSettings | None = None) -> str:
+    """The newest revision of the migrations (`db` only names the schema in an error)."""
+    schema = db.schema if db is not None else "-"
+    try:
+        rev = ScriptDirectory(str(scripts("current", schema))).get_current_head()
+    except CommandError as exc:
+        raise MigrationError("current", schema, str(exc)) from None
+    if rev is None:
+        raise MigrationError("current", schema, f"no migration revisions in {MIGRATIONS_DIR / 'versions'}")
     return rev
 
 
@@ -88,7 +106,7 @@ def _run(
     *args: str,
     create_schema: bool = False,
 ) -> None:
-    cfg = alembic_config(db, create_schema=create_schema)
+    cfg = alembic_config(db, create_schema=create_schema, action=action)
     try:
         with _ALEMBIC_LOCK, translate_errors(db):
             fn(cfg, *args)

@@ -111,7 +111,7 @@ def test_alembic_command_line_uses_pyproject(database_url: str, db: DatabaseSett
     """`alembic` by hand, from the repository root, finds [tool.alembic] and the schema via -x."""
     env = {**os.environ, "TXN_OFFSETS_DATABASE_URL": database_url}
     alembic = [sys.executable, "-m", "alembic", "-x", f"schema={db.schema}"]
-    root = MIGRATIONS_DIR.parent
+    root = MIGRATIONS_DIR.parents[1]  # the repository root: txn_offsets/migrations -> pyproject.toml
     for args in (["upgrade", "head"], ["check"]):
         done = subprocess.run(
             [*alembic, *args], cwd=root, env=env, capture_output=True, text=True, check=False
