@@ -229,8 +229,9 @@ def upsert_add(
     key in one call fail (PostgreSQL's ``CardinalityViolation``): aggregate them first.
 
     Runs in the caller's transaction (it never commits or rolls back). From :data:`COPY_MIN_ROWS`
-    rows on it stages them in a session-local temporary table, ``pg_temp.txn_offsets_upsert_*``
-    (emptied at the start of each call and at commit). It uses unnest whatever the size on an
+    rows on it stages them in a temporary table, ``pg_temp.txn_offsets_upsert_*``, created in the
+    transaction and dropped at its end (emptied at the start of each call: safe behind a
+    transaction-pooling PgBouncer). It uses unnest whatever the size on an
     AUTOCOMMIT connection, and when a column's type is outside the conversion table (JSON,
     INTERVAL, arrays...: psycopg's own adaptation). Values a column's type does not take (a str
     in a number column, a bool in an integer column, an int out of range, a list...) are a
@@ -286,12 +287,14 @@ def upsert_add(
 def _copy(
     conn: sa.Connection, raw: psycopg.Connection[Any], columns: list[tuple[str, str]], values: list[list[Any]]
 ) -> str:
-    """Empty the staging table of these (name, type) columns (creating it if the session has none),
+    """Empty the staging table of these (name, type) columns (creating it if the transaction has none),
     COPY the rows into it and return its name. Driver errors of the COPY are wrapped as SQLAlchemy
     wraps its own (the statement has no parameters, so the SQL part holds no values)."""
     definition = ", ".join(f"{name} {wire}" for name, wire in columns)
     stage = f"pg_temp.txn_offsets_upsert_{hashlib.sha256(definition.encode()).hexdigest()[:16]}"
-    create = f"CREATE TEMP TABLE IF NOT EXISTS {stage} ({definition}) ON COMMIT DELETE ROWS"
+    # created in this transaction and dropped at its end: behind a transaction pooler nothing of the
+    # session may outlive the transaction (the next one may run on another server connection)
+    create = f"CREATE TEMP TABLE IF NOT EXISTS {stage} ({definition}) ON COMMIT DROP"
     # emptied first: a second call in the same transaction must not merge the first call's rows
     conn.exec_driver_sql(f"{create}; DELETE FROM {stage}", execution_options=_NO_PARAMETERS)  # noqa: S608
     statement = f"COPY {stage} FROM STDIN (FORMAT BINARY)"

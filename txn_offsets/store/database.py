@@ -24,6 +24,7 @@ from sqlalchemy.engine.interfaces import DBAPIConnection
 
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import SchemaMissing, ServiceUnavailable
+from txn_offsets.store.pooler import make_pooler_safe
 
 __all__ = [
     "dispose_worker_engines",
@@ -58,12 +59,16 @@ _QUERY_CANCELED = "57014"
 
 def engine_for(db: DatabaseSettings, **kwargs: object) -> sa.Engine:
     """An engine for `db`: bounded connect time, TCP keepalives, the server-side timeouts of `db`
-    (see :meth:`DatabaseSettings.connect_args`), parameters kept out of error messages.
+    (see :meth:`DatabaseSettings.connect_args`), parameters kept out of error messages, and safe
+    behind a transaction-pooling PgBouncer (no prepared statements; the timeouts set in each
+    transaction when the pooler dropped them; statement pooling refused: :mod:`.pooler`).
 
     `kwargs` go to :func:`sqlalchemy.create_engine` and override the defaults; a ``connect_args``
     among them is merged over ``db.connect_args()`` (so overriding one argument keeps the others).
     """
-    connect_args = db.connect_args()
+    # prepared statements off: they do not follow the client across a transaction pooler's
+    # server connections (txn_offsets.store.pooler); a caller's connect_args may turn them on
+    connect_args: dict[str, object] = {**db.connect_args(), "prepare_threshold": None}
     extra = kwargs.pop("connect_args", None)
     if extra is not None:
         if not isinstance(extra, Mapping):
@@ -73,6 +78,7 @@ def engine_for(db: DatabaseSettings, **kwargs: object) -> sa.Engine:
     options.update(kwargs)
     options["connect_args"] = connect_args
     engine = sa.create_engine(db.url, **options)
+    make_pooler_safe(engine, db)
     if not options.get("pool_pre_ping"):
         _ping_when_idle(engine)
     return engine
