@@ -55,7 +55,9 @@ lint: install
 	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/mypy txn_offsets
 
-test: install stack-up lint
+# the tests run once through PgBouncer too (tests/integration/test_pgbouncer.py): POOLER=pgbouncer
+test: install lint
+	$(MAKE) stack-up POOLER=pgbouncer
 	$(WITH_ENV) $(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
 
 test-unit: install

@@ -186,3 +186,51 @@ def topic_factory(kafka_admin: AdminClient) -> Iterator[TopicFactory]:
         for fut in kafka_admin.delete_topics(created, operation_timeout=30).values():
             with contextlib.suppress(KafkaException):
                 fut.result(timeout=30)
+
+
+@contextlib.contextmanager
+def started_pgbouncer(services: Services, home: Path, pool_mode: str = "transaction") -> Iterator[str]:
+    """A PgBouncer (Debian's, installed when missing and root) in front of the tests' PostgreSQL:
+    `pool_mode`, default_pool_size=2, the app role's SCRAM secret; yields the app role's URL through
+    it and stops it afterwards."""
+    from txn_offsets.devstack import pgbouncer, postgres
+    from txn_offsets.devstack._proc import pick_free_port
+
+    app = sa.engine.make_url(services.database_url)
+    admin = sa.engine.make_url(services.admin_database_url)
+    user = postgres.service_user()
+    bouncer = pgbouncer.Bouncer(
+        home=pgbouncer.home_for(home, user),
+        pid_file=home.parent / f"{home.name}.pid",
+        port=pick_free_port(),
+        upstream_host=str(app.host),
+        upstream_port=int(app.port or 5432),
+        os_user=user,
+        pool_mode=pool_mode,
+        admin_user=str(admin.username),
+    )
+    conninfo = {
+        "host": admin.host,
+        "port": admin.port or 5432,
+        "user": admin.username,
+        "password": admin.password,
+        "dbname": admin.database,
+        "connect_timeout": 5,
+    }
+    pgbouncer.start(bouncer, conninfo, sorted({str(app.username), str(admin.username)}))
+    try:
+        yield app.set(host="127.0.0.1", port=bouncer.port).render_as_string(hide_password=False)
+    finally:
+        pgbouncer.stop(bouncer)
+
+
+@pytest.fixture(scope="session")
+def pooled_database_url(services: Services, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The tests' database through PgBouncer in transaction mode with a pool of 2:
+    TXN_OFFSETS_POOLED_DATABASE_URL (`make stack-up POOLER=pgbouncer`), else one started for the session."""
+    url = os.environ.get("TXN_OFFSETS_POOLED_DATABASE_URL")
+    if url:
+        yield url
+        return
+    with started_pgbouncer(services, tmp_path_factory.mktemp("pgbouncer") / "transaction") as url:
+        yield url

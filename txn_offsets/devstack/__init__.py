@@ -101,6 +101,7 @@ class Stack:
             upstream_host="127.0.0.1",
             upstream_port=cluster.port,
             os_user=cluster.os_user,
+            admin_user=postgres.ADMIN_USER,
         )
 
     def up(self, pooler: str | None = None) -> StackStatus:

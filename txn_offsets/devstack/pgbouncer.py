@@ -47,6 +47,7 @@ class Bouncer:
     os_user: str | None  # None: run as ourselves (PgBouncer refuses to run as root)
     pool_mode: str = "transaction"
     pool_size: int = 2
+    admin_user: str | None = None  # may use the admin console (SHOW POOLS) from 127.0.0.1
 
     @property
     def config(self) -> Path:
@@ -157,6 +158,7 @@ def _render(bouncer: Bouncer) -> str:
             # libpq's options (txn_offsets' timeouts on direct connections) cannot pass 1.18
             "ignore_startup_parameters = options",
             "server_check_delay = 10",
+            *([f"admin_users = {bouncer.admin_user}"] if bouncer.admin_user else []),
             "log_connections = 0",
             "log_disconnections = 0",
             "",

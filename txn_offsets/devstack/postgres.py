@@ -126,6 +126,11 @@ def _service_user() -> str | None:
     return "txn-offsets-pg"
 
 
+def service_user() -> str | None:
+    """The OS user the stack's servers run as: None (ourselves) unless we are root."""
+    return _service_user()
+
+
 def reachable_by(user: str, path: Path) -> bool:
     """True if `user` can traverse every directory down to `path`."""
     entry = pwd.getpwnam(user)
