@@ -10,6 +10,12 @@ like a reset: rows the job did not have are inserted and audited ``import``; wit
 it had are moved by :func:`txn_offsets.store.offset_rows.reset_offsets` (audited ``reset``, reason
 "import ..."); the generation is bumped either way, so a run that planned from the old offsets is
 fenced.
+
+No import leaves the log (:mod:`txn_offsets.admin.moves`): an offset of the source outside
+[log start, end] is refused, naming the partition, the offset and the log's bounds (past the end it
+is not a position in this topic; below the start, records the old consumer never read were
+deleted); ``allow_outside_log`` imports it anyway, and its audit reason says so (the job then finds
+data loss there: DataLoss, or an audited skip).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from txn_offsets.admin.moves import Move, MovePlan
+from txn_offsets.admin.moves import ALLOW_OUTSIDE_LOG, Move, MovePlan, forced_reason, in_log, outside_log
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError, JobAlreadyRunning, UnknownJob
 from txn_offsets.kafka import metadata
@@ -53,19 +59,18 @@ class ImportPlan(MovePlan):
     topic_ids: Mapping[str, str]
     unlisted: tuple[TopicPartition, ...]  # partitions of the topics the source has no offset for
     not_imported: Mapping[str, int] = field(default_factory=dict)  # source topic -> its partitions
+    forced: Mapping[TopicPartition, str] = field(default_factory=dict)  # outside the log, allowed
 
     @property
     def existing(self) -> list[ImportStep]:
         return [s for s in self.steps if s.old is not None]
 
     def notes(self) -> list[str]:
-        out = []
-        for s in self.steps:
-            if s.new < s.log_start:
-                out.append(
-                    f"{s.topic}[{s.partition}]: offsets [{s.new}, {s.log_start}) were deleted by Kafka; "
-                    f"the job will raise DataLoss there (or skip, audited, with on_data_loss='skip')"
-                )
+        out = [
+            f"{said}: imported anyway ({ALLOW_OUTSIDE_LOG}); the job will raise DataLoss there (or "
+            f"skip, audited, with on_data_loss='skip')"
+            for said in self.forced.values()
+        ]
         if self.unlisted:
             shown = ", ".join(f"{t}[{p}]" for t, p in self.unlisted[:8])
             out.append(f"no offset in the source for {shown}: the job starts those at their log start")
@@ -120,10 +125,12 @@ def plan_import(
     kafka: KafkaSettings,
     topics: Collection[str] = (),
     timeout_s: float = 10.0,
+    allow_outside_log: bool = False,
 ) -> ImportPlan:
-    """Check `offsets` against Kafka (topics and partitions exist, no offset past the end) and
-    against the store; changes nothing. Only the topics :func:`select_topics` picks (`topics`,
-    else the job's own) are planned; the source's others are listed in ``not_imported``."""
+    """Check `offsets` against Kafka (topics and partitions exist, every offset inside the log
+    unless `allow_outside_log`) and against the store; changes nothing. Only the topics
+    :func:`select_topics` picks (`topics`, else the job's own) are planned; the source's others
+    are listed in ``not_imported``."""
     validate_job(job)
     check_offsets(offsets)  # the store's own validation of topic/partition/offset values
     if not offsets:
@@ -146,14 +153,23 @@ def plan_import(
                 f"{source}: {topic} has no partition {part} (it has {list(infos[topic].partitions)})",
             )
     marks = metadata.watermarks(kafka, offsets.keys(), timeout_s=timeout_s)
+    forced: dict[TopicPartition, str] = {}
     for (topic, part), off in sorted(offsets.items()):
-        if off > marks[(topic, part)][1]:
-            raise ConfigError(
-                "import",
-                f"{source}: {topic}[{part}] offset {off} is past the end of the log "
-                f"({marks[(topic, part)][1]}); it is not a position in this topic (another cluster, "
-                f"or the topic was re-created)",
+        if in_log(off, marks[(topic, part)]):
+            continue
+        said = f"{source}: " + outside_log(topic, part, off, marks[(topic, part)])
+        if not allow_outside_log:
+            why = (
+                "it is not a position in this topic (another cluster, or the topic was re-created)"
+                if off > marks[(topic, part)][1]
+                else "records the source had not read were deleted by Kafka"
             )
+            raise ConfigError(
+                ALLOW_OUTSIDE_LOG,
+                f"{said}: {why}; pass {ALLOW_OUTSIDE_LOG} to import it anyway (the job then finds "
+                f"data loss there: DataLoss, or an audited skip with on_data_loss='skip')",
+            )
+        forced[(topic, part)] = said
     steps = tuple(
         ImportStep(t, p, stored.get((t, p)), off, *marks[(t, p)]) for (t, p), off in sorted(offsets.items())
     )
@@ -168,7 +184,17 @@ def plan_import(
         topic_ids={t: info.topic_id for t, info in infos.items()},
         unlisted=unlisted,
         not_imported=not_imported,
+        forced=forced,
     )
+
+
+def _by_reason(plan: ImportPlan, why: str) -> dict[str, list[ImportStep]]:
+    """The steps grouped by their audit reason: a step forced outside the log says so."""
+    out: dict[str, list[ImportStep]] = {}
+    for s in plan.steps:
+        said = plan.forced.get((s.topic, s.partition))
+        out.setdefault(why if said is None else forced_reason(why, [said]), []).append(s)
+    return out
 
 
 def apply_import(
@@ -206,15 +232,23 @@ def apply_import(
                 f"(e.g. {first[0][0]}[{first[0][1]}] at {first[1]}); importing would replace them: "
                 f"pass --force, or import into a new job name",
             )
-        moved = {(s.topic, s.partition): s.new for s in plan.steps if s.old is not None}
-        fresh = {(s.topic, s.partition): s.new for s in plan.steps if s.old is None}
-        if fresh:
-            offset_rows.seed_offsets(
-                conn, db, plan.job, fresh, action="import", reason=why, actor=who, topic_ids=plan.topic_ids
-            )
-        if moved:  # audits 'reset', bumps the generation and drops the lease
-            offset_rows.reset_offsets(conn, db, plan.job, moved, reason=why, actor=who)
-        else:
+        for why_step, group in _by_reason(plan, why).items():
+            moved = {(s.topic, s.partition): s.new for s in group if s.old is not None}
+            fresh = {(s.topic, s.partition): s.new for s in group if s.old is None}
+            if fresh:
+                offset_rows.seed_offsets(
+                    conn,
+                    db,
+                    plan.job,
+                    fresh,
+                    action="import",
+                    reason=why_step,
+                    actor=who,
+                    topic_ids=plan.topic_ids,
+                )
+            if moved:  # audits 'reset', bumps the generation and drops the lease
+                offset_rows.reset_offsets(conn, db, plan.job, moved, reason=why_step, actor=who)
+        if not plan.existing:  # reset_offsets bumped it otherwise
             conn.execute(
                 sa.update(t.jobs)
                 .where(t.jobs.c.job == plan.job)

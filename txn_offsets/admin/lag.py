@@ -5,6 +5,10 @@ planner does. Lag in seconds is the age of the oldest record not yet processed: 
 timestamp of the first record at the stored offset (0 when caught up), the measure kafka-lag-exporter
 and Burrow report as time lag. :func:`partition_lags` is the pure part, shared with ``txn-offsets
 serve``; :func:`offset_lag` is the one-shot query behind ``txn-offsets offsets lag``.
+
+A stored offset outside the log (below the log start: deleted before it was processed; past the
+end: after a forced reset, or another topic incarnation) has status ``OUT_OF_LOG``, never lag 0:
+the next run of the job finds data loss there (DataLoss, or an audited skip).
 """
 
 from __future__ import annotations
@@ -52,12 +56,21 @@ class PartitionLag:
         return max(0, self.end - self.position)
 
     @property
+    def out_of_log(self) -> bool:
+        """The stored offset is not a position in the log: below its start or past its end."""
+        return self.offset is not None and not self.log_start <= self.offset <= self.end
+
+    @property
+    def status(self) -> str:
+        return "OUT_OF_LOG" if self.out_of_log else "OK"
+
+    @property
     def lost(self) -> int:
         """Offsets deleted from Kafka before they were processed (the next plan: DataLoss or a skip)."""
         return 0 if self.offset is None else max(0, self.log_start - self.offset)
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "lag": self.lag, "lost": self.lost}
+        return {**asdict(self), "lag": self.lag, "lost": self.lost, "status": self.status}
 
 
 @dataclass(frozen=True)
@@ -71,6 +84,11 @@ class LagReport:
         return sum(p.lag for p in self.partitions)
 
     @property
+    def out_of_log(self) -> int:
+        """Partitions whose stored offset is outside the log."""
+        return sum(p.out_of_log for p in self.partitions)
+
+    @property
     def max_lag_seconds(self) -> float | None:
         known = [p.lag_seconds for p in self.partitions if p.lag_seconds is not None]
         return max(known) if known else None
@@ -81,6 +99,7 @@ class LagReport:
             "isolation_level": self.isolation_level,
             "total_lag": self.total,
             "max_lag_seconds": self.max_lag_seconds,
+            "out_of_log": self.out_of_log,
             "partitions": [p.as_dict() for p in self.partitions],
         }
 

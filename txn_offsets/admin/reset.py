@@ -4,6 +4,12 @@ Split in two so that a front-end can always show the plan first (:mod:`txn_offse
 :func:`plan_reset` reads (offsets, and Kafka where the target needs it) and changes nothing;
 :func:`apply_reset` re-checks the plan under the job's lock, refuses while a live run holds the
 lease (unless forced), then writes the offsets, the audit rows and the generation bump at once.
+
+No reset leaves the log (:mod:`txn_offsets.admin.moves`): ``--to-offset`` outside [log start, end]
+is refused (an explicit offset there is most likely a typo or another cluster's), ``--shift-by``
+is clamped to it (as kafka-consumer-groups.sh does; the plan and the audit say so), and the Kafka
+targets are inside by construction. ``--allow-outside-log`` moves there anyway; the audit reason
+records it.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from typing import Literal
 
 import sqlalchemy as sa
 
-from txn_offsets.admin.moves import Move, MovePlan
+from txn_offsets.admin.moves import ALLOW_OUTSIDE_LOG, Move, MovePlan, forced_reason, in_log, outside_log
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError, JobAlreadyRunning
 from txn_offsets.kafka import metadata
@@ -39,6 +45,7 @@ class ResetTarget:
     kind: TargetKind
     value: int | None = None  # the offset for 'offset', the delta for 'shift'
     at: datetime | None = None  # for 'datetime' (timezone-aware)
+    allow_outside_log: bool = False  # move 'offset'/'shift' outside the log, unchecked if no Kafka
 
     def __post_init__(self) -> None:
         if self.kind in ("offset", "shift") and self.value is None:
@@ -49,24 +56,50 @@ class ResetTarget:
             raise ConfigError("--to-datetime", "give a timezone, e.g. 2024-05-01T12:00:00Z or ...+02:00")
 
     @property
+    def flag(self) -> str:
+        return "--shift-by" if self.kind == "shift" else f"--to-{self.kind}"
+
+    @property
     def needs_kafka(self) -> bool:
-        return self.kind in ("earliest", "latest", "datetime")
+        """The target asks Kafka, or is checked against the log (unless allowed outside it)."""
+        return self.kind in ("earliest", "latest", "datetime") or not self.allow_outside_log
 
 
 @dataclass(frozen=True)
 class ResetPlan(MovePlan):
     generation: int  # a reset needs the job to exist
+    clamped: tuple[str, ...] = ()  # shifts kept inside the log (written to the audit reason)
+    forced: tuple[str, ...] = ()  # moves outside the log (allow_outside_log; in the audit reason)
+
+    def notes(self) -> list[str]:
+        """What a front-end shows with the plan: clamps and forced moves."""
+        return [f"{c} ({ALLOW_OUTSIDE_LOG} to move there anyway)" for c in self.clamped] + [
+            f"{f}: moved there anyway ({ALLOW_OUTSIDE_LOG}); the next run finds data loss there"
+            for f in self.forced
+        ]
+
+    def audit_reason(self, reason: str) -> str:
+        """The operator's reason, plus the clamps and forced moves of this plan."""
+        why = forced_reason(reason, self.forced)
+        return f"{why} [{'; '.join(self.clamped)}]" if self.clamped else why
 
 
 def _kafka(kafka: KafkaSettings | None, target: ResetTarget) -> KafkaSettings:
     if kafka is None:
-        raise ConfigError("--kafka-bootstrap", f"--to-{target.kind} asks Kafka; give the bootstrap servers")
+        what = (
+            "asks Kafka" if target.kind not in ("offset", "shift") else "is checked against the log in Kafka"
+        )
+        raise ConfigError(
+            "--kafka-bootstrap",
+            f"{target.flag} {what}; give the bootstrap servers"
+            + ("" if what == "asks Kafka" else f" (or {ALLOW_OUTSIDE_LOG} to move without the check)"),
+        )
     return kafka
 
 
 def _value(target: ResetTarget) -> int:
     if target.value is None:  # pragma: no cover - ResetTarget refuses it
-        raise ConfigError(f"--to-{target.kind}", "needs a value")
+        raise ConfigError(target.flag, "needs a value")
     return target.value
 
 
@@ -113,7 +146,7 @@ def _targets(
         out = {}
         for key in keys:
             new = stored[key] + _value(target)
-            if new < 0:
+            if new < 0 and target.allow_outside_log:
                 raise ConfigError("--shift-by", f"{key[0]}[{key[1]}] would move to {new}; offsets are >= 0")
             out[key] = new
         return out
@@ -123,6 +156,48 @@ def _targets(
     marks = metadata.watermarks(_kafka(kafka, target), keys, timeout_s=timeout_s)
     index = 0 if target.kind == "earliest" else 1
     return {key: marks[key][index] for key in keys}
+
+
+def _fit(
+    asked: dict[TopicPartition, int], target: ResetTarget, kafka: KafkaSettings | None, timeout_s: float
+) -> tuple[dict[TopicPartition, int], list[str], list[str]]:
+    """The targets kept inside the log: (targets, clamped, forced). An explicit offset outside is
+    refused, a shift clamped; with allow_outside_log both move as asked (recorded as forced; not
+    checked when no Kafka was given)."""
+    if target.kind not in ("offset", "shift"):
+        return asked, [], []  # Kafka's own positions: inside the log
+    if kafka is None:  # only with allow_outside_log (plan_reset asks for Kafka otherwise)
+        return asked, [], ["not checked against the log (no Kafka settings given)"]
+    for topic in sorted({t for t, _ in asked}):
+        try:
+            parts = metadata.partitions_for(kafka, topic, timeout_s=timeout_s)
+        except ConfigError as exc:  # a deleted topic has no log to check against
+            raise ConfigError(
+                "--topic", f"{exc.problem}; {ALLOW_OUTSIDE_LOG} moves its offsets without the check"
+            ) from None
+        missing = sorted(p for t, p in asked if t == topic and p not in parts)
+        if missing:
+            raise ConfigError("--partition", f"{topic} has no partition(s) {missing} (it has {parts})")
+    marks = metadata.watermarks(kafka, asked, timeout_s=timeout_s)
+    out, clamped, forced = dict(asked), [], []
+    for key, off in sorted(asked.items()):
+        bounds = marks[key]
+        if in_log(off, bounds):
+            continue
+        said = outside_log(key[0], key[1], off, bounds)
+        if target.allow_outside_log:
+            forced.append(said)
+        elif target.kind == "shift":
+            out[key] = min(max(off, bounds[0]), bounds[1])
+            clamped.append(f"{said}: clamped to {out[key]}")
+        else:
+            raise ConfigError(
+                ALLOW_OUTSIDE_LOG,
+                f"{said} (log start, end at {kafka.isolation_level}): a job moved there stops with "
+                f"DataLoss on its next run; give an offset inside the log, or pass {ALLOW_OUTSIDE_LOG} "
+                f"to move there anyway (audited)",
+            )
+    return out, clamped, forced
 
 
 def plan_reset(
@@ -144,10 +219,11 @@ def plan_reset(
         state = lock_job(conn, db, job, for_update=False)
         stored = offset_rows.load_offsets(conn, db, job)
     keys = _select(stored, target, topic=topic, partitions=partitions, kafka=kafka, timeout_s=timeout_s)
-    new = _targets(keys, stored, target, kafka, timeout_s)
+    asked = _targets(keys, stored, target, kafka, timeout_s)
+    new, clamped, forced = _fit(asked, target, kafka, timeout_s)
     steps = tuple(Move(t, p, stored.get((t, p)), new[(t, p)]) for t, p in keys)
     live = state.run_id if state.live else None
-    return ResetPlan(job, state.generation, steps, live, state.heartbeat_age_s)
+    return ResetPlan(job, state.generation, steps, live, state.heartbeat_age_s, tuple(clamped), tuple(forced))
 
 
 def apply_reset(
@@ -176,7 +252,8 @@ def apply_reset(
                 f"made; run the reset again to see a fresh plan",
             )
         targets = {(s.topic, s.partition): s.new for s in plan.steps}
-        offset_rows.reset_offsets(conn, db, plan.job, targets, reason=reason, actor=who)
+        why = plan.audit_reason(reason)
+        offset_rows.reset_offsets(conn, db, plan.job, targets, reason=why, actor=who)
         generation = lock_job(conn, db, plan.job).generation
     logger.info("job %r: reset %r partitions, generation now %r", plan.job, len(plan.steps), generation)
     return generation

@@ -49,7 +49,14 @@ def _import(args: argparse.Namespace) -> int:
             source = _source(args, engine, db, kafka)
             bar.advance(note=f"read {len(source.offsets)} offset(s) from {source.name}")
             plan = plan_import(
-                engine, db, args.job, source.offsets, source=source.name, kafka=kafka, topics=args.topic or ()
+                engine,
+                db,
+                args.job,
+                source.offsets,
+                source=source.name,
+                kafka=kafka,
+                topics=args.topic or (),
+                allow_outside_log=args.allow_outside_log,
             )
             bar.advance(note="checked against Kafka and the store")
             gen = "new job" if plan.generation is None else f"generation {plan.generation}"
@@ -113,5 +120,10 @@ def register(
     cmd.add_argument("--reason", help="why (written to the audit table with the source)")
     cmd.add_argument("--dry-run", action="store_true", help="print the plan and stop")
     cmd.add_argument("--force", action="store_true", help="replace offsets the job has; fence a live run")
+    cmd.add_argument(
+        "--allow-outside-log",
+        action="store_true",
+        help="import offsets outside [log start, end] anyway (refused otherwise); audited",
+    )
     options.add_kafka_bootstrap(cmd)
     cmd.set_defaults(handler=_import)

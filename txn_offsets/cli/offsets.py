@@ -8,11 +8,12 @@ module (:mod:`txn_offsets.cli.imports`). A reset always shows its plan first
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from dataclasses import asdict
 from datetime import datetime
 
-from txn_offsets.admin.lag import offset_lag
+from txn_offsets.admin.lag import PartitionLag, offset_lag
 from txn_offsets.admin.reset import ResetTarget, apply_reset, plan_reset
 from txn_offsets.admin.views import audit_log, show_offsets
 from txn_offsets.cli import imports, options, output
@@ -54,20 +55,38 @@ def _target(args: argparse.Namespace) -> ResetTarget:
 
 def _reset(args: argparse.Namespace) -> int:
     db = options.database(args)
-    target = _target(args)
+    target = dataclasses.replace(_target(args), allow_outside_log=args.allow_outside_log)
     if not args.dry_run and not (args.reason and args.reason.strip()):
         raise ConfigError("--reason", "say why the offsets move (it is written to the audit table)")
-    kafka = kafka_from_env(bootstrap=args.kafka_bootstrap) if target.needs_kafka else None
+    try:  # with --allow-outside-log, Kafka (when known) still says what was forced
+        kafka = kafka_from_env(bootstrap=args.kafka_bootstrap)
+    except ConfigError:
+        if target.needs_kafka:
+            raise
+        kafka = None
     with options.opened(db) as engine:
         plan = plan_reset(
             engine, db, args.job, target, topic=args.topic, partitions=args.partition or (), kafka=kafka
         )
         output.print_moves(f"reset plan for job {plan.job!r} (generation {plan.generation}):", plan.steps)
+        for note in plan.notes():
+            print(f"note: {note}")
         if not output.confirm_move(plan, action="reset", dry_run=args.dry_run, force=args.force):
             return 0
         generation = apply_reset(engine, db, plan, reason=args.reason, force=args.force)
     print(f"reset {len(plan.steps)} partition(s) of job {plan.job!r}; generation is now {generation}")
     return 0
+
+
+def _note(p: PartitionLag) -> str:
+    if p.offset is None:
+        return "new partition (starts at the log start)"
+    if p.lost:
+        return f"OUT_OF_LOG: {p.lost} offsets deleted before processing"
+    if p.out_of_log:
+        bounds = f"[{p.log_start}, {p.end}]"
+        return f"OUT_OF_LOG: past the end of the log {bounds}; the next run finds data loss there"
+    return ""
 
 
 def _lag(args: argparse.Namespace) -> int:
@@ -90,9 +109,7 @@ def _lag(args: argparse.Namespace) -> int:
                     p.end,
                     p.lag,
                     None if p.lag_seconds is None else f"{p.lag_seconds:.1f}",
-                    "new partition (starts at the log start)"
-                    if p.offset is None
-                    else (f"{p.lost} offsets deleted before processing" if p.lost else ""),
+                    _note(p),
                 )
                 for p in report.partitions
             ],
@@ -102,7 +119,15 @@ def _lag(args: argparse.Namespace) -> int:
             f"total lag of job {report.job!r}: {report.total} offsets over {len(report.partitions)} "
             f"partition(s) (end offsets at {report.isolation_level})"
             + ("" if oldest is None else f"; oldest unprocessed record {oldest:.1f}s old")
+            + (f"; {report.out_of_log} partition(s) OUT_OF_LOG" if report.out_of_log else "")
         )
+    if args.fail_over is not None and report.out_of_log:
+        print(
+            f"txn-offsets: job {report.job!r} has {report.out_of_log} partition(s) whose stored offset "
+            f"is outside the log (OUT_OF_LOG): its next run finds data loss there",
+            file=sys.stderr,
+        )
+        return 2
     if args.fail_over is not None and report.total > args.fail_over:
         print(
             f"txn-offsets: lag of job {report.job!r} is {report.total} offsets, over --fail-over "
@@ -162,6 +187,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     reset.add_argument("--reason", help="why (written to the audit table; required unless --dry-run)")
     reset.add_argument("--dry-run", action="store_true", help="print the plan and stop")
     reset.add_argument("--force", action="store_true", help="reset even while a live run holds the lease")
+    reset.add_argument(
+        "--allow-outside-log",
+        action="store_true",
+        help="move outside [log start, end] (refused for --to-offset, clamped for --shift-by); audited",
+    )
     options.add_kafka_bootstrap(reset)
     reset.set_defaults(handler=_reset)
 
