@@ -24,7 +24,7 @@ from sqlalchemy.engine.interfaces import DBAPIConnection
 
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import SchemaMissing, ServiceUnavailable
-from txn_offsets.store.pooler import make_pooler_safe
+from txn_offsets.store.pooler import make_pooler_safe, options_refused
 
 __all__ = [
     "dispose_worker_engines",
@@ -195,6 +195,9 @@ def translate_errors(db: DatabaseSettings) -> Iterator[None]:
         state = sqlstate(exc)
         if state in _MISSING_SCHEMA:
             raise SchemaMissing(db.schema, _detail(exc, db)) from None
+        refused = options_refused(exc, db)
+        if refused is not None:
+            raise refused from None
         if is_connection_lost(exc):
             logger.debug("database error on %r: sqlstate %r", db.display_url, state)
             raise ServiceUnavailable("PostgreSQL", db.display_url, _detail(exc, db)) from exc

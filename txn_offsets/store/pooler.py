@@ -12,9 +12,9 @@ sets may outlive the transaction that set it. :func:`engine_for
 - the PostgreSQL timeouts (``lock_timeout``, ``statement_timeout``,
   ``idle_in_transaction_session_timeout``) travel in libpq's ``options`` on a direct connection.
   PgBouncer drops ``options`` (``ignore_startup_parameters = options``; without it PgBouncer
-  refuses the connection, which is a :class:`ConfigError` here), so each new connection checks
-  that the server session really has them (``pg_settings.source = 'client'`` with our values); a
-  connection that does not is marked pooled, and every transaction on it starts with
+  refuses the connection: ``translate_errors`` makes that a :class:`ConfigError`), so each new
+  connection checks that the server session really has them (``pg_settings.source = 'client'``
+  with our values); a connection that does not is marked pooled, and every transaction on it starts with
   ``set_config(..., true)`` (``SET LOCAL``): one more round trip per transaction, behind a pooler
   only. A frozen holder of a claim then still costs ``lock_timeout_s``, not forever;
 - statement pooling cannot run a multi-statement transaction at all (every write of txn_offsets
@@ -36,7 +36,7 @@ import sqlalchemy as sa
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import ConfigError
 
-__all__ = ["POOLED", "make_pooler_safe", "pooled"]
+__all__ = ["POOLED", "make_pooler_safe", "options_refused", "pooled"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +58,18 @@ def _timeouts(db: DatabaseSettings) -> dict[str, str]:
     }
 
 
+def options_refused(exc: BaseException, db: DatabaseSettings) -> ConfigError | None:
+    """The ConfigError for a pooler that refused libpq's ``options`` at connect, else None."""
+    if _UNSUPPORTED_OPTIONS not in str(getattr(exc, "orig", None) or exc):
+        return None
+    return ConfigError(
+        "database",
+        f"{db.display_url} refuses libpq's 'options' startup parameter (PgBouncer): add "
+        "'ignore_startup_parameters = options' to its [pgbouncer] section; txn_offsets then sets its "
+        "timeouts in each transaction",
+    )
+
+
 def _statement_pooling(db: DatabaseSettings) -> ConfigError:
     return ConfigError(
         "database",
@@ -76,22 +88,6 @@ def make_pooler_safe(engine: sa.Engine, db: DatabaseSettings) -> None:
     """Install the connect check and the per-transaction timeouts on `engine` (see the module)."""
     wanted = _timeouts(db)
     set_local = "SELECT " + ", ".join(f"set_config('{name}', '{ms}ms', true)" for name, ms in wanted.items())
-
-    @sa.event.listens_for(engine, "do_connect")
-    def _connecting(dialect: sa.Dialect, record: object, cargs: Any, cparams: dict[str, Any]) -> object:
-        try:
-            return dialect.connect(*cargs, **cparams)
-        except psycopg.OperationalError as exc:
-            if _UNSUPPORTED_OPTIONS in str(exc):
-                raise ConfigError(
-                    "database",
-                    f"{db.display_url} refuses libpq's 'options' startup parameter (PgBouncer): add "
-                    "'ignore_startup_parameters = options' to its [pgbouncer] section; txn_offsets then "
-                    "sets its timeouts in each transaction",
-                ) from None
-            if _STATEMENT_POOLING in str(exc):
-                raise _statement_pooling(db) from None
-            raise
 
     # insert=True: before SQLAlchemy's own first-connect queries, which statement pooling also fails
     @sa.event.listens_for(engine, "connect", insert=True)
