@@ -83,17 +83,19 @@ def test_collector_families_and_labels() -> None:
     assert samples[("kafka_consumergroup_lag_sum", (("consumergroup", "j"), ("topic", "t")))] == 3
     assert samples[("kafka_topic_partition_current_offset", (("partition", "0"), ("topic", "t")))] == 8
     assert samples[("kafka_topic_partition_oldest_offset", (("partition", "1"), ("topic", "t")))] == 0
-    assert samples[("txn_offsets_lag_records", (("job", "j"), ("partition", "0"), ("topic", "t")))] == 3
+    assert samples[("txn_offsets_lag_records", (("partition", "0"), ("topic", "t"), ("txn_job", "j")))] == 3
     assert (
-        samples[("txn_offsets_last_commit_age_seconds", (("job", "j"), ("partition", "1"), ("topic", "t")))]
+        samples[
+            ("txn_offsets_last_commit_age_seconds", (("partition", "1"), ("topic", "t"), ("txn_job", "j")))
+        ]
         == 9
     )
-    assert samples[("txn_offsets_job_generation", (("job", "j"),))] == 4
-    assert samples[("txn_offsets_batch_duration_seconds_count", (("job", "j"),))] == 3
-    assert samples[("txn_offsets_batch_duration_seconds_bucket", (("job", "j"), ("le", "1.0")))] == 2
-    assert samples[("txn_offsets_batch_duration_seconds_bucket", (("job", "j"), ("le", "+Inf")))] == 3
+    assert samples[("txn_offsets_job_generation", (("txn_job", "j"),))] == 4
+    assert samples[("txn_offsets_batch_duration_seconds_count", (("txn_job", "j"),))] == 3
+    assert samples[("txn_offsets_batch_duration_seconds_bucket", (("le", "1.0"), ("txn_job", "j")))] == 2
+    assert samples[("txn_offsets_batch_duration_seconds_bucket", (("le", "+Inf"), ("txn_job", "j")))] == 3
     for outcome in STAT_OUTCOMES:
-        key = ("txn_offsets_batch_outcomes_total", (("job", "j"), ("outcome", outcome)))
+        key = ("txn_offsets_batch_outcomes_total", (("outcome", outcome), ("txn_job", "j")))
         assert samples[key] == {"committed": 9, "fenced": 1}.get(outcome, 0)
     assert samples[("txn_offsets_service_kafka_refreshes_total", ())] == 7
 

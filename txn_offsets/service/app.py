@@ -1,7 +1,7 @@
 """The HTTP app of ``txn-offsets serve`` (Starlette, served by uvicorn): read-only views of the store.
 
 * ``/metrics``: Prometheus exposition by prometheus-client (text or OpenMetrics, as the scraper asks)
-* ``/offsets``: JSON, every job (``/offsets/{job}``: one job; unknown job: 404)
+* ``/offsets``: JSON, every job with its status (``/offsets/{job}``: one job; unknown job: 404)
 * ``/healthz``: liveness, ``/readyz``: readiness, both from the background checks of
   :class:`~txn_offsets.service.health.HealthMonitor` (what each means is documented there)
 
@@ -21,8 +21,8 @@ from __future__ import annotations
 import functools
 import hmac
 import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Literal
 
 import anyio.to_thread
@@ -40,6 +40,7 @@ from txn_offsets.service.collector import StoreCollector
 from txn_offsets.service.health import HealthMonitor
 from txn_offsets.service.kafka_view import KafkaView
 from txn_offsets.service.snapshot import Snapshot, read_snapshot
+from txn_offsets.service.status import JobStatuses, StatusRules
 from txn_offsets.store.runs import validate_job
 
 __all__ = ["Service", "create_app"]
@@ -49,14 +50,18 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class Service:
-    """What the handlers share: the engine (short timeouts), the settings, the Kafka cache and the
-    health checks (made from the settings when not given; started by :func:`create_app`)."""
+    """What the handlers share: the engine (short timeouts), the settings, the Kafka cache, the
+    health checks (made from the settings when not given; started by :func:`create_app`), the
+    thresholds of the job status and the consumer group each job is shown as (job -> group; a job
+    not listed is its own group)."""
 
     engine: sa.Engine
     db: DatabaseSettings
     kafka: KafkaView
     token: Secret | None = None
     health: HealthMonitor | None = None
+    rules: StatusRules = field(default_factory=StatusRules)
+    groups: Mapping[str, str] = field(default_factory=dict)
 
     def snapshot(self) -> Snapshot:
         return read_snapshot(self.engine, self.db, self.kafka)
@@ -108,8 +113,13 @@ def _in_thread(handler: Callable[[Request], Response]) -> Callable[[Request], Aw
 
 def create_app(service: Service) -> Starlette:
     health = service.start()
+    statuses = JobStatuses(service.rules)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StoreCollector(service.snapshot, lambda: service.kafka.refreshes))
+    registry.register(
+        StoreCollector(
+            service.snapshot, lambda: service.kafka.refreshes, statuses=statuses, groups=service.groups
+        )
+    )
 
     def metrics(request: Request) -> Response:
         if not _authorised(service, request):
@@ -129,7 +139,12 @@ def create_app(service: Service) -> Starlette:
         snap = service.snapshot()
         if snap.database_error is not None:
             return _error(503, snap.database_error)
-        jobs = [j.as_dict() for j in snap.jobs if wanted is None or j.job == wanted]
+        status = statuses.observe(snap)
+        jobs = [
+            {**j.as_dict(), "status": status.get(j.job)}
+            for j in snap.jobs
+            if wanted is None or j.job == wanted
+        ]
         if wanted is not None and not jobs:
             return _error(404, f"unknown job {wanted!r} (see /offsets for the jobs of this store)")
         kafka = snap.kafka

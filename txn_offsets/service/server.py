@@ -7,6 +7,10 @@ is taken or a host that does not exist is one clear error, and ``--port 0`` can 
 the system chose. The service's engine has short timeouts of its own (a scrape is a few plain
 SELECTs): its sessions never hold a lock and never wait long for one. A stop waits at most 2 s
 for requests in flight, then abandons them (see :func:`txn_offsets.service.app.create_app`).
+
+``TXN_OFFSETS_SERVE_GROUPS`` (``job=group,job2=group2``) names the consumer group a job mirrors
+to, so the kafka_exporter-compatible series show the job under that group, as kafka_exporter
+itself does; a job not listed is shown under its own name.
 """
 
 from __future__ import annotations
@@ -18,19 +22,31 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings, Secret
 from txn_offsets.errors import ConfigError
 from txn_offsets.service.app import Service, create_app
 from txn_offsets.service.kafka_view import KafkaView
+from txn_offsets.service.status import StatusRules
 from txn_offsets.store.database import engine_for
 
-__all__ = ["INSECURE_FLAG", "TOKEN_ENV", "bind", "check_exposure", "is_loopback", "serve", "token_from_env"]
+__all__ = [
+    "GROUPS_ENV",
+    "INSECURE_FLAG",
+    "TOKEN_ENV",
+    "bind",
+    "check_exposure",
+    "groups_from_env",
+    "is_loopback",
+    "serve",
+    "token_from_env",
+]
 
 logger = logging.getLogger(__name__)
 
 TOKEN_ENV = "TXN_OFFSETS_SERVE_TOKEN"  # noqa: S105 - the variable's name, not a token
+GROUPS_ENV = "TXN_OFFSETS_SERVE_GROUPS"
 INSECURE_FLAG = "--insecure-no-token"
 GRACEFUL_STOP_S = 2  # uvicorn's wait for requests in flight after SIGTERM/SIGINT
 
@@ -45,6 +61,28 @@ def token_from_env(environ: dict[str, str] | None = None) -> Secret | None:
     if len(value) < 16:
         raise ConfigError(TOKEN_ENV, "is shorter than 16 characters; use a long random token (or unset it)")
     return Secret(value)
+
+
+def groups_from_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """job -> consumer group from TXN_OFFSETS_SERVE_GROUPS (``job=group,job2=group2``; unset or
+    empty: none). Two jobs under one group would merge their series: refused."""
+    from txn_offsets.kafka.mirror import validate_group
+    from txn_offsets.store.runs import validate_job
+
+    env = os.environ if environ is None else environ
+    groups: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in (env.get(GROUPS_ENV) or "").split(","))):
+        job, sep, group = (x.strip() for x in item.partition("="))
+        if not sep or not job or not group:
+            raise ConfigError(GROUPS_ENV, f"{item!r}: give job=group pairs separated by commas")
+        try:
+            groups[validate_job(job)] = validate_group(group)
+        except ConfigError as exc:
+            raise ConfigError(GROUPS_ENV, f"{item!r}: {exc}") from None
+    taken = [g for g in set(groups.values()) if list(groups.values()).count(g) > 1]
+    if taken:
+        raise ConfigError(GROUPS_ENV, f"group {sorted(taken)[0]!r} is given to more than one job")
+    return groups
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -121,11 +159,16 @@ def serve(
     insecure_no_token: bool = False,
     kafka_cache_s: float = 5.0,
     on_listening: Callable[[str], None] = print,
+    groups: Mapping[str, str] | None = None,
+    rules: StatusRules | None = None,
 ) -> None:
-    """Serve until SIGTERM/SIGINT. `on_listening` gets the URL once the socket is bound."""
+    """Serve until SIGTERM/SIGINT. `on_listening` gets the URL once the socket is bound. `groups`
+    (job -> consumer group) defaults to TXN_OFFSETS_SERVE_GROUPS, `rules` to the default status
+    thresholds."""
     import uvicorn
 
     check_exposure(host, token, insecure_no_token=insecure_no_token)
+    groups = groups_from_env() if groups is None else dict(groups)
     view = KafkaView(kafka, ttl_s=kafka_cache_s)
     sock = bind(host, port)
     short = DatabaseSettings(
@@ -137,7 +180,7 @@ def serve(
         idle_in_transaction_timeout_s=10.0,
     )
     engine = engine_for(short, pool_size=4, max_overflow=4, pool_timeout=5)
-    service = Service(engine, short, view, token)
+    service = Service(engine, short, view, token, rules=rules or StatusRules(), groups=groups)
     try:
         app = create_app(service)  # starts the health checks
         bound_host, bound_port = sock.getsockname()[:2]

@@ -10,6 +10,7 @@ costs a scrape seconds. The Kafka part comes from :class:`~txn_offsets.service.k
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 
 import sqlalchemy as sa
@@ -26,6 +27,8 @@ from txn_offsets.store.stats import JobStats, load_stats
 __all__ = ["JobView", "Snapshot", "read_snapshot"]
 
 logger = logging.getLogger(__name__)
+
+_SKEW_S = 1.0  # ages of the database's clock and ours compared: a second of slack
 
 _TIMEOUTS = sa.select(
     sa.func.set_config("statement_timeout", "5s", True),
@@ -131,9 +134,30 @@ def _read_db(
     return jobs, stored, stats, stats_error
 
 
+def _proven_marks(
+    facts: KafkaFacts, stored: dict[str, dict[TopicPartition, StoredRow]], read_at: float
+) -> dict[TopicPartition, tuple[int, int]]:
+    """The (log start, end) per partition; from cached facts (fetched before the offsets were read
+    at `read_at`), each end raised to the stored offsets that moved after the fetch: a job read up
+    to there, so the end was at least that far. Cached facts are up to `ttl_s` old while the
+    offsets are read fresh: without this, a job that commits records produced since the last
+    refresh would look past the end (out of the log) until the next refresh. An offset past the
+    end that moved before the fetch, or past facts fetched after the read, stays past it."""
+    marks = dict(facts.marks)
+    if facts.fetched_at >= read_at:
+        return marks
+    facts_age = read_at - facts.fetched_at + _SKEW_S
+    for rows in stored.values():
+        for key, row in rows.items():
+            if key in marks and row.offset > marks[key][1] and row.last_commit_age_s < facts_age:
+                marks[key] = (marks[key][0], row.offset)
+    return marks
+
+
 def read_snapshot(engine: sa.Engine, db: DatabaseSettings, kafka: KafkaView | None) -> Snapshot:
     """Everything /metrics and /offsets show. Never raises for an unreachable service: the
     snapshot says what could not be read (``database_error``, ``kafka.error``)."""
+    read_at = time.time()
     try:
         jobs, stored, stats, stats_error = _read_db(engine, db)
     except (TxnOffsetsError, sa.exc.SQLAlchemyError) as exc:
@@ -145,6 +169,7 @@ def read_snapshot(engine: sa.Engine, db: DatabaseSettings, kafka: KafkaView | No
         for key, row in rows.items():
             every.setdefault(key, set()).add(row.offset)
     facts = kafka.facts(every) if kafka is not None and every else None
+    marks = _proven_marks(facts, stored, read_at) if facts is not None and facts.error is None else {}
     views = []
     for r in jobs:
         mine = stored.get(r.job, {})
@@ -153,9 +178,9 @@ def read_snapshot(engine: sa.Engine, db: DatabaseSettings, kafka: KafkaView | No
             offsets = {k: row.offset for k, row in mine.items()}
             own_ts = {
                 (t, p): facts.timestamps.get((t, p, max(offsets.get((t, p), lo), lo)))
-                for (t, p), (lo, _end) in facts.marks.items()
+                for (t, p), (lo, _end) in marks.items()
             }
-            lags = partition_lags(offsets, facts.partitions, facts.marks, own_ts)
+            lags = partition_lags(offsets, facts.partitions, marks, own_ts)
         age = None if r.age is None else float(r.age)
         views.append(JobView(r.job, r.generation, r.run_id, bool(r.live), age, mine, lags, stats.get(r.job)))
     return Snapshot(tuple(views), None, facts, stats_error)

@@ -120,7 +120,7 @@ def test_metrics_match_the_table_and_the_broker(
     marks = watermarks(KafkaSettings(kafka_bootstrap), [(topic, 0), (topic, 1)])
     for part, stored in ((0, 2), (1, 3)):
         group = {"consumergroup": job_name, "topic": topic, "partition": str(part)}
-        ours = {"job": job_name, "topic": topic, "partition": str(part)}
+        ours = {"txn_job": job_name, "topic": topic, "partition": str(part)}
         lo, hi = marks[(topic, part)]
         assert value(s, "kafka_consumergroup_current_offset", **group) == stored
         assert value(s, "kafka_consumergroup_lag", **group) == hi - stored
@@ -132,23 +132,23 @@ def test_metrics_match_the_table_and_the_broker(
         assert value(s, "txn_offsets_lag_records", **ours) == hi - stored
         assert 0 <= value(s, "txn_offsets_last_commit_age_seconds", **ours) < 60
     assert value(s, "kafka_consumergroup_lag_sum", consumergroup=job_name, topic=topic) == 3
-    p0 = {"job": job_name, "topic": topic, "partition": "0"}
+    p0 = {"txn_job": job_name, "topic": topic, "partition": "0"}
     assert 0 <= value(s, "txn_offsets_lag_seconds", **p0) < 120  # records produced just now
-    assert value(s, "txn_offsets_lag_seconds", job=job_name, topic=topic, partition="1") == 0
-    assert value(s, "txn_offsets_job_generation", job=job_name) == run.generation
-    assert value(s, "txn_offsets_job_live", job=job_name) == 1
+    assert value(s, "txn_offsets_lag_seconds", txn_job=job_name, topic=topic, partition="1") == 0
+    assert value(s, "txn_offsets_job_generation", txn_job=job_name) == run.generation
+    assert value(s, "txn_offsets_job_live", txn_job=job_name) == 1
     # the histogram: 0.05 s in the first bucket, 1.5 s in le=2.5
-    assert value(s, "txn_offsets_batch_duration_seconds_count", job=job_name) == 2
-    assert value(s, "txn_offsets_batch_duration_seconds_sum", job=job_name) == pytest.approx(1.55)
-    assert value(s, "txn_offsets_batch_duration_seconds_bucket", job=job_name, le="0.1") == 1
-    assert value(s, "txn_offsets_batch_duration_seconds_bucket", job=job_name, le="1.0") == 1
-    assert value(s, "txn_offsets_batch_duration_seconds_bucket", job=job_name, le="2.5") == 2
-    assert value(s, "txn_offsets_batch_duration_seconds_bucket", job=job_name, le="+Inf") == 2
+    assert value(s, "txn_offsets_batch_duration_seconds_count", txn_job=job_name) == 2
+    assert value(s, "txn_offsets_batch_duration_seconds_sum", txn_job=job_name) == pytest.approx(1.55)
+    assert value(s, "txn_offsets_batch_duration_seconds_bucket", txn_job=job_name, le="0.1") == 1
+    assert value(s, "txn_offsets_batch_duration_seconds_bucket", txn_job=job_name, le="1.0") == 1
+    assert value(s, "txn_offsets_batch_duration_seconds_bucket", txn_job=job_name, le="2.5") == 2
+    assert value(s, "txn_offsets_batch_duration_seconds_bucket", txn_job=job_name, le="+Inf") == 2
     outcome = "txn_offsets_batch_outcomes_total"
-    assert value(s, outcome, job=job_name, outcome="committed") == 3
-    assert value(s, outcome, job=job_name, outcome="already_committed") == 1
-    assert value(s, outcome, job=job_name, outcome="conflict") == 1
-    assert value(s, outcome, job=job_name, outcome="fenced") == 0
+    assert value(s, outcome, txn_job=job_name, outcome="committed") == 3
+    assert value(s, outcome, txn_job=job_name, outcome="already_committed") == 1
+    assert value(s, outcome, txn_job=job_name, outcome="conflict") == 1
+    assert value(s, outcome, txn_job=job_name, outcome="fenced") == 0
     assert value(s, "txn_offsets_up", target="database") == 1
     assert value(s, "txn_offsets_up", target="kafka") == 1
 
@@ -268,7 +268,7 @@ def test_scrapes_never_wait_for_the_locks_jobs_hold(
         started = time.monotonic()
         s = scrape(client)
         assert time.monotonic() - started < 5
-        assert value(s, "txn_offsets_job_generation", job=job_name) >= 1
+        assert value(s, "txn_offsets_job_generation", txn_job=job_name) >= 1
 
 
 def test_stats_are_best_effort(
