@@ -31,6 +31,7 @@ __all__ = [
     "engine_for",
     "is_connection_lost",
     "is_lock_timeout",
+    "is_read_only",
     "is_retryable",
     "is_statement_timeout",
     "sqlstate",
@@ -47,6 +48,10 @@ _RETRYABLE = frozenset({"40001", "40P01"})
 # 08* connection exceptions, 28* invalid authorization, 57P0* operator intervention (terminate,
 # shutdown), 53300 too_many_connections, 3D000 invalid_catalog_name (database does not exist)
 _UNREACHABLE_PREFIXES = ("08", "28", "57P0", "53300", "3D000")
+# 25006 read_only_sql_transaction: the server takes no writes (a standby, or a primary in a planned
+# switchover). Like a lost connection: nothing was written, and a new connection through a
+# multi-host URL (target_session_attrs=read-write) reaches the primary. The connection is discarded.
+_READ_ONLY = "25006"
 _LOCK_NOT_AVAILABLE = "55P03"
 # A pooled connection idle for longer than this is pinged before it is handed out (a restarted
 # server or a dropped idle socket is then replaced silently). One in steady use is not: the ping
@@ -79,6 +84,7 @@ def engine_for(db: DatabaseSettings, **kwargs: object) -> sa.Engine:
     options["connect_args"] = connect_args
     engine = sa.create_engine(db.url, **options)
     make_pooler_safe(engine, db)
+    _drop_read_only(engine)
     if not options.get("pool_pre_ping"):
         _ping_when_idle(engine)
     return engine
@@ -110,6 +116,17 @@ def dispose_worker_engines() -> None:
         _engines.clear()
     for engine in engines:
         engine.dispose()
+
+
+def _drop_read_only(engine: sa.Engine) -> None:
+    """A read-only server's connection is a disconnect (SQLSTATE 25006): SQLAlchemy invalidates it
+    and the pool's older connections, so the next checkout connects anew and libpq's
+    ``target_session_attrs=read-write`` picks the (new) primary instead of the read-only one."""
+
+    @sa.event.listens_for(engine, "handle_error")
+    def _read_only(context: sa.engine.ExceptionContext) -> None:
+        if getattr(context.original_exception, "sqlstate", None) == _READ_ONLY:
+            context.is_disconnect = True
 
 
 def _ping_when_idle(engine: sa.Engine) -> None:
@@ -160,8 +177,16 @@ def is_statement_timeout(exc: BaseException) -> bool:
     return isinstance(exc, sa.exc.DBAPIError) and sqlstate(exc) == _QUERY_CANCELED
 
 
+def is_read_only(exc: BaseException) -> bool:
+    """The server refused a write as read-only (SQLSTATE 25006): a standby, or a primary being
+    switched over. Nothing was written; see :func:`is_connection_lost`."""
+    return isinstance(exc, sa.exc.DBAPIError) and sqlstate(exc) == _READ_ONLY
+
+
 def is_connection_lost(exc: BaseException) -> bool:
-    """The connection broke (network, server restart, ``pg_terminate_backend``)."""
+    """The connection broke (network 08*, server restart or shutdown 57P0*, ``pg_terminate_backend``)
+    or reached a server that takes no writes (25006, a failover): transient, a new connection may
+    reach the (new) primary."""
     if not isinstance(exc, sa.exc.DBAPIError) or is_retryable(exc):
         return False
     if exc.connection_invalidated:
@@ -169,7 +194,7 @@ def is_connection_lost(exc: BaseException) -> bool:
     state = sqlstate(exc)
     if state is None:
         return isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError)
-    return state.startswith(_UNREACHABLE_PREFIXES)
+    return state == _READ_ONLY or state.startswith(_UNREACHABLE_PREFIXES)
 
 
 def _detail(exc: BaseException, db: DatabaseSettings) -> str:
@@ -200,5 +225,11 @@ def translate_errors(db: DatabaseSettings) -> Iterator[None]:
             raise refused from None
         if is_connection_lost(exc):
             logger.debug("database error on %r: sqlstate %r", db.display_url, state)
-            raise ServiceUnavailable("PostgreSQL", db.display_url, _detail(exc, db)) from exc
+            detail = _detail(exc, db)
+            if state == _READ_ONLY:
+                detail += (
+                    " (the server is read-only: a standby, or a primary being switched over; list every "
+                    "host in the URL with target_session_attrs=read-write to reach the primary)"
+                )
+            raise ServiceUnavailable("PostgreSQL", db.display_url, detail) from exc
         raise
