@@ -156,6 +156,18 @@ def test_labels_names_and_promtool(
     assert value("txn_offsets_job_lag_seconds", txn_job=jobs[0]) == max(per_part) > 0
     assert value("txn_offsets_batch_outcomes_total", txn_job=jobs[0], outcome="committed") == 3
 
+    # every metric the docs (the metrics service's section), the rules and the dashboard name is served
+    exported = {n for _f, n, _lb, _v in got} | {f for f, _n, _lb, _v in got}
+    ops = (ROOT / "docs" / "operations.md").read_text()
+    section = ops[ops.index("## The metrics service") : ops.index("## Mirroring offsets")]
+    for doc in (
+        section,
+        RULES.read_text(),
+        DASHBOARD.read_text(),
+        (ROOT / "deploy" / "README.md").read_text(),
+    ):
+        named = set(re.findall(r"\b(?:txn_offsets|kafka)_[a-z_]*[a-z]\b", doc)) - {"kafka_exporter"}
+        assert named - exported == set(), doc[:80]
     # promtool: the whole scrape fails on kafka_exporter's lag_sum only; everything else passes
     code, out = promtool(prom, "check", "metrics", stdin=text)
     problems = [line for line in out.splitlines() if line.strip()]
