@@ -9,16 +9,14 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from txn_offsets.kafka.clients import client_config
+
 READY_TOPIC = "_txn_offsets_ready"
 
 
 def kafka_round_trip(bootstrap: str, *, timeout_s: float = 20.0) -> None:
     """Produce one unique record and read it back; raise if that does not happen in time."""
-    base: dict[str, str | int | float | bool] = {
-        "bootstrap.servers": bootstrap,
-        "socket.timeout.ms": 5000,
-        "log_level": 2,
-    }
+    base = client_config({"bootstrap.servers": bootstrap, "socket.timeout.ms": 5000, "log_level": 2})
     admin = AdminClient(base)
     futures = admin.create_topics(
         [NewTopic(READY_TOPIC, num_partitions=1, replication_factor=1)], request_timeout=timeout_s

@@ -1,5 +1,10 @@
 """Driver-side Kafka metadata: partitions of topics, watermarks (at the readers' isolation level),
-offsets for a timestamp. Every call is bounded by a timeout and fails with one of our errors."""
+offsets for a timestamp. Every call is bounded by a timeout and fails with one of our errors.
+
+The first call on a new client is bounded tighter (:func:`connected_admin`): bootstrap servers
+that answer nothing (a closed port, a listener that never replies) fail within
+:data:`FIRST_CONTACT_S` seconds (or the Kafka settings' ``socket.connection.setup.timeout.ms``),
+not after every request's own timeout."""
 
 from __future__ import annotations
 
@@ -17,12 +22,15 @@ from confluent_kafka.admin._listoffsets import ListOffsetsResultInfo, OffsetSpec
 
 from txn_offsets.config import KafkaSettings
 from txn_offsets.errors import ConfigError, ServiceUnavailable, TopicChanged, TopicMissing
+from txn_offsets.kafka.clients import client_config, serve_logs
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.ranges import TopicPartition as TP
 
 __all__ = [
+    "FIRST_CONTACT_S",
     "TopicInfo",
     "check_incarnation",
+    "connected_admin",
     "describe_topics",
     "offsets_for_time",
     "partitions_for",
@@ -34,7 +42,19 @@ logger = logging.getLogger(__name__)
 
 
 _admins: dict[str, AdminClient] = {}
+_contacted: set[str] = set()  # keys of the cached clients whose bootstrap servers answered
 _admins_lock = threading.Lock()
+
+FIRST_CONTACT_S = 4.0
+# the errors of a first contact that mean nobody answered (any other error is an answer)
+_NO_ANSWER = {
+    KafkaError._TRANSPORT,
+    KafkaError._TIMED_OUT,
+    KafkaError._ALL_BROKERS_DOWN,
+    KafkaError._RESOLVE,
+    KafkaError._AUTHENTICATION,
+    KafkaError._SSL,
+}
 
 
 def _key(kafka: KafkaSettings) -> str:
@@ -45,7 +65,10 @@ def forget_admin_client(kafka: KafkaSettings) -> None:
     """Drop the cached client after Kafka was unreachable: a client kept for an address that does
     not answer reconnects (and logs) forever; the next call makes a fresh one."""
     with _admins_lock:
-        _admins.pop(_key(kafka), None)
+        admin = _admins.pop(_key(kafka), None)
+        _contacted.discard(_key(kafka))
+    if admin is not None:
+        serve_logs(admin)  # its lines say why (refused, TLS, SASL): logged once, de-duplicated
 
 
 def admin_client(kafka: KafkaSettings) -> AdminClient:
@@ -56,13 +79,48 @@ def admin_client(kafka: KafkaSettings) -> AdminClient:
     with _admins_lock:
         admin = _admins.get(key)
         if admin is None:
-            admin = _admins[key] = AdminClient(kafka.client_config())
+            admin = _admins[key] = AdminClient(client_config(kafka.client_config()))
+    serve_logs(admin)
+    return admin
+
+
+def first_contact_s(kafka: KafkaSettings) -> float:
+    """How long a new client waits for the bootstrap servers' first answer."""
+    setup_ms = kafka.extra.get("socket.connection.setup.timeout.ms")
+    return FIRST_CONTACT_S if setup_ms is None else float(setup_ms) / 1000.0
+
+
+def connected_admin(kafka: KafkaSettings, timeout_s: float) -> AdminClient:
+    """The cached client, after its bootstrap servers answered once: the first call on a new
+    client asks for the cluster's brokers bounded by :func:`first_contact_s` (at most
+    `timeout_s`), so a Kafka that answers nothing is ServiceUnavailable in seconds."""
+    admin = admin_client(kafka)
+    if _key(kafka) in _contacted:
         return admin
+    bound = max(0.1, min(timeout_s, first_contact_s(kafka)))
+    try:
+        admin.describe_cluster(request_timeout=bound).result(timeout=bound + 0.5)
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else None
+        if not isinstance(err, KafkaError) or err.code() in _NO_ANSWER:
+            forget_admin_client(kafka)
+            said = (
+                "" if isinstance(err, KafkaError) and err.code() == KafkaError._TIMED_OUT else _describe(exc)
+            )
+            detail = f"no answer in {bound:g}s" + (f" ({said})" if said else "")
+            raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, detail) from None
+    except TimeoutError:
+        forget_admin_client(kafka)
+        raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, f"no answer in {bound:g}s") from None
+    with _admins_lock:
+        if _admins.get(_key(kafka)) is admin:
+            _contacted.add(_key(kafka))
+    return admin
 
 
 def _topics_metadata(kafka: KafkaSettings, timeout_s: float, topic: str | None = None) -> Any:
     try:
-        return admin_client(kafka).list_topics(topic=topic, timeout=timeout_s)
+        return connected_admin(kafka, timeout_s).list_topics(topic=topic, timeout=timeout_s)
     except KafkaException as exc:
         forget_admin_client(kafka)
         raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, _describe(exc)) from None
@@ -123,7 +181,7 @@ def describe_topics(
     """Id and partitions of each topic in one round trip; a missing topic is a ConfigError."""
     if not topics:
         return {}
-    admin = admin_client(kafka)  # referenced until the futures resolve
+    admin = connected_admin(kafka, timeout_s)  # referenced until the futures resolve
     futures = admin.describe_topics(TopicCollection(list(topics)), request_timeout=timeout_s)
     out: dict[str, TopicInfo] = {}
     for topic, fut in futures.items():
@@ -181,7 +239,7 @@ def _list_offsets(
         else IsolationLevel.READ_UNCOMMITTED
     )
     # keep the client referenced until the futures resolve: a collected client never answers
-    admin = admin_client(kafka)
+    admin = connected_admin(kafka, timeout_s)
     asked: list[dict[TopicPartition, Future[ListOffsetsResultInfo]]] = [
         admin.list_offsets(spec, isolation_level=level, request_timeout=timeout_s) if spec else {}
         for spec in specs

@@ -35,7 +35,7 @@ from confluent_kafka import TopicPartition as KafkaTP
 
 from txn_offsets.config import KafkaSettings
 from txn_offsets.errors import ConfigError, ServiceUnavailable
-from txn_offsets.kafka.metadata import admin_client, forget_admin_client
+from txn_offsets.kafka.metadata import admin_client, connected_admin, forget_admin_client
 from txn_offsets.ranges import TopicPartition
 
 __all__ = ["GroupMirror", "group_offsets", "mirror_generation", "mirror_metadata", "validate_group"]
@@ -314,7 +314,7 @@ def group_offsets(kafka: KafkaSettings, group: str, *, timeout_s: float = 10.0) 
     """The committed offset of every partition of consumer group `group` (partitions without one are
     left out). An empty answer means the group has no committed offsets (or does not exist)."""
     validate_group(group)
-    futures = admin_client(kafka).list_consumer_group_offsets(
+    futures = connected_admin(kafka, timeout_s).list_consumer_group_offsets(
         [ConsumerGroupTopicPartitions(group)], request_timeout=timeout_s
     )
     try:

@@ -23,6 +23,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from txn_offsets.config import KafkaSettings
 from txn_offsets.errors import ConfigError, KafkaReadError
+from txn_offsets.kafka.clients import client_config
 from txn_offsets.ranges import OffsetRange
 
 __all__ = ["Record", "read_range"]
@@ -86,7 +87,7 @@ class _ConsumerPool:
     def take(self, kafka: KafkaSettings) -> Consumer:
         with self._lock:
             consumer = self._idle.pop(self._key(kafka), None)
-        return consumer if consumer is not None else Consumer(consumer_config(kafka))
+        return consumer if consumer is not None else Consumer(client_config(consumer_config(kafka)))
 
     def give_back(self, kafka: KafkaSettings, consumer: Consumer) -> None:
         consumer.unassign()

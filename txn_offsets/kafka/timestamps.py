@@ -17,6 +17,7 @@ from confluent_kafka import TopicPartition as KafkaTP
 
 from txn_offsets.config import KafkaSettings
 from txn_offsets.errors import ServiceUnavailable
+from txn_offsets.kafka.clients import client_config
 from txn_offsets.kafka.reader import consumer_config
 from txn_offsets.ranges import TopicPartition
 
@@ -46,7 +47,7 @@ def first_timestamps(
     if not positions:
         return out
     try:
-        consumer = Consumer(_config(kafka))
+        consumer = Consumer(client_config(_config(kafka)))
     except KafkaException as exc:
         raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, str(exc)) from None
     pending = set(positions)

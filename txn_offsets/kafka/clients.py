@@ -1,0 +1,81 @@
+"""What every Kafka client the library creates shares: librdkafka's own log through Python logging.
+
+Left alone, librdkafka writes each of its log lines to stderr itself: with Kafka down, a command
+printed ~190 ``%3|...|FAIL|`` lines before its one-line error, and ``serve`` as many in 10 s.
+:func:`client_config` gives every Producer, Consumer and AdminClient the ``logger`` hook of
+confluent-kafka: the lines go to the logger ``txn_offsets.kafka.librdkafka`` at WARNING at most
+(librdkafka's errors are conditions the library reports itself, as one error naming the
+bootstrap servers), and only librdkafka's warnings and errors are produced at all
+(``log_level`` 4). A :class:`Deduplicate` filter passes the first line of each kind and drops the
+same kind for :data:`WINDOW_S` seconds (a reconnect loop repeats one line every few ms), then
+passes it again with the number of lines it dropped.
+
+A consumer's or producer's lines are served by its ``poll``; an AdminClient's by
+:func:`serve_logs` (the metadata module calls it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["LOGGER_NAME", "WINDOW_S", "Deduplicate", "client_config", "serve_logs"]
+
+LOGGER_NAME = "txn_offsets.kafka.librdkafka"
+WINDOW_S = 60.0
+_LOG_LEVEL = 4  # librdkafka's syslog levels: 3 error, 4 warning; 6 info and 7 debug stay unmade
+
+# what differs between two lines of the same kind: the client's name, timings, counts
+_VARYING = re.compile(r"rdkafka#\w+-\d+|\(after \d+ms|\d+ identical error\(s\) suppressed|\d+ms")
+
+
+class Deduplicate(logging.Filter):
+    """Pass each kind of line once per `window_s` (thread-safe); records above WARNING are
+    lowered to WARNING."""
+
+    def __init__(self, window_s: float = WINDOW_S) -> None:
+        super().__init__()
+        self.window_s = window_s
+        self._lock = threading.Lock()
+        self._seen: dict[str, tuple[float, int]] = {}  # kind -> (when passed, dropped since)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.WARNING:
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        args = record.args if isinstance(record.args, tuple) else ()
+        # confluent-kafka logs ("%s [%s] %s", facility, client name, message): the name differs
+        # per client, so a new client after a failure repeats the same kind of line
+        text = f"{args[0]} {args[2]}" if len(args) == 3 else record.getMessage()
+        kind = _VARYING.sub("", text)
+        now = time.monotonic()
+        with self._lock:
+            passed, dropped = self._seen.get(kind, (float("-inf"), 0))
+            if now - passed < self.window_s:
+                self._seen[kind] = (passed, dropped + 1)
+                return False
+            self._seen[kind] = (now, 0)
+            if len(self._seen) > 1000:  # kinds are few; bound the memory anyway
+                self._seen = {k: v for k, v in self._seen.items() if now - v[0] < self.window_s}
+        if dropped:
+            record.msg = f"{record.msg} (and {dropped} like it in the last {self.window_s:g}s)"
+        return True
+
+
+_logger = logging.getLogger(LOGGER_NAME)
+_logger.addFilter(Deduplicate())
+
+
+def client_config(base: Mapping[str, Any]) -> dict[str, Any]:
+    """`base` plus the shared logging hook (the caller's own ``logger`` / ``log_level`` win)."""
+    return {"logger": _logger, "log_level": _LOG_LEVEL, **base}
+
+
+def serve_logs(client: Any) -> None:
+    """Hand the log lines an AdminClient queued to logging (it has no poll loop of its own)."""
+    with contextlib.suppress(Exception):  # a closed or broken client has nothing to serve
+        client.poll(0)
