@@ -14,6 +14,8 @@ DEMO_ARGS ?=
 BENCH_ARGS ?=
 # POOLER=pgbouncer: stack-up also starts PgBouncer (transaction pooling, pool of 2) in front of PostgreSQL
 POOLER ?=
+# REPLICA=1: stack-up also starts a streaming replica (hot standby) of PostgreSQL (TXN_OFFSETS_HA_DATABASE_URL)
+REPLICA ?=
 # smoke (seconds, part of make test) | full (1e6 records per topic; long on 2 cores)
 BENCH_SIZE ?= full
 # e.g. CHAOS_ARGS="--scenarios F1,F3 --runs 10"; CHAOS_SEED / CHAOS_RUNS / CHAOS_MESSAGES in the environment
@@ -28,6 +30,7 @@ help:
 	@echo "make lint        ruff + mypy --strict"
 	@echo "make stack-up    start PostgreSQL + Kafka on loopback (idempotent); settings in $(STACK_DIR)/env"
 	@echo "                 POOLER=pgbouncer: and PgBouncer in front of PostgreSQL (TXN_OFFSETS_POOLED_DATABASE_URL)"
+	@echo "                 REPLICA=1: and a streaming replica beside it (multi-host TXN_OFFSETS_HA_DATABASE_URL)"
 	@echo "make stack-down  stop exactly the processes stack-up started"
 	@echo "make chaos       the full fault-injection suite (slow)"
 	@echo "make bench       txn_offsets vs Structured Streaming, at-least-once and the read/write limits (BENCH_SIZE=smoke|full)"
@@ -42,7 +45,7 @@ $(BIN)/.installed: pyproject.toml
 install: $(BIN)/.installed
 
 stack-up: install
-	$(BIN)/txn-offsets dev up --stack-dir $(STACK_DIR) $(if $(POOLER),--pooler $(POOLER))
+	$(BIN)/txn-offsets dev up --stack-dir $(STACK_DIR) $(if $(POOLER),--pooler $(POOLER)) $(if $(REPLICA),--replica)
 
 stack-down:
 	@if [ -x $(BIN)/txn-offsets ]; then $(BIN)/txn-offsets dev down --stack-dir $(STACK_DIR); else echo "nothing to stop"; fi

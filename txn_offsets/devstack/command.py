@@ -29,14 +29,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="up: also start this connection pooler in front of PostgreSQL (pgbouncer: transaction "
         "pooling, a pool of 2; its URL is TXN_OFFSETS_POOLED_DATABASE_URL in the settings file)",
     )
+    parser.add_argument(
+        "--tls",
+        action="store_true",
+        default=os.environ.get("TXN_OFFSETS_TLS", "") not in ("", "0"),
+        help="up: PostgreSQL with ssl on and a Kafka SASL_SSL listener (SCRAM-SHA-512) with a throwaway "
+        "CA; TXN_OFFSETS_TLS_* in the settings file (stays on for later starts)",
+    )
+    parser.add_argument(
+        "--replica",
+        action="store_true",
+        default=os.environ.get("TXN_OFFSETS_REPLICA", "") not in ("", "0"),
+        help="up: also start a streaming replica (hot standby) of PostgreSQL; its URL is "
+        "TXN_OFFSETS_REPLICA_DATABASE_URL, the multi-host URL over both TXN_OFFSETS_HA_DATABASE_URL",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     """Do `args.action` and print the outcome; exit code 3 when ``status`` finds a service down."""
     stack = Stack(Path(args.stack_dir))
     if args.action == "up":
-        st = stack.up(pooler=args.pooler)
+        st = stack.up(pooler=args.pooler, replica=args.replica, tls_on=args.tls)
         pooled = f", pgbouncer pid {st.pgbouncer_pid} port {st.pgbouncer_port}" if st.pgbouncer_pid else ""
+        pooled += (
+            f", TLS: postgres ssl on, kafka SASL_SSL port {st.kafka_sasl_port}" if st.kafka_sasl_port else ""
+        )
+        pooled += f", replica pid {st.replica_pid} port {st.replica_port}" if st.replica_pid else ""
         print(
             f"stack up: postgres pid {st.postgres_pid} port {st.postgres_port}, "
             f"kafka pid {st.kafka_pid} port {st.kafka_port}{pooled}; settings in {st.env_file}"
@@ -49,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
         services = [("postgres", st.postgres_pid, st.postgres_port), ("kafka", st.kafka_pid, st.kafka_port)]
         if st.pgbouncer_port is not None:  # started with --pooler once: reported (and required) since
             services.append(("pgbouncer", st.pgbouncer_pid, st.pgbouncer_port))
+        if st.replica_port is not None:  # started with --replica once: reported (and required) since
+            services.append(("replica", st.replica_pid, st.replica_port))
         for name, pid, port in services:
             state = f"running (pid {pid})" if pid else "stopped"
             print(f"{name:9} {state:22} 127.0.0.1:{port}")

@@ -1,0 +1,143 @@
+"""A streaming replica and a failover, with the library's own engine and the CLI: a libpq multi-host
+URL (``target_session_attrs=read-write``) goes through DatabaseSettings and engine_for to whichever
+server takes writes, before and after the replica is promoted; a read-only old primary (planned
+switchover) is transient and its pooled connection is not reused after the promotion.
+
+A throwaway primary+replica pair per test (:class:`txn_offsets.devstack.replica.Pair`, free ports,
+its own directory): the stack's PostgreSQL is never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+from txn_offsets.config import DatabaseSettings, Secret
+from txn_offsets.devstack import Stack, postgres, replica
+from txn_offsets.errors import Transient
+from txn_offsets.ranges import OffsetRange
+from txn_offsets.store import migrate
+from txn_offsets.store.database import engine_for
+from txn_offsets.store.runs import start_run
+from txn_offsets.store.transaction import Outcome, commit_ranges
+
+from .store.helpers import offsets_of, seed
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[replica.Pair]:
+    p = replica.Pair.create(tmp_path / "pair", f"a-{uuid.uuid4().hex}", f"p-{uuid.uuid4().hex}")
+    try:
+        p.start()
+        yield p
+    finally:
+        p.destroy()
+
+
+def _port(engine: sa.Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(sa.text("SELECT inet_server_port()")).scalar_one())
+
+
+def test_multi_host_url_follows_a_promotion(pair: replica.Pair) -> None:
+    db = DatabaseSettings(Secret(pair.url()), schema="s_failover")
+    assert "127.0.0.1%3A" in db.display_url or "127.0.0.1:" in db.display_url
+    assert pair.app_password not in db.display_url + repr(db)
+    migrate.upgrade(db)
+    engine = engine_for(db, pool_size=1, max_overflow=0)
+    try:
+        assert _port(engine) == pair.primary.port
+        run = start_run(engine, db, "j")
+        seed(engine, db, "j", {("t", 0): 0})
+        assert commit_ranges(engine, db, run, [OffsetRange("t", 0, 0, 5)])[0].outcome is Outcome.COMMITTED
+        replica.wait_replayed(pair.primary, pair.replica, pair.admin_password)
+        standby = sa.create_engine(pair.url(node=pair.replica))
+        with standby.connect() as conn:  # a hot standby: readable, in recovery, has the commit
+            assert conn.execute(sa.text("SELECT pg_is_in_recovery()")).scalar_one() is True
+            assert conn.execute(sa.text('SELECT off FROM "s_failover".offsets')).scalar_one() == 5
+        standby.dispose()
+
+        replica.kill_9(pair.primary)
+        with pytest.raises(Transient):  # the pooled connection is dead, no server takes writes
+            commit_ranges(engine, db, run, [OffsetRange("t", 0, 5, 9)])
+        replica.promote(pair.replica, pair.admin_password)
+        # the same engine reconnects, to the promoted replica
+        assert commit_ranges(engine, db, run, [OffsetRange("t", 0, 5, 9)])[0].outcome is Outcome.COMMITTED
+        assert _port(engine) == pair.replica.port
+        assert offsets_of(engine, db, "j") == {("t", 0): 9}
+        # the CLI takes the same multi-host URL from the environment
+        env = {**os.environ, "TXN_OFFSETS_DATABASE_URL": pair.url(), "TXN_OFFSETS_SCHEMA": "s_failover"}
+        done = subprocess.run(
+            [sys.executable, "-m", "txn_offsets.cli", "offsets", "show", "--job", "j", "--format", "json"],
+            capture_output=True, text=True, env=env, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert re.search(r'"offset":\s*9\b', done.stdout), done.stdout
+        assert pair.app_password not in done.stdout + done.stderr
+    finally:
+        engine.dispose()
+
+
+def test_planned_switchover_read_only_then_new_primary(pair: replica.Pair) -> None:
+    db = DatabaseSettings(Secret(pair.url()), schema="s_switch")
+    migrate.upgrade(db)
+    engine = engine_for(db, pool_size=1, max_overflow=0)
+    try:
+        run = start_run(engine, db, "j")
+        seed(engine, db, "j", {("t", 0): 0})
+        assert _port(engine) == pair.primary.port  # the pool holds a connection to the old primary
+        info = postgres.admin_conninfo(pair.primary, pair.admin_password)
+        with psycopg.connect(**info, autocommit=True) as c:  # type: ignore[arg-type]
+            c.execute("ALTER SYSTEM SET default_transaction_read_only = on")
+            c.execute("SELECT pg_reload_conf()")
+        with pytest.raises(Transient):  # 25006 on the old primary, then no server takes writes
+            commit_ranges(engine, db, run, [OffsetRange("t", 0, 0, 5)])
+        replica.wait_replayed(pair.primary, pair.replica, pair.admin_password)
+        replica.stop(pair.primary)
+        replica.promote(pair.replica, pair.admin_password)
+        assert commit_ranges(engine, db, run, [OffsetRange("t", 0, 0, 5)])[0].outcome is Outcome.COMMITTED
+        assert _port(engine) == pair.replica.port
+        assert offsets_of(engine, db, "j") == {("t", 0): 5}
+    finally:
+        engine.dispose()
+
+
+def test_stack_up_with_replica(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("TXN_OFFSETS_PG_PORT", "TXN_OFFSETS_KAFKA_PORT", "TXN_OFFSETS_KAFKA_CONTROLLER_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    stack = Stack(tmp_path / "stack")
+    try:
+        st = stack.up(replica=True)
+        assert st.postgres_pid and st.replica_pid and st.replica_port
+        env = stack.env()
+        ha = sa.create_engine(env["TXN_OFFSETS_HA_DATABASE_URL"])
+        standby = sa.create_engine(env["TXN_OFFSETS_REPLICA_DATABASE_URL"])
+        with ha.connect() as a, standby.connect() as b:
+            assert a.execute(sa.text("SELECT inet_server_port(), pg_is_in_recovery()")).one() == (
+                st.postgres_port,
+                False,
+            )
+            assert b.execute(sa.text("SELECT inet_server_port(), pg_is_in_recovery()")).one() == (
+                st.replica_port,
+                True,
+            )
+        ha.dispose()
+        standby.dispose()
+        assert "target_session_attrs=read-write" in env["TXN_OFFSETS_HA_DATABASE_URL"]
+        assert sorted(stack.down()) == ["kafka", "postgres", "replica"]
+    finally:
+        stack.down()
+        for where in (stack.dir, stack.dir / "replica"):
+            base = postgres.cluster_for(where, 1).data_dir.parent
+            if not str(base).startswith(str(tmp_path)):
+                shutil.rmtree(base.parent, ignore_errors=True)
