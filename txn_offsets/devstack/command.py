@@ -30,13 +30,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "pooling, a pool of 2; its URL is TXN_OFFSETS_POOLED_DATABASE_URL in the settings file)",
     )
     parser.add_argument(
-        "--tls",
-        action="store_true",
-        default=os.environ.get("TXN_OFFSETS_TLS", "") not in ("", "0"),
-        help="up: PostgreSQL with ssl on and a Kafka SASL_SSL listener (SCRAM-SHA-512) with a throwaway "
-        "CA; TXN_OFFSETS_TLS_* in the settings file (stays on for later starts)",
-    )
-    parser.add_argument(
         "--replica",
         action="store_true",
         default=os.environ.get("TXN_OFFSETS_REPLICA", "") not in ("", "0"),
@@ -49,11 +42,8 @@ def run(args: argparse.Namespace) -> int:
     """Do `args.action` and print the outcome; exit code 3 when ``status`` finds a service down."""
     stack = Stack(Path(args.stack_dir))
     if args.action == "up":
-        st = stack.up(pooler=args.pooler, replica=args.replica, tls_on=args.tls)
+        st = stack.up(pooler=args.pooler, replica=args.replica)
         pooled = f", pgbouncer pid {st.pgbouncer_pid} port {st.pgbouncer_port}" if st.pgbouncer_pid else ""
-        pooled += (
-            f", TLS: postgres ssl on, kafka SASL_SSL port {st.kafka_sasl_port}" if st.kafka_sasl_port else ""
-        )
         pooled += f", replica pid {st.replica_pid} port {st.replica_port}" if st.replica_pid else ""
         print(
             f"stack up: postgres pid {st.postgres_pid} port {st.postgres_port}, "
