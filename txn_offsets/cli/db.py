@@ -1,25 +1,70 @@
-"""``txn-offsets db``: create, migrate and check the offset store's tables, and print the GRANTs
-of the run role. A thin layer over :mod:`txn_offsets.store.migrate`: parse, call, print."""
+"""``txn-offsets db``: create, migrate and check the offset store's tables; print or apply the
+GRANTs of a run role (``grants``, per job with ``--job``) and the statements of a job's role
+(``role``). A thin layer over :mod:`txn_offsets.store.migrate` and :mod:`txn_offsets.admin.grants`."""
 
 from __future__ import annotations
 
 import argparse
+import os
 
+from txn_offsets.admin import grants
 from txn_offsets.cli import options
+from txn_offsets.config import Secret
 from txn_offsets.errors import ConfigError
 from txn_offsets.store import migrate
-from txn_offsets.store.schema import run_role_grants
+from txn_offsets.store.roles import job_role_grants, owner_statement, role_statements
+from txn_offsets.store.runs import validate_job
+
+PASSWORD_ENV = "TXN_OFFSETS_ROLE_PASSWORD"  # noqa: S105 - the variable's name, not a password
 
 __all__ = ["register"]
 
 
+def _grants(args: argparse.Namespace) -> int:
+    if not args.role:
+        raise ConfigError("--role", "name the role the jobs run as")
+    schema = args.schema or "txn_offsets"
+    stmts = job_role_grants(schema, args.role, args.table)  # validates before anything runs
+    if args.job is not None:
+        validate_job(args.job)
+        stmts.append(owner_statement(schema, args.job, args.role))
+    if not args.apply:
+        print("\n".join(f"{stmt};" for stmt in stmts))
+        return 0
+    db = options.database(args)
+    with options.opened(db) as engine:
+        done = grants.apply_grants(engine, db, args.role, job=args.job, tables=args.table)
+    print(f"role {args.role!r}: {done.statements} statement(s) applied in schema {db.schema!r}")
+    if args.job is not None:
+        was = "no owner" if done.previous_owner is None else f"owner {done.previous_owner!r}"
+        print(f"job {args.job!r} is owned by {args.role!r} (before: {was})")
+    return 0
+
+
+def _role(args: argparse.Namespace) -> int:
+    if not args.role:
+        raise ConfigError("--role", "name the role to create or update for a job")
+    stmts = role_statements(args.role)
+    if not args.apply:
+        print("\n".join(f"{stmt};" for stmt in stmts))
+        print(
+            f"-- then set its password: \\password {args.role} in psql, or --apply with ${PASSWORD_ENV} set"
+        )
+        return 0
+    raw = os.environ.get(PASSWORD_ENV)
+    db = options.database(args)
+    with options.opened(db) as engine:
+        created = grants.apply_role(engine, db, args.role, Secret(raw) if raw else None)
+    state = "created" if created else "updated"
+    print(f"role {args.role!r} {state}{' with the password from $' + PASSWORD_ENV if raw else ''}")
+    return 0
+
+
 def _db_cmd(args: argparse.Namespace) -> int:
     if args.action == "grants":
-        if not args.role:
-            raise ConfigError("--role", "name the role the jobs run as")
-        schema = args.schema or "txn_offsets"
-        print("\n".join(f"{stmt};" for stmt in run_role_grants(schema, args.role)))
-        return 0
+        return _grants(args)
+    if args.action == "role":
+        return _role(args)
     db = options.database(args)
     if args.action == "upgrade":
         print(f"schema {db.schema!r} is at revision {migrate.upgrade(db, args.revision or 'head')}")
@@ -42,8 +87,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     db = sub.add_parser(
         "db", parents=[options.store_options()], help="create, migrate and check the offset store's tables"
     )
-    db.add_argument("action", choices=["upgrade", "downgrade", "current", "check", "grants"])
-    db.add_argument("--role", help="grants: the role the jobs run as (no DDL, no DELETE)")
+    db.add_argument("action", choices=["upgrade", "downgrade", "current", "check", "grants", "role"])
+    db.add_argument("--role", help="grants, role: the role a job runs as (no DDL, no DELETE)")
+    db.add_argument("--job", help="grants: make ROLE the owner of this job (row-level security)")
+    db.add_argument(
+        "--table",
+        action="append",
+        default=[],
+        help="grants: a result table of the job, TABLE or SCHEMA.TABLE (repeatable): SELECT, INSERT, UPDATE",
+    )
+    db.add_argument(
+        "--apply",
+        action="store_true",
+        help=f"grants, role: run the statements (default: print them); role takes ${PASSWORD_ENV}",
+    )
     db.add_argument(
         "revision", nargs="?", help="target revision (upgrade: default head; downgrade: required)"
     )

@@ -5,8 +5,10 @@ batch caps, the data-loss policy, how tasks read, the lease); each builds one fr
 from them, validated here and nowhere else, and hands it on instead of a dozen loose keywords.
 
 Both then live through the same lifecycle: an engine for the driver, the preflight (tables there,
-topics there: a misconfigured run does not even bump the generation), a new run (fencing every
-older one), and at the end the lease released and the engine closed - whatever happened between.
+topics there: a misconfigured run does not even bump the generation), the role check (a job the
+database role may not use is refused; a superuser or the schema owner is warned about), a new
+run (fencing every older one), and at the end the lease released and the engine closed - whatever
+happened between.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from txn_offsets.planner import Limits, OnDataLoss, TopicSelection, check_on_dat
 from txn_offsets.spark.frames import Execution, check_execution
 from txn_offsets.spark.tasks import ReadOptions
 from txn_offsets.store.database import engine_for
+from txn_offsets.store.roles import check_run_role
 from txn_offsets.store.runs import Run, end_run, start_run
 
 __all__ = ["JobSpec", "end_quietly", "job_run"]
@@ -115,6 +118,8 @@ def job_run(
     engine = engine_for(database)
     try:
         preflight(engine, database, kafka, job=spec.job, selection=spec.selection)
+        # a job the role may not use fails here; a superuser or the schema owner is warned about
+        check_run_role(engine, database, spec.job)
         run = start_run(engine, database, spec.job, force=spec.force, lease_s=spec.lease_s)
     except BaseException:
         engine.dispose()

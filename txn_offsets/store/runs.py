@@ -28,6 +28,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import ConfigError, Fenced, JobAlreadyRunning, UnknownJob
+from txn_offsets.store import roles
 from txn_offsets.store.database import sqlstate, translate_errors
 from txn_offsets.store.schema import tables_for
 
@@ -117,6 +118,7 @@ def lock_job(
         stmt = stmt.with_for_update(read=True, key_share=True)
     row = conn.execute(stmt).one_or_none()
     if row is None:
+        roles.require_reachable(conn, db, job)  # hidden by row-level security: say so
         raise UnknownJob(job)
     return JobState(
         row.job,
@@ -152,6 +154,8 @@ def start_run(
         conn.execute(
             sa.text("SELECT set_config('lock_timeout', :v, true)"), {"v": f"{int(lock_timeout_s * 1000)}ms"}
         )
+        # row-level security would refuse the insert below with a bare policy violation
+        roles.require_reachable(conn, db, job)
         ins = pg_insert(jobs).values(job=job).on_conflict_do_nothing()
         conn.execute(ins)
         try:

@@ -5,7 +5,7 @@ are built per schema name by :func:`tables_for` (cached: one set of Table object
 alembic environment uses :func:`metadata_for` as ``target_metadata`` and ``alembic check`` compares
 it with the migrations, so a change here without a migration is caught as drift.
 
-Six tables:
+Seven tables:
 
 * ``offsets``: the next offset to read per (job, topic, partition), and the Kafka topic id it belongs
   to. It moves only by the guarded claim of a batch (``off = :from``), or by an audited action.
@@ -23,6 +23,9 @@ Six tables:
   ``txn_offsets`` source writes it when it plans a batch; the exactly-once sink commits exactly
   those ranges with the batch's results and marks the row committed in that transaction). Tagged
   with the run's generation and the one stream reader that owns it.
+* ``job_owners``: which database role owns a job (written by the admin, ``db grants --job``).
+  Row-level security on the six tables above ties a job's rows to its owner
+  (:mod:`txn_offsets.store.roles`, migration 0006); run roles get no grant on this table.
 """
 
 from __future__ import annotations
@@ -89,6 +92,7 @@ class Tables:
     dead_letters: sa.Table
     stats: sa.Table
     stream_plans: sa.Table
+    owners: sa.Table
 
 
 @functools.cache
@@ -193,7 +197,17 @@ def tables_for(schema: str = DEFAULT_SCHEMA) -> Tables:
         sa.Column("committed", sa.Boolean, nullable=False),
         sa.Column("planned_at", _TS, nullable=False, server_default=sa.func.now()),
     )
-    return Tables(md, jobs, offsets, audit, dead_letters, stats, stream_plans)
+    owners = sa.Table(
+        "job_owners",
+        md,
+        # no foreign key: a job may get its owner before its first run creates the jobs row
+        sa.Column("job", sa.Text, primary_key=True),
+        sa.Column("role", sa.Text, nullable=False),
+        sa.Column("granted_at", _TS, nullable=False, server_default=sa.func.now()),
+        sa.CheckConstraint("role <> ''", name="role_nonempty"),
+        sa.Index("ix_job_owners_role", "role"),
+    )
+    return Tables(md, jobs, offsets, audit, dead_letters, stats, stream_plans, owners)
 
 
 def metadata_for(schema: str = DEFAULT_SCHEMA) -> sa.MetaData:

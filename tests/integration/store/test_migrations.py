@@ -33,6 +33,7 @@ def test_upgrade_downgrade_upgrade(engine: sa.Engine, db: DatabaseSettings) -> N
         "dead_letters",
         "job_stats",
         "stream_plans",
+        "job_owners",
         "alembic_version",
     }
     migrate.check(db)
@@ -49,6 +50,7 @@ def test_upgrade_downgrade_upgrade(engine: sa.Engine, db: DatabaseSettings) -> N
         "dead_letters",
         "job_stats",
         "stream_plans",
+        "job_owners",
         "alembic_version",
     }
     migrate.check(db)
