@@ -3,7 +3,10 @@ the oracle inside the benchmark (a wrong count exits non-zero); here we check th
 contender (the DataFrame path among them) at every point, fresh and warm, ran both latency probes,
 the scale phase (per-batch times at 8 and 128 partitions) and the memory phase (Python workers' RSS
 sampled over many batches), wrote its JSON and plot, and ended with the findings and ratio lines.
-No timing is asserted: performance claims come from ``make bench``."""
+No timing is asserted: performance claims come from ``make bench``.
+
+``make test`` runs it at one point count (8 partitions: every contender, phase and probe, about
+half the time); the smoke size as it is (1 and 8 partitions, 40 memory batches) is marked slow."""
 
 from __future__ import annotations
 
@@ -14,6 +17,8 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from benchmarks.settings import (
     FOLLOWERS,
@@ -35,7 +40,14 @@ FINAL = re.compile(
 )
 
 
-def test_bench_smoke(services: Services, tmp_path: Path) -> None:
+# the smoke size at one point count, a short latency probe and 10 memory batches (sampled at 1, 5, 10)
+ONE_POINT = {"BENCH_PARTITIONS": "8", "BENCH_MEMORY_BATCHES": "10", "BENCH_LATENCY_SECONDS": "2"}
+
+
+@pytest.mark.parametrize(
+    "knobs", [pytest.param(ONE_POINT, id="p8"), pytest.param({}, id="smoke", marks=pytest.mark.slow)]
+)
+def test_bench_smoke(knobs: dict[str, str], services: Services, tmp_path: Path) -> None:
     out = tmp_path / "smoke.json"
     env = {
         **os.environ,
@@ -55,6 +67,9 @@ def test_bench_smoke(services: Services, tmp_path: Path) -> None:
         "BENCH_MEMORY_BATCHES",
     ):
         env.pop(knob, None)
+    env.update(knobs)
+    partitions = {int(p) for p in knobs.get("BENCH_PARTITIONS", "1,8").split(",")}
+    memory_batches = int(knobs.get("BENCH_MEMORY_BATCHES", "40"))
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.bench", "--out", str(out), "--no-docs"],
         cwd=REPO,
@@ -78,7 +93,7 @@ def test_bench_smoke(services: Services, tmp_path: Path) -> None:
     assert out.with_suffix(".png").stat().st_size > 10_000
     assert result["meta"]["size"] == "smoke"
     points = {p["name"] for p in result["meta"]["points"]}
-    assert {p["partitions"] for p in result["meta"]["points"]} == {1, 8}
+    assert {p["partitions"] for p in result["meta"]["points"]} == partitions
     runs = result["runs"]
     for contender in (*SPARK_CONTENDERS, *LIMIT_CONTENDERS):
         mine = [r for r in runs if r["contender"] == contender]
@@ -116,11 +131,11 @@ def test_bench_smoke(services: Services, tmp_path: Path) -> None:
     assert scale["ratio_label"] == "warm" and scale["ratio"] > 0
     # the memory phase: one job of max_batches batches, the workers found and sampled
     memory = result["memory"]
-    assert memory["batches"] == 40
+    assert memory["batches"] == memory_batches
     assert [s["batch"] for s in memory["samples"]][:2] == [1, 5]
-    assert memory["samples"][-1]["batch"] == 40
+    assert memory["samples"][-1]["batch"] == memory_batches
     assert all(s["workers"] >= 1 and s["workers_mb"] > 0 and s["jvm_mb"] > 0 for s in memory["samples"])
-    assert memory["sampled_from"] == 5 and memory["sampled_to"] == 40
+    assert memory["sampled_from"] == 5 and memory["sampled_to"] == memory_batches
     assert math.isfinite(memory["workers_rss_growth_mb"])
     assert set(result["findings"]) == {
         "per_batch_128_vs_8",
