@@ -34,18 +34,24 @@ depends_on: str | None = None
 JOB_TABLES = ("jobs", "offsets", "offset_audit", "dead_letters", "job_stats", "stream_plans")
 POLICY = "job_owner"
 
-# $1 = job, $2 = the role asking (the policy passes current_user: inside a SECURITY DEFINER
-# function current_user is the definer). Every name is qualified; search_path is pinned.
+# p_role is the role asking (the policy passes current_user: inside a SECURITY DEFINER function
+# current_user is the definer). Every name is qualified; search_path is pinned. PL/pgSQL, not SQL:
+# its plans are cached for the session (a SQL function with SET is planned again on every call).
 # {q} is the quoted schema (a validated identifier).
 REACHABLE = """
 CREATE FUNCTION {q}.job_reachable(p_job text, p_role text) RETURNS boolean
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-  SELECT pg_has_role($2, c.relowner, 'USAGE') OR pg_has_role($2, n.nspowner, 'USAGE')
-      OR EXISTS (SELECT 1 FROM {q}.job_owners o WHERE o.job = $1 AND o.role = $2)
-      OR (NOT EXISTS (SELECT 1 FROM {q}.job_owners o WHERE o.job = $1)
-          AND NOT EXISTS (SELECT 1 FROM {q}.job_owners o WHERE o.role = $2))
-  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-  WHERE c.oid = '{q}.jobs'::regclass
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+  IF EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE c.oid = '{q}.jobs'::regclass
+               AND (pg_has_role(p_role, c.relowner, 'USAGE')
+                    OR pg_has_role(p_role, n.nspowner, 'USAGE'))) THEN
+    RETURN true;
+  END IF;
+  RETURN EXISTS (SELECT 1 FROM {q}.job_owners o WHERE o.job = p_job AND o.role = p_role)
+      OR (NOT EXISTS (SELECT 1 FROM {q}.job_owners o WHERE o.job = p_job)
+          AND NOT EXISTS (SELECT 1 FROM {q}.job_owners o WHERE o.role = p_role));
+END
 $fn$
 """
 
