@@ -271,11 +271,14 @@ class KafkaSettings:
                 f"kafka setting {clash[0]!r}",
                 "is managed by txn_offsets (offsets live in PostgreSQL); remove it from the Kafka settings",
             )
-        object.__setattr__(self, "extra", MappingProxyType(dict(self.extra)))
+        hide = SECRET_KAFKA_KEYS.search  # sasl.password, ssl.key.password, ...: held as Secret
+        held = {k: Secret(v) if isinstance(v, str) and hide(k) else v for k, v in self.extra.items()}
+        object.__setattr__(self, "extra", MappingProxyType(held))
 
     def client_config(self) -> dict[str, Any]:
-        """Properties shared by every client we create (secrets included: never log this)."""
-        return {"bootstrap.servers": self.bootstrap_servers, **self.extra}
+        """Properties shared by every client we create (secrets included, in clear: never log this)."""
+        plain = {k: v.get() if isinstance(v, Secret) else v for k, v in self.extra.items()}
+        return {"bootstrap.servers": self.bootstrap_servers, **plain}
 
     def __repr__(self) -> str:
         shown = {k: ("***" if SECRET_KAFKA_KEYS.search(k) else v) for k, v in self.extra.items()}
@@ -293,7 +296,8 @@ def _kafka_settings(bootstrap: str, extra: dict[str, Any], isolation: str) -> Ka
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> tuple[DatabaseSettings, KafkaSettings]:
-    """Settings from TXN_OFFSETS_DATABASE_URL, TXN_OFFSETS_SCHEMA and TXN_OFFSETS_KAFKA_BOOTSTRAP."""
+    """Settings from TXN_OFFSETS_DATABASE_URL, TXN_OFFSETS_SCHEMA, TXN_OFFSETS_KAFKA_BOOTSTRAP and
+    TXN_OFFSETS_KAFKA_CONFIG (see :func:`kafka_from_env`)."""
     env = os.environ if environ is None else environ
     url = env.get("TXN_OFFSETS_DATABASE_URL")
     if not url:
@@ -301,11 +305,8 @@ def from_env(environ: Mapping[str, str] | None = None) -> tuple[DatabaseSettings
             "TXN_OFFSETS_DATABASE_URL",
             "is not set; export it (e.g. `set -a; . .stack/env; set +a` after `make stack-up`)",
         )
-    bootstrap = env.get("TXN_OFFSETS_KAFKA_BOOTSTRAP")
-    if not bootstrap:
-        raise ConfigError("TXN_OFFSETS_KAFKA_BOOTSTRAP", "is not set; export host:port of a Kafka broker")
     db = DatabaseSettings(Secret(url), schema=env.get("TXN_OFFSETS_SCHEMA", DatabaseSettings.schema))
-    return db, KafkaSettings(bootstrap)
+    return db, kafka_from_env(env)
 
 
 def database_from_env(
@@ -328,14 +329,22 @@ def database_from_env(
 
 
 def kafka_from_env(
-    environ: Mapping[str, str] | None = None, *, bootstrap: str | None = None
+    environ: Mapping[str, str] | None = None,
+    *,
+    bootstrap: str | None = None,
+    config_file: str | os.PathLike[str] | None = None,
 ) -> KafkaSettings:
-    """Kafka settings from `bootstrap` or TXN_OFFSETS_KAFKA_BOOTSTRAP."""
+    """Kafka settings: properties (SASL, SSL...) from `config_file` or $TXN_OFFSETS_KAFKA_CONFIG
+    (:mod:`txn_offsets.kafka.properties`); bootstrap: `bootstrap`, the file's, or the env's."""
+    from txn_offsets.kafka.properties import read_properties
+
     env = os.environ if environ is None else environ
-    servers = bootstrap or env.get("TXN_OFFSETS_KAFKA_BOOTSTRAP")
+    path = config_file or env.get("TXN_OFFSETS_KAFKA_CONFIG")
+    props = read_properties(path) if path else None
+    servers = bootstrap or (props.bootstrap if props else None) or env.get("TXN_OFFSETS_KAFKA_BOOTSTRAP")
     if not servers:
         raise ConfigError(
             "TXN_OFFSETS_KAFKA_BOOTSTRAP",
-            "is not set; pass --kafka-bootstrap host:port or export TXN_OFFSETS_KAFKA_BOOTSTRAP",
+            "is not set; pass --kafka-bootstrap host:port, export it, or set bootstrap.servers in the file",
         )
-    return KafkaSettings(servers)
+    return KafkaSettings(servers, props.properties if props else {})

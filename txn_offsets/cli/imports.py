@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from txn_offsets.admin import sources
 from txn_offsets.admin.imports import apply_import, plan_import
 from txn_offsets.cli import options, output
-from txn_offsets.config import DatabaseSettings, KafkaSettings, database_from_env, kafka_from_env
+from txn_offsets.config import DatabaseSettings, KafkaSettings, database_from_env
 from txn_offsets.errors import ConfigError
 from txn_offsets.store.database import engine_for
 
@@ -42,7 +42,7 @@ def _source(
 
 def _import(args: argparse.Namespace) -> int:
     db = database_from_env(schema=args.schema)
-    kafka = kafka_from_env(bootstrap=args.kafka_bootstrap)
+    kafka = options.kafka(args)
     engine = engine_for(db)
     try:
         with output.progress("import", total=3) as bar:

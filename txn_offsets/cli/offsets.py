@@ -17,7 +17,6 @@ from txn_offsets.admin.lag import PartitionLag, offset_lag
 from txn_offsets.admin.reset import ResetTarget, apply_reset, plan_reset
 from txn_offsets.admin.views import audit_log, show_offsets
 from txn_offsets.cli import imports, options, output
-from txn_offsets.config import kafka_from_env
 from txn_offsets.errors import ConfigError
 
 __all__ = ["register"]
@@ -59,7 +58,7 @@ def _reset(args: argparse.Namespace) -> int:
     if not args.dry_run and not (args.reason and args.reason.strip()):
         raise ConfigError("--reason", "say why the offsets move (it is written to the audit table)")
     try:  # with --allow-outside-log, Kafka (when known) still says what was forced
-        kafka = kafka_from_env(bootstrap=args.kafka_bootstrap)
+        kafka = options.kafka(args)
     except ConfigError:
         if target.needs_kafka:
             raise
@@ -93,7 +92,7 @@ def _lag(args: argparse.Namespace) -> int:
     if args.fail_over is not None and args.fail_over < 0:
         raise ConfigError("--fail-over", f"{args.fail_over} is negative; give the lag (offsets) to allow")
     db = options.database(args)
-    kafka = kafka_from_env(bootstrap=args.kafka_bootstrap)
+    kafka = options.kafka(args)
     with options.opened(db) as engine:
         report = offset_lag(engine, db, args.job, kafka)
     if args.format == "json":

@@ -14,10 +14,10 @@ from contextlib import contextmanager
 import sqlalchemy as sa
 
 from txn_offsets.cli import output
-from txn_offsets.config import DatabaseSettings, database_from_env
+from txn_offsets.config import DatabaseSettings, KafkaSettings, database_from_env, kafka_from_env
 from txn_offsets.store.database import engine_for
 
-__all__ = ["add_format", "add_kafka_bootstrap", "database", "opened", "store_options"]
+__all__ = ["add_format", "add_kafka_bootstrap", "database", "kafka", "opened", "store_options"]
 
 
 def store_options() -> argparse.ArgumentParser:
@@ -42,12 +42,26 @@ def add_kafka_bootstrap(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kafka-bootstrap",
         default=None,
-        help="Kafka bootstrap servers (default: $TXN_OFFSETS_KAFKA_BOOTSTRAP)",
+        help="Kafka bootstrap servers (default: the --kafka-config file's bootstrap.servers, else "
+        "$TXN_OFFSETS_KAFKA_BOOTSTRAP)",
+    )
+    parser.add_argument(
+        "--kafka-config",
+        metavar="FILE",
+        default=None,
+        help="Kafka client properties, key=value lines (security.protocol, sasl.mechanism, "
+        "sasl.username, sasl.password, ssl.ca.location, ...), as kafka-consumer-groups.sh's "
+        "--command-config (default: $TXN_OFFSETS_KAFKA_CONFIG)",
     )
 
 
 def database(args: argparse.Namespace) -> DatabaseSettings:
     return database_from_env(schema=args.schema)
+
+
+def kafka(args: argparse.Namespace) -> KafkaSettings:
+    """Kafka settings from --kafka-bootstrap / --kafka-config and the environment."""
+    return kafka_from_env(bootstrap=args.kafka_bootstrap, config_file=args.kafka_config)
 
 
 @contextmanager

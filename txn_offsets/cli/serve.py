@@ -16,7 +16,7 @@ import threading
 import time
 
 from txn_offsets.cli import options
-from txn_offsets.config import database_from_env, kafka_from_env
+from txn_offsets.config import database_from_env
 from txn_offsets.errors import ConfigError
 
 __all__ = ["register"]
@@ -47,7 +47,7 @@ def _serve(args: argparse.Namespace) -> int:
     if not args.kafka_cache_s >= 0:
         raise ConfigError("--kafka-cache-s", f"{args.kafka_cache_s}: give a number of seconds >= 0")
     db = database_from_env(schema=args.schema)
-    kafka = kafka_from_env(bootstrap=args.kafka_bootstrap)
+    kafka = options.kafka(args)
     token = token_from_env()
 
     def listening(url: str) -> None:

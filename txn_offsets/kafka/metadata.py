@@ -22,6 +22,7 @@ from confluent_kafka.admin._listoffsets import ListOffsetsResultInfo, OffsetSpec
 
 from txn_offsets.config import KafkaSettings
 from txn_offsets.errors import ConfigError, ServiceUnavailable, TopicChanged, TopicMissing
+from txn_offsets.kafka import auth
 from txn_offsets.kafka.clients import client_config, serve_logs
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.ranges import TopicPartition as TP
@@ -58,7 +59,7 @@ _NO_ANSWER = {
 
 
 def _key(kafka: KafkaSettings) -> str:
-    return repr((kafka.bootstrap_servers, sorted(kafka.extra.items())))
+    return repr((kafka.bootstrap_servers, sorted(kafka.client_config().items())))  # passwords too
 
 
 def forget_admin_client(kafka: KafkaSettings) -> None:
@@ -79,7 +80,8 @@ def admin_client(kafka: KafkaSettings) -> AdminClient:
     with _admins_lock:
         admin = _admins.get(key)
         if admin is None:
-            admin = _admins[key] = AdminClient(client_config(kafka.client_config()))
+            config = {**kafka.client_config(), "error_cb": auth.error_cb(key)}  # SASL/TLS refusals
+            admin = _admins[key] = AdminClient(client_config(config))
     serve_logs(admin)
     return admin
 
@@ -104,6 +106,7 @@ def connected_admin(kafka: KafkaSettings, timeout_s: float) -> AdminClient:
         err = exc.args[0] if exc.args else None
         if not isinstance(err, KafkaError) or err.code() in _NO_ANSWER:
             forget_admin_client(kafka)
+            auth.raise_if_refused(kafka, _key(kafka))  # a refused login or certificate: named
             said = (
                 "" if isinstance(err, KafkaError) and err.code() == KafkaError._TIMED_OUT else _describe(exc)
             )
@@ -111,6 +114,7 @@ def connected_admin(kafka: KafkaSettings, timeout_s: float) -> AdminClient:
             raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, detail) from None
     except TimeoutError:
         forget_admin_client(kafka)
+        auth.raise_if_refused(kafka, _key(kafka))
         raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, f"no answer in {bound:g}s") from None
     with _admins_lock:
         if _admins.get(_key(kafka)) is admin:

@@ -55,7 +55,7 @@ def consumer_config(kafka: KafkaSettings) -> dict[str, Any]:
         # but 0 (and at times 1) spins fetches at the log end while a range is decoded, doubling
         # the CPU per record of a large range. The default is 500 ms. The user's setting wins.
         "fetch.wait.max.ms": 2,
-        **kafka.extra,
+        **kafka.client_config(),  # secrets in clear (Secret values unwrapped)
         "bootstrap.servers": kafka.bootstrap_servers,
         # librdkafka requires a group id even for assign(); nothing is ever committed to it
         "group.id": kafka.extra.get("group.id", f"txn-offsets-reader-{uuid.uuid4().hex[:8]}"),
@@ -82,7 +82,7 @@ class _ConsumerPool:
 
     @staticmethod
     def _key(kafka: KafkaSettings) -> str:
-        return repr((kafka.bootstrap_servers, sorted(kafka.extra.items()), kafka.isolation_level))
+        return repr((sorted(kafka.client_config().items()), kafka.isolation_level))  # passwords too
 
     def take(self, kafka: KafkaSettings) -> Consumer:
         with self._lock:
