@@ -14,6 +14,8 @@ DEMO_ARGS ?=
 BENCH_ARGS ?=
 # POOLER=pgbouncer: stack-up also starts PgBouncer (transaction pooling, pool of 2) in front of PostgreSQL
 POOLER ?=
+# TLS=1: stack-up also turns on PostgreSQL's ssl and a Kafka SASL_SSL listener (TXN_OFFSETS_TLS_* in the env file)
+TLS ?=
 # REPLICA=1: stack-up also starts a streaming replica (hot standby) of PostgreSQL (TXN_OFFSETS_HA_DATABASE_URL)
 REPLICA ?=
 # smoke (seconds, part of make test) | full (1e6 records per topic; long on 2 cores)
@@ -30,6 +32,7 @@ help:
 	@echo "make lint        ruff + mypy --strict"
 	@echo "make stack-up    start PostgreSQL + Kafka on loopback (idempotent); settings in $(STACK_DIR)/env"
 	@echo "                 POOLER=pgbouncer: and PgBouncer in front of PostgreSQL (TXN_OFFSETS_POOLED_DATABASE_URL)"
+	@echo "                 TLS=1: PostgreSQL ssl on + a Kafka SASL_SSL listener (TXN_OFFSETS_TLS_* in the env file)"
 	@echo "                 REPLICA=1: and a streaming replica beside it (multi-host TXN_OFFSETS_HA_DATABASE_URL)"
 	@echo "make stack-down  stop exactly the processes stack-up started"
 	@echo "make chaos       the full fault-injection suite (slow)"
@@ -45,7 +48,7 @@ $(BIN)/.installed: pyproject.toml
 install: $(BIN)/.installed
 
 stack-up: install
-	$(BIN)/txn-offsets dev up --stack-dir $(STACK_DIR) $(if $(POOLER),--pooler $(POOLER)) $(if $(REPLICA),--replica)
+	$(BIN)/txn-offsets dev up --stack-dir $(STACK_DIR) $(if $(POOLER),--pooler $(POOLER)) $(if $(TLS),--tls) $(if $(REPLICA),--replica)
 
 stack-down:
 	@if [ -x $(BIN)/txn-offsets ]; then $(BIN)/txn-offsets dev down --stack-dir $(STACK_DIR); else echo "nothing to stop"; fi
@@ -58,9 +61,10 @@ lint: install
 	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/mypy txn_offsets
 
-# the tests run once through PgBouncer too (tests/integration/test_pgbouncer.py): POOLER=pgbouncer
+# the tests run once through PgBouncer too (tests/integration/test_pgbouncer.py): POOLER=pgbouncer;
+# and over TLS + SASL_SSL (tests/integration/test_tls_sasl.py): TLS=1
 test: install lint
-	$(MAKE) stack-up POOLER=pgbouncer
+	$(MAKE) stack-up POOLER=pgbouncer TLS=1
 	$(WITH_ENV) $(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
 
 test-unit: install

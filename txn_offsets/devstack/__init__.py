@@ -7,6 +7,8 @@ pids ``up`` recorded. Connection settings go to ``<stack>/env`` (mode 0600) as K
 pooled URL (TXN_OFFSETS_POOLED_DATABASE_URL) is there while the stack's PgBouncer runs, the
 replica's (TXN_OFFSETS_REPLICA_DATABASE_URL) and the multi-host one over both servers
 (TXN_OFFSETS_HA_DATABASE_URL, ``target_session_attrs=read-write``) while the replica runs.
+TLS and SASL: ``up(tls_on=True)`` (PostgreSQL ssl on, a SASL_SSL Kafka listener: :mod:`.tls`),
+whose endpoints (TXN_OFFSETS_TLS_*) the env file names from then on (TLS stays on).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from txn_offsets.devstack import kafka, pgbouncer, postgres
+from txn_offsets.devstack import kafka, pgbouncer, postgres, tls
 from txn_offsets.devstack import replica as standby
 from txn_offsets.devstack._proc import pick_free_port, read_pid
 from txn_offsets.errors import StackError
@@ -39,6 +41,7 @@ class StackStatus:
     env_file: Path
     pgbouncer_pid: int | None = None
     pgbouncer_port: int | None = None  # None: the stack was never started with a pooler
+    kafka_sasl_port: int | None = None  # None: the stack was never started with TLS
     replica_pid: int | None = None
     replica_port: int | None = None  # None: the stack was never started with a replica
 
@@ -56,7 +59,9 @@ class Stack:
     def env_file(self) -> Path:
         return self.dir / "env"
 
-    def _state(self, pooler: str | None = None, replica: bool = False) -> dict[str, object]:
+    def _state(
+        self, pooler: str | None = None, replica: bool = False, tls_on: bool = False
+    ) -> dict[str, object]:
         """Ports and passwords chosen on the first start, reused afterwards (0600, never logged);
         PgBouncer's port only once the stack is started with a pooler."""
         path = self.dir / "state.json"
@@ -71,6 +76,8 @@ class Stack:
             wanted_ports.append(("pgbouncer_port", "TXN_OFFSETS_PGBOUNCER_PORT"))
         if replica or "replica_port" in state:
             wanted_ports.append(("replica_port", "TXN_OFFSETS_REPLICA_PORT"))
+        if tls_on or "kafka_sasl_port" in state:
+            wanted_ports.append(("kafka_sasl_port", "TXN_OFFSETS_KAFKA_SASL_PORT"))
         for key, env in wanted_ports:
             if os.environ.get(env):
                 wanted = int(os.environ[env])
@@ -79,7 +86,7 @@ class Stack:
             elif key not in state:
                 state[key] = pick_free_port()
                 changed = True
-        for key in ("pg_admin_password", "pg_app_password"):
+        for key in ("pg_admin_password", "pg_app_password", "kafka_scram_password"):
             if key not in state:
                 state[key] = secrets.token_urlsafe(24)
                 changed = True
@@ -97,12 +104,18 @@ class Stack:
         return postgres.cluster_for(self.dir / "replica", int(str(state["replica_port"])))
 
     def _kafka(self, state: dict[str, object], libs: Path | None = None) -> kafka.KafkaNode:
+        port, controller = int(str(state["kafka_port"])), int(str(state["kafka_controller_port"]))
+        sasl = int(str(state["kafka_sasl_port"])) if "kafka_sasl_port" in state else None
         return kafka.KafkaNode(
             home=self.dir / "kafka",
             libs=libs or kafka.cache_dir() / f"kafka-{kafka.KAFKA_VERSION}" / "libs",
-            port=int(str(state["kafka_port"])),
-            controller_port=int(str(state["kafka_controller_port"])),
+            port=port,
+            controller_port=controller,
+            extra_config=tls.broker_config(port, controller, sasl, self._tls()) if sasl else (),
         )
+
+    def _tls(self) -> tls.TlsFiles:
+        return tls.TlsFiles(self.dir / "tls")
 
     def _bouncer(self, state: dict[str, object], cluster: postgres.PgCluster) -> pgbouncer.Bouncer:
         return pgbouncer.Bouncer(
@@ -115,13 +128,14 @@ class Stack:
             admin_user=postgres.ADMIN_USER,
         )
 
-    def up(self, pooler: str | None = None, replica: bool = False) -> StackStatus:
+    def up(self, pooler: str | None = None, replica: bool = False, tls_on: bool = False) -> StackStatus:
         """Start what is not running; with ``pooler="pgbouncer"`` also PgBouncer in front of
         PostgreSQL, with ``replica=True`` also a streaming replica (hot standby) beside it."""
         if pooler is not None and pooler not in POOLERS:
             raise StackError("stack", f"unknown pooler {pooler!r}", f"use one of {', '.join(POOLERS)}")
         self.dir.mkdir(parents=True, exist_ok=True)
-        state = self._state(pooler, replica)
+        state = self._state(pooler, replica, tls_on=tls_on)
+        files = tls.ensure_certs(self._tls().dir) if "kafka_sasl_port" in state else None
         kafka.java_binary()  # fail fast with a clear message before downloading anything
         libs = kafka.ensure_libs()
         cluster = self._pg(state)
@@ -130,7 +144,14 @@ class Stack:
             (self.dir / "replica").mkdir(exist_ok=True)
             standby.start(cluster, self._replica(state), str(state["pg_admin_password"]))
         node = self._kafka(state, libs)
+        if files and read_pid(node.pid_file, "kafka", str(node.config)) and not tls.listening(node.config):
+            kafka.stop(node)  # running without the SASL_SSL listener: adding a listener needs a restart
         kafka.start(node)
+        if files is not None:
+            admin = postgres.admin_conninfo(cluster, str(state["pg_admin_password"]), postgres.APP_DB)
+            tls.enable_postgres(files, cluster.data_dir, cluster.os_user, admin)
+            password = str(state["kafka_scram_password"])
+            tls.enable_kafka(files, node.bootstrap, int(str(state["kafka_sasl_port"])), password)
         if pooler == "pgbouncer":
             admin = postgres.admin_conninfo(cluster, str(state["pg_admin_password"]), postgres.APP_DB)
             pgbouncer.start(self._bouncer(state, cluster), admin, [postgres.APP_USER, postgres.ADMIN_USER])
@@ -158,6 +179,9 @@ class Stack:
             lines.append(f"TXN_OFFSETS_REPLICA_DATABASE_URL={one}")
             ha = standby.multi_host_url(postgres.APP_USER, password, postgres.APP_DB, ports)
             lines.append(f"TXN_OFFSETS_HA_DATABASE_URL={ha}")
+        if "kafka_sasl_port" in state:
+            sasl_port = int(str(state["kafka_sasl_port"]))
+            lines += tls.env_lines(self._tls(), f"{app}/{postgres.APP_DB}", sasl_port)
         lines.append("")
         fd = os.open(self.env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as fh:
@@ -192,6 +216,7 @@ class Stack:
             env_file=self.env_file,
             pgbouncer_pid=pgbouncer.running_pid(bouncer) if bouncer else None,
             pgbouncer_port=bouncer.port if bouncer else None,
+            kafka_sasl_port=int(str(state["kafka_sasl_port"])) if "kafka_sasl_port" in state else None,
             replica_pid=standby.running_pid(self._replica(state)) if "replica_port" in state else None,
             replica_port=int(str(state["replica_port"])) if "replica_port" in state else None,
         )

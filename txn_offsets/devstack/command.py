@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from txn_offsets.devstack import POOLERS, Stack
+from txn_offsets.errors import StackError
 
 __all__ = ["add_arguments", "run"]
 
@@ -30,6 +31,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "pooling, a pool of 2; its URL is TXN_OFFSETS_POOLED_DATABASE_URL in the settings file)",
     )
     parser.add_argument(
+        "--tls",
+        action="store_true",
+        default=os.environ.get("TXN_OFFSETS_TLS", "") not in ("", "0"),
+        help="up: PostgreSQL with ssl on and a Kafka SASL_SSL listener (SCRAM-SHA-512) with a throwaway "
+        "CA; TXN_OFFSETS_TLS_* in the settings file (stays on for later starts)",
+    )
+    parser.add_argument(
         "--replica",
         action="store_true",
         default=os.environ.get("TXN_OFFSETS_REPLICA", "") not in ("", "0"),
@@ -41,9 +49,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Do `args.action` and print the outcome; exit code 3 when ``status`` finds a service down."""
     stack = Stack(Path(args.stack_dir))
+    if args.action == "status" and not (stack.dir / "state.json").is_file():
+        # status creates nothing: not the directory of a typo, not fresh ports and passwords
+        where = "the directory does not exist" if not stack.dir.exists() else "it holds no state.json"
+        raise StackError(
+            "stack",
+            f"no stack in {stack.dir} ({where})",
+            "check --stack-dir (or $TXN_OFFSETS_STACK_DIR), or start one with `txn-offsets dev up`",
+        )
     if args.action == "up":
-        st = stack.up(pooler=args.pooler, replica=args.replica)
+        st = stack.up(pooler=args.pooler, replica=args.replica, tls_on=args.tls)
         pooled = f", pgbouncer pid {st.pgbouncer_pid} port {st.pgbouncer_port}" if st.pgbouncer_pid else ""
+        pooled += (
+            f", TLS: postgres ssl on, kafka SASL_SSL port {st.kafka_sasl_port}" if st.kafka_sasl_port else ""
+        )
         pooled += f", replica pid {st.replica_pid} port {st.replica_port}" if st.replica_pid else ""
         print(
             f"stack up: postgres pid {st.postgres_pid} port {st.postgres_port}, "

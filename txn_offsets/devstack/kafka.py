@@ -74,6 +74,7 @@ class KafkaNode:
     libs: Path
     port: int
     controller_port: int
+    extra_config: tuple[str, ...] = ()  # key=value lines replacing or adding to ours (the stack's TLS)
 
     @property
     def pid_file(self) -> Path:
@@ -189,8 +190,10 @@ def _render_config(node: KafkaNode) -> None:
         "log.retention.check.interval.ms=5000",
         "log.segment.delete.delay.ms=1000",
         "log.cleaner.backoff.ms=1000",
-        "",
     ]
+    extra = dict(line.split("=", 1) for line in node.extra_config)
+    lines = [f"{k}={extra.pop(k)}" if k in extra else line for line in lines for k in [line.split("=", 1)[0]]]
+    lines += [f"{k}={v}" for k, v in extra.items()] + [""]
     node.config.write_text("\n".join(lines))
     (node.home / "log4j2.yaml").write_text(_LOG4J2)
 
