@@ -1,5 +1,6 @@
 """Read-only views of the offset store: stored offsets (``offsets show``), jobs (``jobs list``)
-and a job's audit history (``offsets history``). Each reads in one short connection."""
+and a job's audit history (``offsets history``). Each reads in one short connection; a job named
+that has no row is :class:`~txn_offsets.errors.UnknownJob`, never an empty answer."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings
+from txn_offsets.errors import ConfigError
 from txn_offsets.store.database import translate_errors
 from txn_offsets.store.runs import lock_job, validate_job
 from txn_offsets.store.schema import tables_for
 
-__all__ = ["AuditRow", "JobRow", "OffsetRow", "audit_log", "list_jobs", "show_offsets"]
+__all__ = ["AuditRow", "JobRow", "OffsetRow", "audit_log", "is_retired", "list_jobs", "show_offsets"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,12 @@ class JobRow:
     live: bool
     heartbeat_age_s: float | None
     partitions: int
+    #: when `jobs retire` retired it (None: in service); a run started since brings it back
+    retired_at: datetime | None = None
+
+    @property
+    def state(self) -> str:
+        return "retired" if self.retired_at is not None else "live" if self.live else "idle"
 
 
 @dataclass(frozen=True)
@@ -59,7 +67,16 @@ def show_offsets(engine: sa.Engine, db: DatabaseSettings, job: str | None = None
         return [OffsetRow(r.job, r.topic, r.part, r.off, r.updated_at) for r in conn.execute(stmt)]
 
 
-def list_jobs(engine: sa.Engine, db: DatabaseSettings) -> list[JobRow]:
+def is_retired(jobs: sa.Table) -> sa.ColumnElement[bool]:
+    """Retired by `jobs retire` and not started since (a new run brings a job back)."""
+    return sa.and_(
+        jobs.c.retired_at.is_not(None),
+        sa.or_(jobs.c.started_at.is_(None), jobs.c.started_at < jobs.c.retired_at),
+    )
+
+
+def list_jobs(engine: sa.Engine, db: DatabaseSettings, *, include_retired: bool = True) -> list[JobRow]:
+    """Every job (`include_retired=False`: those in service only)."""
     t = tables_for(db.schema)
     j = t.jobs
     counts = (
@@ -73,22 +90,36 @@ def list_jobs(engine: sa.Engine, db: DatabaseSettings) -> list[JobRow]:
             sa.and_(j.c.run_id.is_not(None), j.c.lease_until > sa.func.now()).label("live"),
             sa.extract("epoch", sa.func.now() - j.c.heartbeat_at).label("age"),
             sa.func.coalesce(counts.c.n, 0).label("n"),
+            sa.case((is_retired(j), j.c.retired_at), else_=None).label("retired_at"),
         )
         .select_from(j.outerjoin(counts, counts.c.job == j.c.job))
         .order_by(j.c.job)
     )
+    if not include_retired:
+        stmt = stmt.where(sa.not_(is_retired(j)))
     with translate_errors(db), engine.connect() as conn:
         return [
-            JobRow(r.job, r.generation, r.run_id, bool(r.live), None if r.age is None else float(r.age), r.n)
+            JobRow(
+                r.job,
+                r.generation,
+                r.run_id,
+                bool(r.live),
+                None if r.age is None else float(r.age),
+                r.n,
+                r.retired_at,
+            )
             for r in conn.execute(stmt)
         ]
 
 
 def audit_log(engine: sa.Engine, db: DatabaseSettings, job: str, *, limit: int = 50) -> list[AuditRow]:
-    """The newest audit rows of `job`, newest first."""
+    """The newest audit rows of `job`, newest first (UnknownJob if it has no row)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ConfigError("limit", f"{limit!r}: give a whole number >= 1")
     a = tables_for(db.schema).audit
     stmt = sa.select(a).where(a.c.job == validate_job(job)).order_by(a.c.id.desc()).limit(limit)
     with translate_errors(db), engine.connect() as conn:
+        lock_job(conn, db, job, for_update=False)
         return [
             AuditRow(r.at, r.topic, r.part, r.old_off, r.new_off, r.action, r.reason, r.actor, r.generation)
             for r in conn.execute(stmt)

@@ -107,7 +107,7 @@ def register(
     )
     cmd.add_argument(
         "--checkpoint-batch",
-        type=int,
+        type=options.integer(),
         metavar="ID",
         help="take the offsets of this batch (needed when the last batch was planned but not committed)",
     )

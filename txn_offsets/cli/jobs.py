@@ -1,13 +1,16 @@
-"""``txn-offsets jobs list``: every job of the store, its generation and live run (over
-:func:`txn_offsets.admin.views.list_jobs`)."""
+"""``txn-offsets jobs list|retire``: every job of the store, its generation and live run (over
+:func:`txn_offsets.admin.views.list_jobs`), and retiring a job (over
+:func:`txn_offsets.admin.retire.retire_job`)."""
 
 from __future__ import annotations
 
 import argparse
 from dataclasses import asdict
 
+from txn_offsets.admin.retire import retire_job
 from txn_offsets.admin.views import list_jobs
 from txn_offsets.cli import options, output
+from txn_offsets.errors import ConfigError
 
 __all__ = ["register"]
 
@@ -15,9 +18,9 @@ __all__ = ["register"]
 def _jobs(args: argparse.Namespace) -> int:
     db = options.database(args)
     with options.opened(db) as engine:
-        rows = list_jobs(engine, db)
+        rows = list_jobs(engine, db, include_retired=args.all)
     if args.format == "json":
-        output.emit_json([{**asdict(r), "state": "live" if r.live else "idle"} for r in rows])
+        output.emit_json([{**asdict(r), "state": r.state} for r in rows])
         return 0
     output.table(
         ["JOB", "GENERATION", "STATE", "RUN", "HEARTBEAT_AGE_S", "PARTITIONS"],
@@ -25,7 +28,7 @@ def _jobs(args: argparse.Namespace) -> int:
             (
                 r.job,
                 r.generation,
-                "live" if r.live else "idle",
+                r.state,
                 r.run_id,
                 None if r.heartbeat_age_s is None else f"{r.heartbeat_age_s:.1f}",
                 r.partitions,
@@ -36,10 +39,49 @@ def _jobs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _retire(args: argparse.Namespace) -> int:
+    if not (args.reason and args.reason.strip()):
+        raise ConfigError("--reason", "say why the job is retired (it is written to the audit table)")
+    db = options.database(args)
+    with options.opened(db) as engine:
+        done = retire_job(
+            engine, db, args.job, reason=args.reason, force=args.force, drop_rows=args.drop_rows
+        )
+    fenced = f"; live run {done.fenced_run} fenced" if done.fenced_run else ""
+    if done.dropped:
+        kept = (
+            f"offsets, statistics and stream plan deleted, the audit and {done.dead_letters} dead "
+            "letter(s) kept; a new run starts it as a new job"
+        )
+    else:
+        kept = "offsets kept (`jobs list --all` shows it; a new run brings it back from them)"
+    print(
+        f"retired job {done.job!r} (generation now {done.generation}{fenced}): "
+        f"{done.partitions} partition(s) audited, {kept}"
+    )
+    return 0
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     jobs = sub.add_parser("jobs", help="jobs, their generation and live run").add_subparsers(
         dest="jobs_command", required=True
     )
     listing = jobs.add_parser("list", parents=[options.store_options()], help="every job of the store")
+    listing.add_argument("--all", action="store_true", help="retired jobs too")
     options.add_format(listing)
     listing.set_defaults(handler=_jobs)
+
+    retire = jobs.add_parser(
+        "retire",
+        parents=[options.store_options()],
+        help="take a job out of service (audited; `jobs list` hides it unless --all)",
+    )
+    retire.add_argument("--job", required=True)
+    retire.add_argument("--reason", help="why (required; written to the audit table)")
+    retire.add_argument(
+        "--drop-rows",
+        action="store_true",
+        help="also delete its offsets, statistics and stream plan (default: keep them)",
+    )
+    retire.add_argument("--force", action="store_true", help="retire even while a live run holds the lease")
+    retire.set_defaults(handler=_retire)

@@ -16,7 +16,7 @@ from datetime import datetime
 from txn_offsets.admin.lag import PartitionLag, offset_lag
 from txn_offsets.admin.reset import ResetTarget, apply_reset, plan_reset
 from txn_offsets.admin.views import audit_log, show_offsets
-from txn_offsets.cli import imports, options, output
+from txn_offsets.cli import exits, imports, options, output
 from txn_offsets.errors import ConfigError
 
 __all__ = ["register"]
@@ -89,8 +89,6 @@ def _note(p: PartitionLag) -> str:
 
 
 def _lag(args: argparse.Namespace) -> int:
-    if args.fail_over is not None and args.fail_over < 0:
-        raise ConfigError("--fail-over", f"{args.fail_over} is negative; give the lag (offsets) to allow")
     db = options.database(args)
     kafka = options.kafka(args)
     with options.opened(db) as engine:
@@ -126,14 +124,14 @@ def _lag(args: argparse.Namespace) -> int:
             f"is outside the log (OUT_OF_LOG): its next run finds data loss there",
             file=sys.stderr,
         )
-        return 2
+        return exits.NOT_OK
     if args.fail_over is not None and report.total > args.fail_over:
         print(
             f"txn-offsets: lag of job {report.job!r} is {report.total} offsets, over --fail-over "
             f"{args.fail_over}",
             file=sys.stderr,
         )
-        return 2
+        return exits.NOT_OK
     return 0
 
 
@@ -176,13 +174,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     reset = offsets.add_parser("reset", parents=[common], help="move a job's offsets (audited)")
     reset.add_argument("--job", required=True)
     reset.add_argument("--topic", help="only this topic (default: every topic the job has offsets for)")
-    reset.add_argument("--partition", type=int, action="append", help="only this partition (repeatable)")
+    reset.add_argument(
+        "--partition",
+        type=options.integer(0, options.INT_MAX),
+        action="append",
+        help="only this partition (repeatable)",
+    )
     to = reset.add_mutually_exclusive_group(required=True)
     to.add_argument("--to-earliest", action="store_true", help="the log start offset (asks Kafka)")
     to.add_argument("--to-latest", action="store_true", help="the end offset, as readers see it (asks Kafka)")
     to.add_argument("--to-datetime", metavar="ISO8601", help="first offset at/after this time (asks Kafka)")
-    to.add_argument("--to-offset", type=int, metavar="N")
-    to.add_argument("--shift-by", type=int, metavar="N", help="move by N (negative: re-process)")
+    to.add_argument("--to-offset", type=options.integer(), metavar="N")
+    to.add_argument(
+        "--shift-by",
+        type=options.integer(-options.BIGINT_MAX),
+        metavar="N",
+        help="move by N (negative: re-process)",
+    )
     reset.add_argument("--reason", help="why (written to the audit table; required unless --dry-run)")
     reset.add_argument("--dry-run", action="store_true", help="print the plan and stop")
     reset.add_argument("--force", action="store_true", help="reset even while a live run holds the lease")
@@ -202,9 +210,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     options.add_format(lag)
     lag.add_argument(
         "--fail-over",
-        type=int,
+        type=options.integer(),
         metavar="N",
-        help="exit with code 2 when the total lag is over N offsets (for scripts and probes)",
+        help="exit with code 3 when the total lag is over N offsets (for scripts and probes)",
     )
     lag.set_defaults(handler=_lag)
 
@@ -212,6 +220,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     history = offsets.add_parser("history", parents=[common], help="the audit log of a job, newest first")
     history.add_argument("--job", required=True)
-    history.add_argument("--limit", type=int, default=50)
+    history.add_argument(
+        "--limit", type=options.integer(1, 1_000_000), default=50, help="the newest N rows (default: 50)"
+    )
     options.add_format(history)
     history.set_defaults(handler=_history)

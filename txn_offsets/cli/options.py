@@ -7,8 +7,9 @@ lines end up in shell histories and process lists, and the URL holds the passwor
 from __future__ import annotations
 
 import argparse
+import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import sqlalchemy as sa
@@ -17,7 +18,50 @@ from txn_offsets.cli import output
 from txn_offsets.config import DatabaseSettings, KafkaSettings, database_from_env, kafka_from_env
 from txn_offsets.store.database import engine_for
 
-__all__ = ["add_format", "add_kafka_bootstrap", "database", "kafka", "opened", "store_options"]
+__all__ = [
+    "BIGINT_MAX",
+    "INT_MAX",
+    "add_format",
+    "add_kafka_bootstrap",
+    "database",
+    "integer",
+    "kafka",
+    "opened",
+    "seconds",
+    "store_options",
+]
+
+#: The largest value of PostgreSQL's bigint (offsets) and integer (partitions) columns.
+BIGINT_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+
+
+def integer(low: int | None = 0, high: int | None = BIGINT_MAX) -> Callable[[str], int]:
+    """An argparse ``type``: a whole number in [low, high], else a usage error naming the bounds."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text, 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if low is not None and value < low:
+            raise argparse.ArgumentTypeError(f"{value} is below {low}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"{value} is above {high}")
+        return value
+
+    return parse
+
+
+def seconds(text: str) -> float:
+    """An argparse ``type``: a finite number of seconds >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
+    return value
 
 
 def store_options() -> argparse.ArgumentParser:
@@ -33,9 +77,15 @@ def store_options() -> argparse.ArgumentParser:
 
 
 def add_format(parser: argparse.ArgumentParser) -> None:
+    """``--format table|json``; also accepted before the command (``txn-offsets --format json ...``),
+    so its default is set by :func:`txn_offsets.cli.main.main` once both sides are parsed."""
     parser.add_argument(
-        "--format", choices=output.FORMATS, default="table", help="table (default) or json (for scripts)"
+        "--format",
+        choices=output.FORMATS,
+        default=argparse.SUPPRESS,
+        help="table (default) or json (for scripts)",
     )
+    parser.set_defaults(takes_format=True)
 
 
 def add_kafka_bootstrap(parser: argparse.ArgumentParser) -> None:

@@ -17,7 +17,6 @@ import time
 
 from txn_offsets.cli import options
 from txn_offsets.config import database_from_env
-from txn_offsets.errors import ConfigError
 
 __all__ = ["register"]
 
@@ -44,8 +43,6 @@ def _exit_past(before: set[threading.Thread]) -> None:
 def _serve(args: argparse.Namespace) -> int:
     from txn_offsets.service.server import serve, token_from_env
 
-    if not args.kafka_cache_s >= 0:
-        raise ConfigError("--kafka-cache-s", f"{args.kafka_cache_s}: give a number of seconds >= 0")
     db = database_from_env(schema=args.schema)
     kafka = options.kafka(args)
     token = token_from_env()
@@ -97,7 +94,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     serve.add_argument(
         "--port",
-        type=int,
+        type=options.integer(0, 65535),
         default=9478,
         help="TCP port (default: 9478, clear of postgres_exporter's 9187 and kafka_exporter's 9308; "
         "0 picks a free one)",
@@ -105,7 +102,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     options.add_kafka_bootstrap(serve)
     serve.add_argument(
         "--kafka-cache-s",
-        type=float,
+        type=options.seconds,
         default=5.0,
         help="seconds Kafka's offsets are cached between scrapes (default: 5)",
     )

@@ -52,7 +52,7 @@ __all__ = [
 DEFAULT_SCHEMA = "txn_offsets"
 
 #: Why an offset moved outside a batch commit (a CHECK constraint keeps the column to these).
-AUDIT_ACTIONS = ("seed", "new_partition", "new_topic", "reset", "data_loss_skip", "import")
+AUDIT_ACTIONS = ("seed", "new_partition", "new_topic", "reset", "data_loss_skip", "import", "retire")
 
 # Explicit constraint names: migrations and downgrades refer to them, and autogenerate compares them.
 NAMING_CONVENTION = {
@@ -115,6 +115,8 @@ def tables_for(schema: str = DEFAULT_SCHEMA) -> Tables:
         # When the job planned for the first time: the start policy applies to the topics of that
         # plan only; a topic that appears later starts at its log start.
         sa.Column("first_plan_at", _TS, nullable=True),
+        # Set by `txn-offsets jobs retire`; the job counts as retired until a run starts after it.
+        sa.Column("retired_at", _TS, nullable=True),
         sa.Column("created_at", _TS, nullable=False, server_default=sa.func.now()),
         sa.CheckConstraint("generation >= 0", name="generation_nonneg"),
         sa.CheckConstraint("job <> ''", name="job_nonempty"),

@@ -98,7 +98,6 @@ def test_offsets_show_reset_and_jobs_end_to_end(
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--to-offset", "-5", "--reason", "x"], "negative"),
         (["--to-datetime", "2024-01-01T00:00:00", "--reason", "x"], "timezone"),
         (["--to-datetime", "yesterday", "--reason", "x"], "ISO 8601"),
         (["--to-offset", "3"], "--reason"),
@@ -200,6 +199,5 @@ def test_json_formats_of_show_jobs_and_history(
         ("t", 0, None, 4, "seed"),
         ("t", 1, None, 7, "seed"),
     ]
-    with pytest.raises(SystemExit) as usage:  # argparse: a usage error, exit code 2
-        run_cli("jobs", "list", "--format", "yaml", *s)
-    assert usage.value.code == 2
+    code, _, err = run_cli("jobs", "list", "--format", "yaml", *s)  # a usage error: exit code 64
+    assert code == 64 and "invalid choice: 'yaml'" in err
