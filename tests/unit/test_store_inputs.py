@@ -104,7 +104,11 @@ def test_settings_from_env() -> None:
 
 
 def test_reset_targets() -> None:
-    assert ResetTarget("earliest").needs_kafka and not ResetTarget("offset", value=3).needs_kafka
+    assert ResetTarget("earliest").needs_kafka
+    # an explicit offset is checked against the log (issue 23), unless forced outside it
+    assert ResetTarget("offset", value=3).needs_kafka
+    assert not ResetTarget("offset", value=3, allow_outside_log=True).needs_kafka
+    assert ResetTarget("earliest", allow_outside_log=True).needs_kafka
     assert ResetTarget("datetime", at=datetime(2024, 1, 1, tzinfo=UTC)).needs_kafka
     with pytest.raises(ConfigError, match="negative"):
         ResetTarget("offset", value=-1)
