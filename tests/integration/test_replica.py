@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import uuid
@@ -24,7 +25,7 @@ import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings, Secret
 from txn_offsets.devstack import Stack, postgres, replica
-from txn_offsets.errors import Transient
+from txn_offsets.errors import OffsetsRolledBack, Transient
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.store import migrate
 from txn_offsets.store.database import engine_for
@@ -141,3 +142,38 @@ def test_stack_up_with_replica(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
             base = postgres.cluster_for(where, 1).data_dir.parent
             if not str(base).startswith(str(tmp_path)):
                 shutil.rmtree(base.parent, ignore_errors=True)
+
+
+def test_commits_lost_in_a_failover_are_planned_again_not_a_conflict(pair: replica.Pair) -> None:
+    """Asynchronous replication: what the old primary committed after the replica's last WAL is gone
+    from the new primary, results and offsets together. A range planned from the old primary's
+    offsets then finds the stored offset BEHIND its start: OffsetsRolledBack (transient: plan again
+    from the table), not an OffsetConflict that ends the run."""
+    db = DatabaseSettings(Secret(pair.url()), schema="s_lost")
+    migrate.upgrade(db)
+    engine = engine_for(db, pool_size=1, max_overflow=0)
+    try:
+        run = start_run(engine, db, "j")
+        seed(engine, db, "j", {("t", 0): 0})
+        replica.wait_replayed(pair.primary, pair.replica, pair.admin_password)
+        info = postgres.admin_conninfo(pair.primary, pair.admin_password)
+        with psycopg.connect(**info, autocommit=True) as c:  # type: ignore[arg-type]
+            senders = [int(pid) for (pid,) in c.execute("SELECT pid FROM pg_stat_replication").fetchall()]
+        assert senders
+        for pid in senders:  # the replica lags: nothing more reaches it
+            os.kill(pid, signal.SIGSTOP)
+        assert commit_ranges(engine, db, run, [OffsetRange("t", 0, 0, 5)])[0].outcome is Outcome.COMMITTED
+        replica.kill_9(pair.primary)
+        replica.promote(pair.replica, pair.admin_password)
+        check = sa.create_engine(pair.url(), pool_pre_ping=True)
+        assert offsets_of(check, db, "j") == {("t", 0): 0}  # the commit is gone with the old primary
+        with pytest.raises(OffsetsRolledBack) as info_:
+            commit_ranges(engine, db, run, [OffsetRange("t", 0, 5, 9)])  # planned from the old offsets
+        assert isinstance(info_.value, Transient)
+        assert (info_.value.expected, info_.value.found) == (5, 0)
+        # planning again from the table re-reads the lost range
+        assert commit_ranges(engine, db, run, [OffsetRange("t", 0, 0, 9)])[0].outcome is Outcome.COMMITTED
+        assert offsets_of(check, db, "j") == {("t", 0): 9}
+        check.dispose()
+    finally:
+        engine.dispose()

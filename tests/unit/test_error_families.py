@@ -35,6 +35,7 @@ def test_the_transient_family_is_what_planning_again_can_get_past() -> None:
         "ClaimBlocked",
         "CommitNotApplied",
         "KafkaReadError",
+        "OffsetsRolledBack",
         "ServiceUnavailable",
         "TopicChanged",
         "TopicMissing",

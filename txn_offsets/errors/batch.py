@@ -20,6 +20,7 @@ __all__ = [
     "Fenced",
     "KafkaReadError",
     "OffsetConflict",
+    "OffsetsRolledBack",
     "RecordRejected",
     "RecordsNotConsumed",
     "StreamDiverged",
@@ -73,6 +74,29 @@ class OffsetConflict(TxnOffsetsError):
             f"offset conflict for job {job!r} {topic}[{partition}]: expected offset {expected}, "
             f"found {where}. Another run or a manual reset moved it; restart the job so it plans "
             f"from the stored offsets."
+        )
+
+
+class OffsetsRolledBack(Transient):
+    """The stored offset is BEHIND the range's start at the run's own generation: the database lost
+    its last commits under the running run (a failover to an asynchronous replica, a restore), the
+    results with them. Resets bump the generation and refuse while a run is live, so nothing else
+    moves an offset back. Nothing of the range was committed; planning again from the stored
+    offsets reads the lost records from Kafka again."""
+
+    outcome = "rolled_back"
+
+    def __init__(self, job: str, topic: str, partition: int, expected: int, found: int) -> None:
+        self.job = job
+        self.topic = topic
+        self.partition = partition
+        self.expected = expected
+        self.found = found
+        super().__init__(
+            f"the stored offset of job {job!r} {topic}[{partition}] went back from {expected} to {found} "
+            f"under the running run: the database lost its last commits (a failover to an asynchronous "
+            f"replica, a restore?). Nothing of the range was committed; the next plan starts again from "
+            f"the stored offsets."
         )
 
 

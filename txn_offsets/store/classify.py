@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 
-from txn_offsets.errors import Fenced, OffsetConflict, TopicChanged, UnknownJob
+from txn_offsets.errors import Fenced, OffsetConflict, OffsetsRolledBack, TopicChanged, UnknownJob
 from txn_offsets.ranges import OffsetRange, TopicPartition
 
 __all__ = ["ClaimResult", "Settled", "classify_claim", "classify_reread"]
@@ -49,7 +49,8 @@ def classify_claim(
     A newer generation wins over everything (this run must stop); then a row of another topic
     incarnation than the range was planned from is TopicChanged (transient: plan again); then
     ``off == until`` means this exact range was committed before (a retry, a speculative copy);
-    anything else is a conflict that must not be retried into success.
+    ``off < start`` means the database lost commits under this run (OffsetsRolledBack, transient:
+    plan again); anything else is a conflict that must not be retried into success.
     """
     if found_generation is None:
         raise UnknownJob(job)
@@ -59,6 +60,8 @@ def classify_claim(
         raise TopicChanged(rng.topic, rng.topic_id, found_topic_id, in_store=True)
     if found_off == rng.until:
         return ClaimResult.ALREADY_COMMITTED
+    if found_off is not None and found_off < rng.start:
+        raise OffsetsRolledBack(job, rng.topic, rng.partition, rng.start, found_off)
     raise OffsetConflict(job, rng.topic, rng.partition, rng.start, found_off)
 
 
@@ -95,5 +98,8 @@ def classify_reread(
     if all(found.get(r.key) == r.start for r in ranges):
         return Settled.AT_START
     odd = [r for r in ranges if found.get(r.key) not in (r.start, r.until)]
+    behind = next((r for r in odd if (off := found.get(r.key)) is not None and off < r.start), None)
+    if behind is not None:  # the database lost commits under this run: plan again
+        raise OffsetsRolledBack(job, behind.topic, behind.partition, behind.start, found[behind.key] or 0)
     worst = odd[0] if odd else next(r for r in ranges if found.get(r.key) != r.start)
     raise OffsetConflict(job, worst.topic, worst.partition, worst.start, found.get(worst.key))
