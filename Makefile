@@ -65,7 +65,7 @@ lint: install
 # and over TLS + SASL_SSL (tests/integration/test_tls_sasl.py): TLS=1
 test: install lint
 	$(MAKE) stack-up POOLER=pgbouncer TLS=1
-	$(WITH_ENV) $(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
+	$(WITH_ENV) $(BIN)/pytest -m "not slow" --durations=40 $(PYTEST_ARGS)
 
 test-unit: install
 	$(BIN)/pytest -m unit $(PYTEST_ARGS)
