@@ -17,8 +17,12 @@ logger = logging.getLogger(__name__)
 # F12-F14 came last: run after the others, they leave the seeded names and choices (topic names,
 # fault decisions, kill points) of F1-F11 what they were, so the figures in docs/reliability.md
 # stay reproducible
-SMOKE = ("F11", "F2", "F5", "F3", "F1", "F12", "F12b", "F13")
-FULL = ("F11", "F9", "F7", "F10", "F2", "F5", "F6", "F8", "F3", "F4", "F1", "F14", "F12", "F12b", "F13")
+# F15-F17 (a PostgreSQL failover, each on a primary+replica pair of its own) after those, likewise
+SMOKE = ("F11", "F2", "F5", "F3", "F1", "F12", "F12b", "F13", "F15", "F16")
+FULL = (
+    *("F11", "F9", "F7", "F10", "F2", "F5", "F6", "F8", "F3", "F4", "F1", "F14", "F12", "F12b", "F13"),
+    *("F15", "F16", "F17"),
+)
 
 # share of the message budget per scenario; F1 (the driver kills) gets what is left
 _SHARE = {
@@ -36,8 +40,21 @@ _SHARE = {
     "F12b": 0.01,
     "F13": 0.03,
     "F14": 0.005,
+    "F15": 0.01,
+    "F16": 0.01,
+    "F17": 0.01,
 }
-_SMOKE_SHARE = {"F2": 0.18, "F3": 0.13, "F5": 0.09, "F11": 0.01, "F12": 0.03, "F12b": 0.03, "F13": 0.04}
+_SMOKE_SHARE = {
+    "F2": 0.18,
+    "F3": 0.13,
+    "F5": 0.09,
+    "F11": 0.01,
+    "F12": 0.03,
+    "F12b": 0.03,
+    "F13": 0.04,
+    "F15": 0.03,
+    "F16": 0.03,
+}
 
 
 def budget(names: Sequence[str], messages: int) -> dict[str, int]:

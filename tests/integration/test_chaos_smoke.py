@@ -1,6 +1,7 @@
 """The chaos smoke subset inside `make test`: F1 x5, F2, F3, F5, F11, F12 (topic re-created, a few
-thousand messages), F12b (re-created while a batch is in flight) and F13 (a frozen claim holder)
-over >= 100,000 messages, with the real job in
+thousand messages), F12b (re-created while a batch is in flight), F13 (a frozen claim holder), F15
+(primary killed -9, replica promoted) and F16 (planned switchover) over >= 100,000 messages, with
+the real job in
 its own processes; it passes only if nothing was lost or duplicated and every invariant held
 (``make chaos`` runs the full suite)."""
 
@@ -60,6 +61,12 @@ def test_chaos_smoke(services: Services, tmp_path: Path) -> None:
     assert by_name["F12b"].faults == 2, details
     assert by_name["F12b"].messages < 10_000, details
     assert by_name["F13"].faults >= 1, details  # at least one worker stopped holding its claim
+    # a PostgreSQL failover on a primary+replica pair of the scenario's own, a few thousand messages
+    for name in ("F15", "F16"):
+        assert by_name[name].faults == 1, details
+        assert by_name[name].messages < 10_000, details
+        recovery = "recovery (fault -> first commit on the new primary)"
+        assert any(n.startswith(recovery) for n in by_name[name].notes), details
 
 
 def test_missing_offsets_table_is_schema_missing(database_url: str, kafka_bootstrap: str) -> None:
