@@ -15,6 +15,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +27,7 @@ import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings, Secret
 from txn_offsets.devstack import Stack, postgres, replica
-from txn_offsets.errors import OffsetsRolledBack, Transient
+from txn_offsets.errors import CommitNotApplied, OffsetsRolledBack, Transient
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.store import migrate
 from txn_offsets.store.database import engine_for
@@ -177,3 +179,57 @@ def test_commits_lost_in_a_failover_are_planned_again_not_a_conflict(pair: repli
         check.dispose()
     finally:
         engine.dispose()
+
+
+def test_commit_in_flight_during_failover_is_resolved_on_the_new_primary(pair: replica.Pair) -> None:
+    """The primary dies inside a COMMIT (frozen there, the replica promoted, then killed): the
+    client's connection drops during COMMIT and the guard's re-read, a fresh connection through the
+    multi-host URL, reads the NEW primary: the commit did not happen there, CommitNotApplied."""
+    db = DatabaseSettings(Secret(pair.url()), schema="s_inflight")
+    migrate.upgrade(db)
+    engine = engine_for(db, pool_size=1, max_overflow=0)
+    try:
+        run = start_run(engine, db, "j")
+        seed(engine, db, "j", {("t", 0): 0})
+        with engine.begin() as conn:  # every COMMIT of a write sleeps 3 s in a deferred trigger
+            conn.execute(sa.text('CREATE TABLE "s_inflight".w (id int)'))
+            conn.execute(sa.text(SLOW_COMMIT))
+        replica.wait_replayed(pair.primary, pair.replica, pair.admin_password)
+        info = postgres.admin_conninfo(pair.primary, pair.admin_password, postgres.APP_DB)
+
+        def fail_over_during_commit() -> None:
+            deadline = time.monotonic() + 20
+            with psycopg.connect(**info, autocommit=True) as c:  # type: ignore[arg-type]
+                while not c.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE state = 'active' AND query = 'COMMIT'"
+                ).fetchall():
+                    assert time.monotonic() < deadline, "no COMMIT in flight"
+                    time.sleep(0.01)
+            postmaster = postgres._postmaster_pid(pair.primary)
+            assert postmaster is not None
+            for pid in (postmaster, *replica._children(postmaster)):
+                os.kill(pid, signal.SIGSTOP)  # frozen inside the COMMIT: no answer, no commit
+            replica.promote(pair.replica, pair.admin_password)
+            replica.kill_9(pair.primary)
+
+        helper = threading.Thread(target=fail_over_during_commit)
+        helper.start()
+        with pytest.raises(CommitNotApplied, match="connection lost during COMMIT"):
+            commit_ranges(
+                engine, db, run, [OffsetRange("t", 0, 0, 5)],
+                lambda conn: conn.execute(sa.text('INSERT INTO "s_inflight".w VALUES (1)')),
+            )  # fmt: skip
+        helper.join(timeout=30)
+        assert _port(engine) == pair.replica.port  # the re-read (and everything since) is the new primary
+        assert offsets_of(engine, db, "j") == {("t", 0): 0}
+        assert commit_ranges(engine, db, run, [OffsetRange("t", 0, 0, 5)])[0].outcome is Outcome.COMMITTED
+    finally:
+        engine.dispose()
+
+
+SLOW_COMMIT = """
+CREATE FUNCTION "s_inflight".slow() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM pg_sleep(3); RETURN NULL; END $$;
+CREATE CONSTRAINT TRIGGER slow AFTER INSERT ON "s_inflight".w
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "s_inflight".slow();
+"""
