@@ -127,6 +127,9 @@ class DatabaseSettings:
         server or network path is noticed after about idle + interval * count seconds.
     ``tcp_user_timeout_s`` (60)
         libpq ``tcp_user_timeout``: data left unacknowledged this long closes the connection.
+    ``lineage_retention_days`` (30)
+        how long the lineage of each commit (table ``commits``) is kept: the planner deletes a
+        job's older rows (> 0, days; :mod:`txn_offsets.store.lineage`).
 
     The three PostgreSQL timeouts travel in the libpq ``options`` startup parameter, so the server
     applies them when the session starts (no extra round trip). ``options`` given in the URL's
@@ -148,6 +151,7 @@ class DatabaseSettings:
     tcp_keepalives_interval_s: int = 10
     tcp_keepalives_count: int = 3
     tcp_user_timeout_s: float = 60.0
+    lineage_retention_days: float = 30.0
 
     # each default below is the class attribute of the same name above (a default is evaluated in
     # the class body, where those names are bound)
@@ -164,6 +168,7 @@ class DatabaseSettings:
         tcp_keepalives_interval_s: int = tcp_keepalives_interval_s,
         tcp_keepalives_count: int = tcp_keepalives_count,
         tcp_user_timeout_s: float = tcp_user_timeout_s,
+        lineage_retention_days: float = lineage_retention_days,
     ):
         object.__setattr__(self, "url", _parse_database_url(url))
         object.__setattr__(self, "schema", validate_identifier(schema, "schema"))
@@ -196,6 +201,16 @@ class DatabaseSettings:
             ("tcp_keepalives_count", tcp_keepalives_count, "unanswered keepalives before giving up"),
         ):
             object.__setattr__(self, name, _count(name, count, what=what))
+        if (
+            isinstance(lineage_retention_days, bool)
+            or not isinstance(lineage_retention_days, int | float)
+            or not math.isfinite(lineage_retention_days)
+            or lineage_retention_days <= 0
+        ):
+            raise ConfigError(
+                "lineage_retention_days", f"must be > 0 days (e.g. 30), got {lineage_retention_days!r}"
+            )
+        object.__setattr__(self, "lineage_retention_days", lineage_retention_days)
 
     def __repr__(self) -> str:
         return (
@@ -206,7 +221,8 @@ class DatabaseSettings:
             f"tcp_keepalives_idle_s={self.tcp_keepalives_idle_s!r}, "
             f"tcp_keepalives_interval_s={self.tcp_keepalives_interval_s!r}, "
             f"tcp_keepalives_count={self.tcp_keepalives_count!r}, "
-            f"tcp_user_timeout_s={self.tcp_user_timeout_s!r})"
+            f"tcp_user_timeout_s={self.tcp_user_timeout_s!r}, "
+            f"lineage_retention_days={self.lineage_retention_days!r})"
         )
 
     @property

@@ -1,4 +1,4 @@
-"""``txn-offsets offsets``: show, reset, lag, import and history of a job's stored offsets.
+"""``txn-offsets offsets``: show, reset, lag, import, history and explain of a job's stored offsets.
 
 A thin layer over :mod:`txn_offsets.admin`: parse, call, print. ``offsets import`` has its own
 module (:mod:`txn_offsets.cli.imports`). A reset always shows its plan first
@@ -14,6 +14,7 @@ from dataclasses import asdict
 from datetime import datetime
 
 from txn_offsets.admin.lag import PartitionLag, offset_lag
+from txn_offsets.admin.lineage import explain, partition_history
 from txn_offsets.admin.reset import ResetTarget, apply_reset, plan_reset
 from txn_offsets.admin.views import audit_log, show_offsets
 from txn_offsets.cli import exits, imports, options, output
@@ -135,7 +136,56 @@ def _lag(args: argparse.Namespace) -> int:
     return 0
 
 
+def _timeline(args: argparse.Namespace) -> int:
+    """History of some partitions: their commits (the lineage) and audited moves, newest first."""
+    db = options.database(args)
+    with options.opened(db) as engine:
+        rows = partition_history(
+            engine, db, args.job, topic=args.topic, partition=args.partition, limit=args.limit
+        )
+    if args.format == "json":
+        output.emit_json([asdict(r) for r in rows])
+        return 0
+    output.table(
+        ["AT", "TOPIC", "PARTITION", "FROM", "UNTIL", "ACTION", "GEN", "BY", "BATCH", "DETAIL"],
+        [
+            (
+                r.at.isoformat(timespec="seconds"),
+                r.topic,
+                r.partition,
+                r.old,
+                r.new,
+                r.action,
+                r.generation,
+                r.actor,
+                r.batch,
+                r.reason
+                if r.action != "commit"
+                else None
+                if r.first_record_at is None or r.last_record_at is None
+                else f"records {r.first_record_at.isoformat(timespec='seconds')}"
+                f"..{r.last_record_at.isoformat(timespec='seconds')}",
+            )
+            for r in rows
+        ],
+    )
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    db = options.database(args)
+    with options.opened(db) as engine:
+        answer = explain(engine, db, args.job, topic=args.topic, partition=args.partition, offset=args.offset)
+    if args.format == "json":
+        output.emit_json(asdict(answer))
+    else:
+        print(answer.message())
+    return 0
+
+
 def _history(args: argparse.Namespace) -> int:
+    if args.topic is not None or args.partition is not None:
+        return _timeline(args)
     db = options.database(args)
     with options.opened(db) as engine:
         rows = audit_log(engine, db, args.job, limit=args.limit)
@@ -218,10 +268,30 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     imports.register(offsets, common)
 
-    history = offsets.add_parser("history", parents=[common], help="the audit log of a job, newest first")
+    history = offsets.add_parser(
+        "history",
+        parents=[common],
+        help="the audit log of a job, newest first; with --topic/--partition: their commits too",
+    )
     history.add_argument("--job", required=True)
+    history.add_argument("--topic", help="this topic's commits (lineage) and audited moves")
+    history.add_argument(
+        "--partition",
+        type=options.integer(0, options.INT_MAX),
+        help="this partition's commits (lineage) and audited moves",
+    )
     history.add_argument(
         "--limit", type=options.integer(1, 1_000_000), default=50, help="the newest N rows (default: 50)"
     )
     options.add_format(history)
     history.set_defaults(handler=_history)
+
+    why = offsets.add_parser(
+        "explain", parents=[common], help="which run and batch committed a record, or why none did"
+    )
+    why.add_argument("--job", required=True)
+    why.add_argument("--topic", required=True)
+    why.add_argument("--partition", required=True, type=options.integer(0, options.INT_MAX))
+    why.add_argument("--offset", required=True, type=options.integer(0), metavar="N")
+    options.add_format(why)
+    why.set_defaults(handler=_explain)

@@ -5,7 +5,7 @@ are built per schema name by :func:`tables_for` (cached: one set of Table object
 alembic environment uses :func:`metadata_for` as ``target_metadata`` and ``alembic check`` compares
 it with the migrations, so a change here without a migration is caught as drift.
 
-Seven tables:
+Eight tables:
 
 * ``offsets``: the next offset to read per (job, topic, partition), and the Kafka topic id it belongs
   to. It moves only by the guarded claim of a batch (``off = :from``), or by an audited action.
@@ -26,6 +26,10 @@ Seven tables:
 * ``job_owners``: which database role owns a job (written by the admin, ``db grants --job``).
   Row-level security on the six tables above ties a job's rows to its owner
   (:mod:`txn_offsets.store.roles`, migration 0006); run roles get no grant on this table.
+* ``commits``: the lineage, one row per range a guarded claim committed (from, until, the run's
+  generation and id, the batch number and the first and last record timestamp when known),
+  written in the claim's transaction (:mod:`txn_offsets.store.lineage`, migration 0008); pruned
+  by age (``DatabaseSettings.lineage_retention_days``). Row-level security like the others.
 """
 
 from __future__ import annotations
@@ -93,6 +97,7 @@ class Tables:
     stats: sa.Table
     stream_plans: sa.Table
     owners: sa.Table
+    commits: sa.Table
 
 
 @functools.cache
@@ -209,7 +214,28 @@ def tables_for(schema: str = DEFAULT_SCHEMA) -> Tables:
         sa.CheckConstraint("role <> ''", name="role_nonempty"),
         sa.Index("ix_job_owners_role", "role"),
     )
-    return Tables(md, jobs, offsets, audit, dead_letters, stats, stream_plans, owners)
+    commits = sa.Table(
+        "commits",
+        md,
+        sa.Column("id", sa.BigInteger, sa.Identity(always=True), primary_key=True),
+        sa.Column("job", sa.Text, nullable=False),
+        sa.Column("topic", sa.Text, nullable=False),
+        sa.Column("part", sa.Integer, nullable=False),
+        sa.Column("from_off", sa.BigInteger, nullable=False),
+        sa.Column("until_off", sa.BigInteger, nullable=False),
+        sa.Column("generation", sa.BigInteger, nullable=False),
+        sa.Column("run_id", sa.Text, nullable=False),
+        # the runner's batch number within the run (the stream sink: Spark's batch id); NULL: unknown
+        sa.Column("batch", sa.BigInteger, nullable=True),
+        # the range's first and last record timestamps (PartitionWriter); NULL: unknown or none
+        sa.Column("first_record_at", _TS, nullable=True),
+        sa.Column("last_record_at", _TS, nullable=True),
+        sa.Column("committed_at", _TS, nullable=False, server_default=sa.func.now()),
+        sa.CheckConstraint("from_off >= 0 AND until_off >= from_off", name="range_valid"),
+        sa.Index("ix_commits_job_topic_part_until_off", "job", "topic", "part", "until_off"),
+        sa.Index("ix_commits_job_committed_at", "job", "committed_at"),
+    )
+    return Tables(md, jobs, offsets, audit, dead_letters, stats, stream_plans, owners, commits)
 
 
 def metadata_for(schema: str = DEFAULT_SCHEMA) -> sa.MetaData:
@@ -218,9 +244,10 @@ def metadata_for(schema: str = DEFAULT_SCHEMA) -> sa.MetaData:
 
 
 def run_role_grants(schema: str, role: str) -> list[str]:
-    """The GRANTs a job's run role needs: read and move rows, never DDL and never DELETE.
+    """The GRANTs a job's run role needs: read and move rows, never DDL, DELETE only of old lineage.
 
     Row locks (``FOR UPDATE`` / ``FOR KEY SHARE``) need UPDATE; the audit table is append-only.
+    The one DELETE is on ``commits``, the lineage: the planner prunes the job's old rows.
     Both names are validated identifiers, so quoting them is enough to make the SQL safe.
     """
     s = f'"{validate_identifier(schema, "schema")}"'
@@ -232,5 +259,6 @@ def run_role_grants(schema: str, role: str) -> list[str]:
         f"GRANT SELECT, INSERT ON {s}.dead_letters TO {r}",
         f"GRANT SELECT, INSERT, UPDATE ON {s}.job_stats TO {r}",
         f"GRANT SELECT, INSERT, UPDATE ON {s}.stream_plans TO {r}",
+        f"GRANT SELECT, INSERT, DELETE ON {s}.commits TO {r}",
         f"GRANT SELECT ON {s}.alembic_version TO {r}",
     ]

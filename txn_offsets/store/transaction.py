@@ -35,6 +35,7 @@ from txn_offsets.errors import (
     WriteFailed,
 )
 from txn_offsets.ranges import OffsetRange
+from txn_offsets.store import lineage as lineage_rows
 from txn_offsets.store import offset_rows
 from txn_offsets.store.database import (
     is_connection_lost,
@@ -110,8 +111,12 @@ def commit_ranges(
     isolation_level: str = "READ COMMITTED",
     max_attempts: int = 3,
     guard: bool = True,
+    lineage: lineage_rows.Lineage | None = None,
 ) -> list[RangeOutcome]:
     """Claim `ranges`, run `write(conn)` in the same transaction, commit; outcomes in range order.
+
+    Once every claim succeeded, one ``commits`` row per range is inserted in the same transaction
+    (the lineage; `lineage` adds the batch number and record timestamps when the caller knows them).
 
     ``guard=False`` is for benchmarks only: the same transaction without the claim, so nothing
     protects or records the ranges (at-least-once). It measures what the guard costs.
@@ -126,7 +131,14 @@ def commit_ranges(
     for attempt in range(1, max_attempts + 1):
         try:
             outcome = _attempt(
-                engine, db, run, ordered, write=write, isolation_level=isolation_level, guard=guard
+                engine,
+                db,
+                run,
+                ordered,
+                write=write,
+                isolation_level=isolation_level,
+                guard=guard,
+                lineage=lineage,
             )
         except _Retry as exc:
             if attempt == max_attempts:
@@ -146,6 +158,7 @@ def _attempt(
     write: TransactionWrite | None,
     isolation_level: str,
     guard: bool = True,
+    lineage: lineage_rows.Lineage | None = None,
 ) -> Outcome:
     with translate_errors(db):
         conn = engine.connect().execution_options(isolation_level=isolation_level)
@@ -164,6 +177,9 @@ def _attempt(
                 # part of this batch was committed by a different batch: never half-apply it
                 done = ordered[results.index(offset_rows.ClaimResult.ALREADY_COMMITTED)]
                 raise OffsetConflict(run.job, done.topic, done.partition, done.start, done.until)
+            if guard:
+                with translate_errors(db):  # every claim succeeded: their lineage, one statement
+                    lineage_rows.record(conn, db, run, ordered, lineage)
             if write is not None:
                 stage = "write"
                 write(conn)

@@ -200,6 +200,7 @@ def test_unowned_jobs_stay_with_the_old_shared_run_role(
         ).all()
     assert dict(privs) == {
         "alembic_version": "SELECT",
+        "commits": "DELETE,INSERT,SELECT",
         "dead_letters": "INSERT,SELECT",
         "job_stats": "INSERT,SELECT,UPDATE",
         "jobs": "INSERT,SELECT,UPDATE",
@@ -207,7 +208,7 @@ def test_unowned_jobs_stay_with_the_old_shared_run_role(
         "offsets": "INSERT,SELECT,UPDATE",
         "stream_plans": "INSERT,SELECT,UPDATE",
     }
-    assert len(run_role_grants(s, legacy.role)) == 7
+    assert len(run_role_grants(s, legacy.role)) == 8
 
 
 def test_grants_print_the_owner_row_and_result_tables(

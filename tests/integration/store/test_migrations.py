@@ -34,6 +34,7 @@ def test_upgrade_downgrade_upgrade(engine: sa.Engine, db: DatabaseSettings) -> N
         "job_stats",
         "stream_plans",
         "job_owners",
+        "commits",
         "alembic_version",
     }
     migrate.check(db)
@@ -51,6 +52,7 @@ def test_upgrade_downgrade_upgrade(engine: sa.Engine, db: DatabaseSettings) -> N
         "job_stats",
         "stream_plans",
         "job_owners",
+        "commits",
         "alembic_version",
     }
     migrate.check(db)
