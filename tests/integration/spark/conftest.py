@@ -1,15 +1,18 @@
-"""Shared helpers for the Spark job tests: a migrated offsets schema and a producer of keyed data."""
+"""Shared helpers for the Spark job tests: a migrated offsets schema, a producer of keyed data and
+a runner of this test's job (`run_test_job`)."""
 
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from confluent_kafka import Producer
 
 from tests.kafka_ends import settled_ends
+from txn_offsets import JobSummary, StartPolicy, run_job
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.store import migrate
 
@@ -63,5 +66,31 @@ def produce(kafka_bootstrap: str) -> Produce:
         assert producer.flush(60) == 0
         settled_ends(kafka_bootstrap, topic, partitions)
         return expected
+
+    return run
+
+
+RunTestJob = Callable[..., JobSummary]
+
+
+@pytest.fixture
+def run_test_job(spark: Any, kafka: KafkaSettings, db: DatabaseSettings, job_name: str) -> RunTestJob:
+    """run_test_job(writer, topics=(), *, session=None, **overrides) -> run_job's summary.
+
+    Runs this test's job (`job_name`, `db`, `kafka`) on the shared local `spark` session from the
+    earliest offsets until caught up. Every run_job keyword overrides a default: job=, database=,
+    start=None (no start policy: a restart, or offsets imported), until_caught_up=False, limits=...;
+    session= runs on another Spark session (e.g. `connect_spark`)."""
+
+    def run(writer: Any, topics: Sequence[str] = (), *, session: Any = None, **overrides: Any) -> JobSummary:
+        options: dict[str, Any] = {
+            "job": job_name,
+            "kafka": kafka,
+            "database": db,
+            "start": StartPolicy.earliest(),
+            "until_caught_up": True,
+            **overrides,
+        }
+        return run_job(spark if session is None else session, writer=writer, topics=topics, **options)
 
     return run

@@ -14,7 +14,7 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from tests.fix_services import TopicFactory
-from tests.integration.spark.conftest import Produce
+from tests.integration.spark.conftest import Produce, RunTestJob
 from tests.integration.spark.test_counting_job import counting_writer, key_of, stored_offsets, totals
 from tests.kafka_ends import settled_ends
 from txn_offsets.config import DatabaseSettings, KafkaSettings
@@ -23,24 +23,18 @@ from txn_offsets.kafka.reader import Record
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.spark.runner import run_job
 from txn_offsets.spark.tasks import ReadOptions
 from txn_offsets.spark.writers import PartitionWriter
 
 
-def ends_of(kafka: KafkaSettings, topic: str, partitions: int) -> dict[tuple[str, int], int]:
-    """The read_committed ends once they include everything produced (tests.kafka_ends)."""
-    return settled_ends(kafka, topic, partitions)
-
-
 def test_aborted_transactions_and_marker_only_ranges(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
     counts_table: str,
     topic_factory: TopicFactory,
     job_name: str,
+    run_test_job: RunTestJob,
 ) -> None:
     topic = topic_factory(partitions=4)
     producer = Producer(
@@ -62,20 +56,12 @@ def test_aborted_transactions_and_marker_only_ranges(
         else:
             producer.commit_transaction(30)
     settled_ends(kafka, topic, 4)
-    summary = run_job(
-        spark,
-        job=job_name,
-        kafka=kafka,
-        database=db,
-        writer=counting_writer(counts_table),
-        topics=[topic],
-        start=StartPolicy.earliest(),
-        limits=Limits(max_records_per_partition=97),
-        until_caught_up=True,
+    summary = run_test_job(
+        counting_writer(counts_table), [topic], limits=Limits(max_records_per_partition=97)
     )
     assert totals(engine, counts_table) == dict(expected)
     assert summary.records == sum(expected.values())
-    assert stored_offsets(engine, db, job_name) == ends_of(kafka, topic, 4)
+    assert stored_offsets(engine, db, job_name) == settled_ends(kafka, topic, 4)
     # then only an aborted transaction arrives: the next range holds nothing but an aborted record
     # and its marker, and must still commit and advance the offset
     producer.begin_transaction()
@@ -84,29 +70,21 @@ def test_aborted_transactions_and_marker_only_ranges(
     producer.abort_transaction(30)
     # the planner must see the abort marker, or it plans nothing (the LSO still at the aborted record)
     settled_ends(kafka, topic, 4)
-    tail = run_job(
-        spark,
-        job=job_name,
-        kafka=kafka,
-        database=db,
-        writer=counting_writer(counts_table),
-        topics=[topic],
-        until_caught_up=True,
-    )
+    tail = run_test_job(counting_writer(counts_table), [topic], start=None)
     assert (tail.batches, tail.records) == (1, 0)
     assert [(r.range.span, r.outcome) for r in tail.outcomes] == [(2, "committed")]
-    assert stored_offsets(engine, db, job_name) == ends_of(kafka, topic, 4)
+    assert stored_offsets(engine, db, job_name) == settled_ends(kafka, topic, 4)
     assert totals(engine, counts_table) == dict(expected)
 
 
 def test_compacted_topic_counts_what_is_left(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
     counts_table: str,
     topic_factory: TopicFactory,
     job_name: str,
+    run_test_job: RunTestJob,
 ) -> None:
     import time
 
@@ -134,32 +112,22 @@ def test_compacted_topic_counts_what_is_left(
         time.sleep(2)
         previous, oracle = oracle, _oracle_from_kafka(kafka, topic, 2)
     assert sum(oracle.values()) < 90, "the cleaner never compacted the topic"
-    run_job(
-        spark,
-        job=job_name,
-        kafka=kafka,
-        database=db,
-        writer=counting_writer(counts_table),
-        topics=[topic],
-        start=StartPolicy.earliest(),
-        until_caught_up=True,
-    )
+    run_test_job(counting_writer(counts_table), [topic])
     assert totals(engine, counts_table) == dict(oracle)
-    assert stored_offsets(engine, db, job_name) == ends_of(kafka, topic, 2)
+    assert stored_offsets(engine, db, job_name) == settled_ends(kafka, topic, 2)
 
 
 def _oracle_from_kafka(kafka: KafkaSettings, topic: str, partitions: int) -> collections.Counter[str]:
     from txn_offsets.kafka.reader import read_range
 
     out: collections.Counter[str] = collections.Counter()
-    for (t, p), end in ends_of(kafka, topic, partitions).items():
+    for (t, p), end in settled_ends(kafka, topic, partitions).items():
         for rec in read_range(kafka, OffsetRange(t, p, 0, end)):
             out[key_of(rec)] += 1
     return out
 
 
 def test_partitions_added_mid_run_start_at_zero(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
@@ -167,36 +135,20 @@ def test_partitions_added_mid_run_start_at_zero(
     topic_factory: TopicFactory,
     produce: Produce,
     job_name: str,
+    run_test_job: RunTestJob,
 ) -> None:
     topic = topic_factory(partitions=2)
     expected = produce(topic, 2_000, 2)
     # start=latest for the first run: only what arrives later is counted
-    run_job(
-        spark,
-        job=job_name,
-        kafka=kafka,
-        database=db,
-        writer=counting_writer(counts_table),
-        topics=[topic],
-        start=StartPolicy.latest(),
-        until_caught_up=True,
-    )
+    run_test_job(counting_writer(counts_table), [topic], start=StartPolicy.latest())
     assert totals(engine, counts_table) == {}
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
     admin.create_partitions([NewPartitions(topic, 4)])[topic].result(30)
     expected = produce(topic, 4_000, 4, start=10_000)
-    run_job(
-        spark,
-        job=job_name,
-        kafka=kafka,
-        database=db,
-        writer=counting_writer(counts_table),
-        topics=[topic],
-        until_caught_up=True,
-    )
+    run_test_job(counting_writer(counts_table), [topic], start=None)
     assert totals(engine, counts_table) == dict(expected)  # new partitions read from offset 0
     stored = stored_offsets(engine, db, job_name)
-    assert stored == ends_of(kafka, topic, 4)
+    assert stored == settled_ends(kafka, topic, 4)
     with engine.connect() as conn:
         seeds = conn.execute(
             sa.text(
@@ -209,7 +161,6 @@ def test_partitions_added_mid_run_start_at_zero(
 
 
 def test_deleted_records_fail_by_default_and_skip_when_asked(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
@@ -217,34 +168,18 @@ def test_deleted_records_fail_by_default_and_skip_when_asked(
     topic_factory: TopicFactory,
     produce: Produce,
     job_name: str,
+    run_test_job: RunTestJob,
 ) -> None:
     topic = topic_factory(partitions=1)
     produce(topic, 100, 1)
-    run_job(
-        spark,
-        job=job_name,
-        kafka=kafka,
-        database=db,
-        writer=counting_writer(counts_table),
-        topics=[topic],
-        start=StartPolicy.earliest(),
-        until_caught_up=True,
-    )
+    run_test_job(counting_writer(counts_table), [topic])
     before = totals(engine, counts_table)
     produce(topic, 100, 1, start=100)  # offsets 100..199, not yet processed
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
     for fut in admin.delete_records([TopicPartition(topic, 0, 150)]).values():
         fut.result(30)
     with pytest.raises(DataLoss) as info:
-        run_job(
-            spark,
-            job=job_name,
-            kafka=kafka,
-            database=db,
-            writer=counting_writer(counts_table),
-            topics=[topic],
-            until_caught_up=True,
-        )
+        run_test_job(counting_writer(counts_table), [topic], start=None)
     assert (info.value.topic, info.value.partition, info.value.stored, info.value.log_start) == (
         topic,
         0,
@@ -253,16 +188,7 @@ def test_deleted_records_fail_by_default_and_skip_when_asked(
     )
     assert totals(engine, counts_table) == before  # nothing changed
     assert stored_offsets(engine, db, job_name) == {(topic, 0): 100}
-    summary = run_job(
-        spark,
-        job=job_name,
-        kafka=kafka,
-        database=db,
-        writer=counting_writer(counts_table),
-        topics=[topic],
-        until_caught_up=True,
-        on_data_loss="skip",
-    )
+    summary = run_test_job(counting_writer(counts_table), [topic], start=None, on_data_loss="skip")
     assert summary.records == 50
     assert sum(totals(engine, counts_table).values()) == 150
     with engine.connect() as conn:
@@ -292,7 +218,6 @@ def fail_first_attempt(rng: OffsetRange, outcome: str) -> None:
 
 
 def test_task_failing_after_commit_is_retried_into_already_committed(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
@@ -300,6 +225,7 @@ def test_task_failing_after_commit_is_retried_into_already_committed(
     topic_factory: TopicFactory,
     produce: Produce,
     job_name: str,
+    run_test_job: RunTestJob,
 ) -> None:
     topic = topic_factory(partitions=4)
     expected = produce(topic, 4_000, 4)
@@ -307,26 +233,19 @@ def test_task_failing_after_commit_is_retried_into_already_committed(
     writer = PartitionWriter(
         write=base.write, decode=base.decode, aggregate=base.aggregate, after_commit=fail_first_attempt
     )
-    summary = run_job(
-        spark,
-        job=job_name,
-        kafka=kafka,
-        database=db,
-        writer=writer,
-        topics=[topic],
-        start=StartPolicy.earliest(),
-        until_caught_up=True,
+    summary = run_test_job(
+        writer,
+        [topic],
         read=ReadOptions(max_tasks=4),  # one range per task: each is committed, then retried
     )
     assert totals(engine, counts_table) == dict(expected)  # counted once despite the retries
     assert summary.already_committed == 4
     assert summary.committed == 0
     assert {r.outcome for r in summary.outcomes} == {"already_committed"}
-    assert stored_offsets(engine, db, job_name) == ends_of(kafka, topic, 4)
+    assert stored_offsets(engine, db, job_name) == settled_ends(kafka, topic, 4)
 
 
 def test_poison_record_fails_the_batch_and_changes_nothing(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
@@ -334,27 +253,19 @@ def test_poison_record_fails_the_batch_and_changes_nothing(
     topic_factory: TopicFactory,
     produce: Produce,
     job_name: str,
+    run_test_job: RunTestJob,
 ) -> None:
     topic = topic_factory(partitions=2)
     produce(topic, 1_000, 2)
     producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
     producer.produce(topic, key=None, value=b"poison", partition=1)
     producer.flush(30)
-    poison_offset = ends_of(kafka, topic, 2)[(topic, 1)] - 1
+    poison_offset = settled_ends(kafka, topic, 2)[(topic, 1)] - 1
 
     base = counting_writer(counts_table)
     writer = PartitionWriter(write=base.write, decode=strict_key, aggregate=base.aggregate)
     with pytest.raises(RecordRejected) as info:
-        run_job(
-            spark,
-            job=job_name,
-            kafka=kafka,
-            database=db,
-            writer=writer,
-            topics=[topic],
-            start=StartPolicy.earliest(),
-            until_caught_up=True,
-        )
+        run_test_job(writer, [topic])
     err = info.value
     assert (err.topic, err.partition, err.offset) == (topic, 1, poison_offset)
     # the exception type, never its message (decoder messages quote payloads); the full text is
@@ -367,7 +278,6 @@ def test_poison_record_fails_the_batch_and_changes_nothing(
 
 
 def test_dead_letter_mode_keeps_totals_plus_dead_letters_equal_to_produced(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
@@ -375,6 +285,7 @@ def test_dead_letter_mode_keeps_totals_plus_dead_letters_equal_to_produced(
     topic_factory: TopicFactory,
     produce: Produce,
     job_name: str,
+    run_test_job: RunTestJob,
 ) -> None:
     topic = topic_factory(partitions=2)
     produce(topic, 2_000, 2)
@@ -386,17 +297,7 @@ def test_dead_letter_mode_keeps_totals_plus_dead_letters_equal_to_produced(
 
     base = counting_writer(counts_table)
     writer = PartitionWriter(write=base.write, decode=strict_key, aggregate=base.aggregate, dead_letters=True)
-    summary = run_job(
-        spark,
-        job=job_name,
-        kafka=kafka,
-        database=db,
-        writer=writer,
-        topics=[topic],
-        start=StartPolicy.earliest(),
-        limits=Limits(max_records_per_partition=400),
-        until_caught_up=True,
-    )
+    summary = run_test_job(writer, [topic], limits=Limits(max_records_per_partition=400))
     with engine.connect() as conn:
         dead = conn.execute(
             sa.text(f'SELECT topic, part, off, value, error FROM "{db.schema}".dead_letters WHERE job = :j'),
@@ -405,7 +306,7 @@ def test_dead_letter_mode_keeps_totals_plus_dead_letters_equal_to_produced(
     assert sum(totals(engine, counts_table).values()) + len(dead) == 3_007 == summary.records
     assert sorted(row.value for row in dead) == [f"poison-{i}".encode() for i in range(7)]
     assert all("record has no key" in row.error for row in dead)
-    assert stored_offsets(engine, db, job_name) == ends_of(kafka, topic, 2)
+    assert stored_offsets(engine, db, job_name) == settled_ends(kafka, topic, 2)
 
 
 def flaky_write(counter: Path, fail_times: int, inner: Any) -> Any:
@@ -422,7 +323,6 @@ def flaky_write(counter: Path, fail_times: int, inner: Any) -> Any:
 
 
 def test_failed_batch_is_planned_again_and_counted_once(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
@@ -430,6 +330,7 @@ def test_failed_batch_is_planned_again_and_counted_once(
     topic_factory: TopicFactory,
     produce: Produce,
     job_name: str,
+    run_test_job: RunTestJob,
     tmp_path: Path,
 ) -> None:
     topic = topic_factory(partitions=2)
@@ -440,25 +341,13 @@ def test_failed_batch_is_planned_again_and_counted_once(
     writer = PartitionWriter(
         write=flaky_write(tmp_path / "calls", 8, base.write), decode=base.decode, aggregate=base.aggregate
     )
-    summary = run_job(
-        spark,
-        job=job_name,
-        kafka=kafka,
-        database=db,
-        writer=writer,
-        topics=[topic],
-        start=StartPolicy.earliest(),
-        until_caught_up=True,
-        retries=5,
-        retry_backoff_s=0.1,
-    )
+    summary = run_test_job(writer, [topic], retries=5, retry_backoff_s=0.1)
     assert totals(engine, counts_table) == dict(expected)
     assert summary.records == 2_000
-    assert stored_offsets(engine, db, job_name) == ends_of(kafka, topic, 2)
+    assert stored_offsets(engine, db, job_name) == settled_ends(kafka, topic, 2)
 
 
 def test_permanent_failure_stops_after_the_retries(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
@@ -466,6 +355,7 @@ def test_permanent_failure_stops_after_the_retries(
     topic_factory: TopicFactory,
     produce: Produce,
     job_name: str,
+    run_test_job: RunTestJob,
     tmp_path: Path,
 ) -> None:
     topic = topic_factory(partitions=1)
@@ -475,17 +365,6 @@ def test_permanent_failure_stops_after_the_retries(
         write=flaky_write(tmp_path / "calls", 10**6, base.write), decode=base.decode, aggregate=base.aggregate
     )
     with pytest.raises(BatchFailed, match="injected write failure"):
-        run_job(
-            spark,
-            job=job_name,
-            kafka=kafka,
-            database=db,
-            writer=writer,
-            topics=[topic],
-            start=StartPolicy.earliest(),
-            until_caught_up=True,
-            retries=1,
-            retry_backoff_s=0.1,
-        )
+        run_test_job(writer, [topic], retries=1, retry_backoff_s=0.1)
     assert totals(engine, counts_table) == {}
     assert stored_offsets(engine, db, job_name) == {(topic, 0): 0}

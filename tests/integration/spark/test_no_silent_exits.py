@@ -24,7 +24,7 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.fix_services import TopicFactory
-from tests.integration.spark.conftest import Produce
+from tests.integration.spark.conftest import Produce, RunTestJob
 from tests.integration.spark.test_counting_job import (
     count_keys,
     counting_writer,
@@ -33,7 +33,7 @@ from tests.integration.spark.test_counting_job import (
     stored_offsets,
     totals,
 )
-from tests.integration.spark.test_job_faults import ends_of
+from tests.kafka_ends import settled_ends
 from txn_offsets import (
     DataLoss,
     RecordRejected,
@@ -45,17 +45,10 @@ from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.kafka.reader import Record
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.spark.runner import run_job
 from txn_offsets.spark.writers import PartitionWriter
 from txn_offsets.store import offset_rows
 from txn_offsets.store.database import engine_for
 from txn_offsets.upserts import upsert_add
-
-
-def _run(spark: Any, db: DatabaseSettings, kafka: KafkaSettings, job: str, writer: Any, **kw: Any) -> Any:
-    options: dict[str, Any] = {"start": StartPolicy.earliest(), "until_caught_up": True, "retries": 0}
-    options.update(kw)
-    return run_job(spark, job=job, kafka=kafka, database=db, writer=writer, **options)
 
 
 def _audit(engine: sa.Engine, db: DatabaseSettings, job: str) -> list[tuple[str, int, int | None, int, str]]:
@@ -94,7 +87,6 @@ def _recreate(admin: AdminClient, topic: str, partitions: int, gone_s: float = 0
 # were skipped without a word.
 @pytest.mark.parametrize("second", [60, 600], ids=["shorter", "grown-past"])
 def test_recreated_topic_is_data_loss_then_an_audited_skip(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
@@ -103,11 +95,12 @@ def test_recreated_topic_is_data_loss_then_an_audited_skip(
     topic_factory: TopicFactory,
     produce: Produce,
     job_name: str,
+    run_test_job: RunTestJob,
     second: int,
 ) -> None:
     topic = topic_factory(partitions=2)
     first = produce(topic, 200, 2)
-    _run(spark, db, kafka, job_name, counting_writer(counts_table), topics=[topic])
+    run_test_job(counting_writer(counts_table), [topic], retries=0)
     assert stored_offsets(engine, db, job_name) == {(topic, 0): 100, (topic, 1): 100}
 
     _recreate(kafka_admin, topic, 2)
@@ -118,7 +111,7 @@ def test_recreated_topic_is_data_loss_then_an_audited_skip(
         _audit(engine, db, job_name),
     )
     with pytest.raises(DataLoss) as info:
-        _run(spark, db, kafka, job_name, counting_writer(counts_table), topics=[topic])
+        run_test_job(counting_writer(counts_table), [topic], retries=0)
     assert info.value.kind == "recreated"
     assert info.value.stored == 100 and info.value.log_start == 0
     # nothing changed: offsets, results, audit
@@ -128,12 +121,10 @@ def test_recreated_topic_is_data_loss_then_an_audited_skip(
         _audit(engine, db, job_name),
     ) == before
 
-    summary = _run(
-        spark, db, kafka, job_name, counting_writer(counts_table), on_data_loss="skip", topics=[topic]
-    )
+    summary = run_test_job(counting_writer(counts_table), [topic], retries=0, on_data_loss="skip")
     assert summary.records == second
     assert totals(engine, counts_table) == dict(first + again)
-    assert stored_offsets(engine, db, job_name) == ends_of(kafka, topic, 2)
+    assert stored_offsets(engine, db, job_name) == settled_ends(kafka, topic, 2)
     skips = [row for row in _audit(engine, db, job_name) if row[4] == "data_loss_skip"]
     assert sorted(skips) == [(topic, 0, 100, 0, "data_loss_skip"), (topic, 1, 100, 0, "data_loss_skip")]
 
@@ -143,7 +134,6 @@ def test_recreated_topic_is_data_loss_then_an_audited_skip(
 # although it was told to go on. Now a topic missing mid-run is a transient: planned again after
 # the backoff, the new topic id is data loss, skipped and audited, and the job goes on.
 def test_a_following_job_outlives_its_topic_deleted_and_created_again(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
@@ -152,6 +142,7 @@ def test_a_following_job_outlives_its_topic_deleted_and_created_again(
     topic_factory: TopicFactory,
     produce: Produce,
     job_name: str,
+    run_test_job: RunTestJob,
 ) -> None:
     topic = topic_factory(partitions=2)
     first = produce(topic, 200, 2)
@@ -160,13 +151,9 @@ def test_a_following_job_outlives_its_topic_deleted_and_created_again(
 
     def follow() -> None:
         try:
-            outcome["summary"] = _run(
-                spark,
-                db,
-                kafka,
-                job_name,
+            outcome["summary"] = run_test_job(
                 counting_writer(counts_table),
-                topics=[topic],
+                [topic],
                 on_data_loss="skip",
                 until_caught_up=False,  # following, until stopped
                 retries=3,  # run_job's default: what carries the job over the missing topic
@@ -196,7 +183,7 @@ def test_a_following_job_outlives_its_topic_deleted_and_created_again(
     assert "error" not in outcome, repr(outcome.get("error"))
     assert outcome["summary"].stopped_by == "signal"
     assert totals(engine, counts_table) == dict(first + again)
-    assert stored_offsets(engine, db, job_name) == ends_of(kafka, topic, 2)
+    assert stored_offsets(engine, db, job_name) == settled_ends(kafka, topic, 2)
     skips = [row for row in _audit(engine, db, job_name) if row[4] == "data_loss_skip"]
     assert sorted(skips) == [(topic, 0, 100, 0, "data_loss_skip"), (topic, 1, 100, 0, "data_loss_skip")]
 
@@ -204,7 +191,6 @@ def test_a_following_job_outlives_its_topic_deleted_and_created_again(
 # A stored offset above the end with no topic id to compare (a row stored before ids were kept, or
 # a log truncated under the same id) is data loss too. Before: an empty plan, "caught up".
 def test_stored_offset_above_the_end_is_data_loss(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
@@ -213,10 +199,11 @@ def test_stored_offset_above_the_end_is_data_loss(
     topic_factory: TopicFactory,
     produce: Produce,
     job_name: str,
+    run_test_job: RunTestJob,
 ) -> None:
     topic = topic_factory(partitions=1)
     produce(topic, 50, 1)
-    _run(spark, db, kafka, job_name, counting_writer(counts_table), topics=[topic])
+    run_test_job(counting_writer(counts_table), [topic], retries=0)
     with engine.begin() as conn:  # as if stored by a version that did not keep topic ids
         conn.execute(
             sa.text(f'UPDATE "{db.schema}".offsets SET topic_id = NULL WHERE job = :j'), {"j": job_name}
@@ -224,7 +211,7 @@ def test_stored_offset_above_the_end_is_data_loss(
     _recreate(kafka_admin, topic, 1)
     produce(topic, 20, 1)
     with pytest.raises(DataLoss) as info:
-        _run(spark, db, kafka, job_name, counting_writer(counts_table), topics=[topic])
+        run_test_job(counting_writer(counts_table), [topic], retries=0)
     assert (info.value.kind, info.value.stored, info.value.log_start) == ("truncated", 50, 20)
     assert stored_offsets(engine, db, job_name) == {(topic, 0): 50}
 
@@ -233,7 +220,6 @@ def test_stored_offset_above_the_end_is_data_loss(
 # Before: the records were drained after `aggregate` returned its generator, so `write` saw an
 # exhausted generator: the range committed, the offset moved, no result was written.
 def test_generator_aggregate_is_materialised_before_the_records_are_drained(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
@@ -241,6 +227,7 @@ def test_generator_aggregate_is_materialised_before_the_records_are_drained(
     topic_factory: TopicFactory,
     produce: Produce,
     job_name: str,
+    run_test_job: RunTestJob,
 ) -> None:
     topic = topic_factory(partitions=2)
     expected = produce(topic, 500, 2)
@@ -253,14 +240,13 @@ def test_generator_aggregate_is_materialised_before_the_records_are_drained(
         upsert_add(conn, target, [{"k": k, "n": n} for k, n in pairs], keys=["k"], add=["n"])
 
     writer = PartitionWriter(write=write, decode=key_of, aggregate=lazy_counts)
-    summary = _run(spark, db, kafka, job_name, writer, topics=[topic])
+    summary = run_test_job(writer, [topic], retries=0)
     assert summary.records == 500
     assert totals(engine, counts_table) == dict(expected)
 
 
 # Before: an aggregate that stopped reading early had the rest drained and committed unseen.
 def test_aggregate_that_leaves_records_unread_is_refused(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
@@ -268,6 +254,7 @@ def test_aggregate_that_leaves_records_unread_is_refused(
     topic_factory: TopicFactory,
     produce: Produce,
     job_name: str,
+    run_test_job: RunTestJob,
 ) -> None:
     topic = topic_factory(partitions=1)
     produce(topic, 100, 1)
@@ -278,7 +265,7 @@ def test_aggregate_that_leaves_records_unread_is_refused(
 
     writer = PartitionWriter(write=base.write, decode=key_of, aggregate=first_three)
     with pytest.raises(RecordsNotConsumed) as info:
-        _run(spark, db, kafka, job_name, writer, topics=[topic])
+        run_test_job(writer, [topic], retries=0)
     assert (info.value.topic, info.value.start, info.value.until) == (topic, 0, 100)
     assert stored_offsets(engine, db, job_name) == {(topic, 0): 0}
     assert totals(engine, counts_table) == {}
@@ -288,7 +275,6 @@ def test_aggregate_that_leaves_records_unread_is_refused(
 # Before: a topic found by a later plan was seeded at the start policy ("latest"), so the records
 # written to it before that plan were never read.
 def test_topic_matching_later_starts_at_its_log_start(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
@@ -296,32 +282,21 @@ def test_topic_matching_later_starts_at_its_log_start(
     topic_factory: TopicFactory,
     produce: Produce,
     job_name: str,
+    run_test_job: RunTestJob,
 ) -> None:
     prefix = f"pat{uuid.uuid4().hex[:8]}"
     early = topic_factory(partitions=1, prefix=prefix)
     produce(early, 10, 1)  # before the job's first plan: skipped by "latest", as asked
     pattern = f"{prefix}-.*"
-    first = _run(
-        spark,
-        db,
-        kafka,
-        job_name,
-        counting_writer(counts_table),
-        topic_pattern=pattern,
-        start=StartPolicy.latest(),
+    first = run_test_job(
+        counting_writer(counts_table), retries=0, topic_pattern=pattern, start=StartPolicy.latest()
     )
     assert first.records == 0
 
     late = topic_factory(partitions=2, prefix=prefix)
     expected = produce(late, 40, 2) + produce(early, 5, 1, start=500)
-    second = _run(
-        spark,
-        db,
-        kafka,
-        job_name,
-        counting_writer(counts_table),
-        topic_pattern=pattern,
-        start=StartPolicy.latest(),
+    second = run_test_job(
+        counting_writer(counts_table), retries=0, topic_pattern=pattern, start=StartPolicy.latest()
     )
     assert second.records == 45
     assert totals(engine, counts_table) == dict(expected)
@@ -333,7 +308,6 @@ def test_topic_matching_later_starts_at_its_log_start(
 # Before: COMMIT of the aborted transaction silently rolled back, the task reported "committed",
 # after_commit fired, and the same batch was planned again forever.
 def test_write_swallowing_a_database_error_fails_clearly_and_moves_nothing(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
@@ -341,6 +315,7 @@ def test_write_swallowing_a_database_error_fails_clearly_and_moves_nothing(
     topic_factory: TopicFactory,
     produce: Produce,
     job_name: str,
+    run_test_job: RunTestJob,
     tmp_path: Path,
 ) -> None:
     topic = topic_factory(partitions=2)
@@ -359,7 +334,7 @@ def test_write_swallowing_a_database_error_fails_clearly_and_moves_nothing(
 
     writer = PartitionWriter(write=swallowing, decode=key_of, aggregate=count_keys, after_commit=after_commit)
     with pytest.raises(TransactionAborted) as info:
-        _run(spark, db, kafka, job_name, writer, max_batches=3, topics=[topic])
+        run_test_job(writer, [topic], retries=0, max_batches=3)
     assert info.value.job == job_name and topic in info.value.ranges
     assert not fired.exists()
     assert stored_offsets(engine, db, job_name) == {(topic, 0): 0, (topic, 1): 0}
@@ -370,7 +345,6 @@ def test_write_swallowing_a_database_error_fails_clearly_and_moves_nothing(
 # Before: replaying a range with a dead letter (an audited reset) failed on the dead_letters primary
 # key in every attempt: the job could never get past it.
 def test_dead_letter_mode_survives_a_replay(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
@@ -378,6 +352,7 @@ def test_dead_letter_mode_survives_a_replay(
     topic_factory: TopicFactory,
     produce: Produce,
     job_name: str,
+    run_test_job: RunTestJob,
 ) -> None:
     topic = topic_factory(partitions=1)
     producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
@@ -393,10 +368,10 @@ def test_dead_letter_mode_survives_a_replay(
 
     base = counting_writer(counts_table)
     writer = PartitionWriter(write=base.write, decode=strict_key, aggregate=count_keys, dead_letters=True)
-    assert _run(spark, db, kafka, job_name, writer, topics=[topic]).records == 53
+    assert run_test_job(writer, [topic], retries=0).records == 53
     with engine.begin() as conn:
         offset_rows.reset_offsets(conn, db, job_name, {(topic, 0): 0}, reason="replay", actor="test")
-    assert _run(spark, db, kafka, job_name, writer, topics=[topic]).records == 53
+    assert run_test_job(writer, [topic], retries=0).records == 53
     assert totals(engine, counts_table) == {k: 2 * n for k, n in expected.items()}  # replayed, as asked
     with engine.connect() as conn:
         dead = conn.execute(
@@ -410,7 +385,6 @@ def test_dead_letter_mode_survives_a_replay(
 # Before: nothing on the database side timed out and nothing cancelled the batch: the frozen task held
 # its offset row and the batch waited forever while the lease was renewed.
 def test_sigstopped_task_holding_a_claim_fails_over(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
@@ -418,6 +392,7 @@ def test_sigstopped_task_holding_a_claim_fails_over(
     topic_factory: TopicFactory,
     produce: Produce,
     job_name: str,
+    run_test_job: RunTestJob,
     tmp_path: Path,
 ) -> None:
     topic = topic_factory(partitions=2)
@@ -440,16 +415,8 @@ def test_sigstopped_task_holding_a_claim_fails_over(
     writer = PartitionWriter(write=freeze_once, decode=key_of, aggregate=count_keys)
     t0 = time.monotonic()
     try:
-        summary = _run(
-            spark,
-            quick,
-            kafka,
-            job_name,
-            writer,
-            batch_timeout_s=15,
-            retries=3,
-            retry_backoff_s=0.5,
-            topics=[topic],
+        summary = run_test_job(
+            writer, [topic], database=quick, batch_timeout_s=15, retries=3, retry_backoff_s=0.5
         )
     finally:
         if marker.exists():  # never leave a stopped process behind, whatever happened
@@ -458,7 +425,7 @@ def test_sigstopped_task_holding_a_claim_fails_over(
     elapsed = time.monotonic() - t0
     assert marker.exists(), "the fault was not injected"
     assert totals(engine, counts_table) == dict(expected)  # lost=0 duplicated=0
-    assert stored_offsets(engine, db, job_name) == ends_of(kafka, topic, 2)
+    assert stored_offsets(engine, db, job_name) == settled_ends(kafka, topic, 2)
     assert summary.records >= 200
     assert elapsed < 150, f"took {elapsed:.0f}s: the frozen claim was not failed over in time"
 
@@ -470,12 +437,12 @@ PAYLOAD = "top-secret-payload-7f3a"
 # Before: the executor engine did not hide bound parameters and the DETAIL line of PostgreSQL's
 # error quoted the key: the record's value reached the exception, the log and Spark's task failure.
 def test_write_errors_and_rejections_never_show_the_payload(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
     topic_factory: TopicFactory,
     job_name: str,
+    run_test_job: RunTestJob,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     topic = topic_factory(partitions=1)
@@ -492,7 +459,7 @@ def test_write_errors_and_rejections_never_show_the_payload(
 
     writer = PartitionWriter(write=insert_twice, decode=key_of, aggregate=list)
     with pytest.raises(WriteFailed) as info:
-        _run(spark, db, kafka, job_name, writer, topics=[topic])
+        run_test_job(writer, [topic], retries=0)
     assert info.value.sqlstate == "23505" and "uniq_pkey" in str(info.value)
     assert PAYLOAD not in str(info.value) and PAYLOAD not in repr(info.value)
 
@@ -500,13 +467,8 @@ def test_write_errors_and_rejections_never_show_the_payload(
         return int(rec.value or b"")  # ValueError: invalid literal for int() ... b'top-secret...'
 
     with pytest.raises(RecordRejected) as rejected:
-        _run(
-            spark,
-            db,
-            kafka,
-            f"{job_name}-2",
-            PartitionWriter(write=insert_twice, decode=picky),
-            topics=[topic],
+        run_test_job(
+            PartitionWriter(write=insert_twice, decode=picky), [topic], job=f"{job_name}-2", retries=0
         )
     assert "ValueError" in str(rejected.value) and PAYLOAD not in str(rejected.value)
     assert PAYLOAD not in caplog.text

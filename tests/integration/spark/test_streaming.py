@@ -19,8 +19,8 @@ from tests.fix_services import TopicFactory
 from tests.integration.spark.conftest import Produce
 from tests.integration.spark.test_connect import produce_transactions
 from tests.integration.spark.test_counting_job import counts_table_of, stored_offsets, totals
-from tests.integration.spark.test_job_faults import ends_of
 from tests.integration.spark.test_no_silent_exits import _recreate
+from tests.kafka_ends import settled_ends
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError
 from txn_offsets.kafka.start import StartPolicy
@@ -62,7 +62,7 @@ def test_stream_is_exact_with_aborted_transactions_and_marker_only_ranges(
 ) -> None:
     topic = topic_factory(partitions=3)
     expected = produce_transactions(kafka, topic, 3)  # ends with a marker-only range on partition 0
-    ends = ends_of(kafka, topic, 3)
+    ends = settled_ends(kafka, topic, 3)
     with open_stream(
         any_spark,
         job=job_name,
@@ -122,7 +122,7 @@ def test_replayed_batch_is_a_no_op_and_a_zombie_query_is_fenced(
     zombie = open_stream(any_spark, start=StartPolicy.earliest(), **common)
     query = zombie.start(compute_df=key_counts, write=write, interval_s=0.5)
     try:
-        _wait_for(lambda: stored_offsets(engine, db, job_name) == ends_of(kafka, topic, 2))
+        _wait_for(lambda: stored_offsets(engine, db, job_name) == settled_ends(kafka, topic, 2))
         # Spark replaying the batch (a foreachBatch call for ranges already committed) writes nothing
         replay = ExactlyOnceSink(run=zombie.run, database=db, write=refuse_write, compute_df=key_counts)
         replay(any_spark.createDataFrame([], "key binary"), 99)
@@ -139,7 +139,7 @@ def test_replayed_batch_is_a_no_op_and_a_zombie_query_is_fenced(
             assert totals(engine, counts_table) == dict(expected)
     finally:
         zombie.close()
-    assert stored_offsets(engine, db, job_name) == ends_of(kafka, topic, 2)
+    assert stored_offsets(engine, db, job_name) == settled_ends(kafka, topic, 2)
     with engine.connect() as conn:
         stats = load_stats(conn, db)[job_name]
     assert stats.outcomes["already_committed"] == 2  # the replay's two ranges
@@ -314,7 +314,7 @@ def test_a_second_query_over_the_same_stream_fails_and_the_first_stays_exact(
         with pytest.raises(Exception, match="another streaming query reads this run's stream"):
             side.awaitTermination(120)
         expected += produce(topic, 100, 2, start=400)
-        _wait_for(lambda: stored_offsets(engine, db, job_name) == ends_of(kafka, topic, 2))
+        _wait_for(lambda: stored_offsets(engine, db, job_name) == settled_ends(kafka, topic, 2))
         assert query.isActive and query.exception() is None
     assert totals(engine, counts_table) == dict(expected)
 
@@ -345,7 +345,7 @@ def test_a_stream_with_nothing_to_read_waits_then_counts(
         query = stream.start(compute_df=key_counts, write=write, interval_s=0.2)
         _wait_for(lambda: query.lastProgress is not None)
         expected = produce(topic, 200, 2)
-        _wait_for(lambda: stored_offsets(engine, db, job_name) == ends_of(kafka, topic, 2))
+        _wait_for(lambda: stored_offsets(engine, db, job_name) == settled_ends(kafka, topic, 2))
         assert query.isActive and query.exception() is None
     with open_stream(any_spark, **common) as stream:  # caught up: nothing to read
         stream.start(compute_df=key_counts, write=write, available_now=True).awaitTermination(120)
