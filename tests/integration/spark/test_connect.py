@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from confluent_kafka import Producer
 
 from tests.fix_services import TopicFactory
-from tests.integration.spark.conftest import Produce
+from tests.integration.spark.conftest import Produce, RunTestJob
 from tests.integration.spark.test_counting_job import counting_writer, counts_table_of, stored_offsets, totals
 from tests.integration.spark.test_job_faults import fail_first_attempt
 from tests.kafka_ends import settled_ends
@@ -32,7 +32,6 @@ from txn_offsets.planner import Limits, TopicSelection, plan_batch
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark import runner
 from txn_offsets.spark.batch import Batch
-from txn_offsets.spark.runner import run_job
 from txn_offsets.spark.session import is_connect
 from txn_offsets.spark.tasks import ReadOptions
 from txn_offsets.spark.writers import BatchWriter, PartitionWriter
@@ -132,6 +131,7 @@ def test_counting_and_per_batch_jobs_are_exact_with_aborted_transactions(
     batch_table: str,
     topic_factory: TopicFactory,
     job_name: str,
+    run_test_job: RunTestJob,
 ) -> None:
     spark, _ = session
     topic = topic_factory(partitions=3)
@@ -141,32 +141,15 @@ def test_counting_and_per_batch_jobs_are_exact_with_aborted_transactions(
         (job_name, counting_writer(counts_table), counts_table),
         (f"{job_name}-batch", batch_counts_writer(batch_table), batch_table),
     ]:
-        summary = run_job(
-            spark,
-            job=job,
-            kafka=kafka,
-            database=db,
-            writer=writer,
-            topics=[topic],
-            start=StartPolicy.earliest(),
-            limits=Limits(max_records_per_partition=150),
-            until_caught_up=True,
-        )
+        limits = Limits(max_records_per_partition=150)
+        summary = run_test_job(writer, [topic], session=spark, job=job, limits=limits)
         assert totals(engine, table) == dict(expected), job
         assert stored_offsets(engine, db, job) == ends, job
         assert summary.batches >= 2 and summary.committed >= 6
         # partition 0's last range holds only an aborted record and its marker: it committed too
         last = max((r for r in summary.outcomes if r.range.partition == 0), key=lambda r: r.range.until)
         assert (last.range.until, last.outcome) == (ends[(topic, 0)], "committed")
-    counted = run_job(
-        spark,
-        job=job_name,
-        kafka=kafka,
-        database=db,
-        writer=counting_writer(counts_table),
-        topics=[topic],
-        until_caught_up=True,
-    )
+    counted = run_test_job(counting_writer(counts_table), [topic], session=spark, start=None)
     assert (counted.batches, counted.records) == (0, 0)  # a restart finds nothing to do
 
 
@@ -179,11 +162,11 @@ def test_marker_only_range_commits_alone(
     topic_factory: TopicFactory,
     produce: Produce,
     job_name: str,
+    run_test_job: RunTestJob,
 ) -> None:
     topic = topic_factory(partitions=1)
     expected = produce(topic, 200, 1)
-    common = {"job": job_name, "kafka": kafka, "database": db, "topics": [topic], "until_caught_up": True}
-    run_job(connect_spark, writer=counting_writer(counts_table), start=StartPolicy.earliest(), **common)
+    run_test_job(counting_writer(counts_table), [topic], session=connect_spark)
     producer = Producer(
         {"bootstrap.servers": kafka.bootstrap_servers, "transactional.id": f"tx-{uuid.uuid4().hex}"}
     )
@@ -193,7 +176,7 @@ def test_marker_only_range_commits_alone(
     producer.flush(30)
     producer.abort_transaction(30)
     settled_ends(kafka, topic, 1)  # else the planner may see the LSO before the abort marker: no batch
-    tail = run_job(connect_spark, writer=counting_writer(counts_table), **common)
+    tail = run_test_job(counting_writer(counts_table), [topic], session=connect_spark, start=None)
     assert (tail.batches, tail.records) == (1, 0)
     assert [(r.range.span, r.outcome) for r in tail.outcomes] == [(2, "committed")]
     assert stored_offsets(engine, db, job_name) == settled_ends(kafka, topic, 1)
@@ -289,6 +272,7 @@ def test_task_retried_after_commit_finds_it_already_committed(
     topic_factory: TopicFactory,
     produce: Produce,
     job_name: str,
+    run_test_job: RunTestJob,
 ) -> None:
     topic = topic_factory(partitions=2)
     expected = produce(topic, 400, 2)
@@ -296,15 +280,10 @@ def test_task_retried_after_commit_finds_it_already_committed(
     writer = PartitionWriter(
         write=base.write, decode=base.decode, aggregate=base.aggregate, after_commit=fail_first_attempt
     )
-    summary = run_job(
-        connect_spark,
-        job=job_name,
-        kafka=kafka,
-        database=db,
-        writer=writer,
-        topics=[topic],
-        start=StartPolicy.earliest(),
-        until_caught_up=True,
+    summary = run_test_job(
+        writer,
+        [topic],
+        session=connect_spark,
         read=ReadOptions(max_tasks=2),  # one range per task: each commits, fails, and is retried
     )
     assert [r.outcome for r in summary.outcomes] == ["already_committed"] * 2
@@ -322,6 +301,7 @@ def test_missing_module_on_the_workers_names_the_fix(
     topic_factory: TopicFactory,
     produce: Produce,
     job_name: str,
+    run_test_job: RunTestJob,
     tmp_path: Path,
 ) -> None:
     """A write function from a module only the client can import (as a job's module that was never
@@ -339,14 +319,13 @@ def test_missing_module_on_the_workers_names_the_fix(
     expected = produce(topic, 100, 1)
     base = counting_writer(counts_table)
     writer = PartitionWriter(write=base.write, decode=base.decode, aggregate=aggregate)
-    common = {"job": job_name, "kafka": kafka, "database": db, "writer": writer, "topics": [topic]}
     with pytest.raises(ConfigError, match=rf"cannot import module '{module}'.*spark.addArtifacts"):
-        run_job(connect_spark, start=StartPolicy.earliest(), until_caught_up=True, **common)
+        run_test_job(writer, [topic], session=connect_spark)
     assert stored_offsets(engine, db, job_name) == {(topic, 0): 0}
     # RDD functions are refused before anything runs, naming the DataFrame variant
     rdd_writer = BatchWriter(compute=lambda records: records.count(), write=lambda conn, ranges, n: None)
     with pytest.raises(ConfigError, match="compute_df"):
-        run_job(connect_spark, **{**common, "writer": rdd_writer}, until_caught_up=True)
+        run_test_job(rdd_writer, [topic], session=connect_spark, start=None)
     # on a session of its own: the shared session must not carry this test's module into later
     # tests (a Spark thread that inherits a session's artifact state fetches its files, and this
     # file is gone once the test's tmp_path is)
@@ -355,7 +334,7 @@ def test_missing_module_on_the_workers_names_the_fix(
     own = connect_client(spark)
     try:
         own.addArtifacts(str(tmp_path / f"{module}.py"), pyfile=True)
-        run_job(own, until_caught_up=True, **common)
+        run_test_job(writer, [topic], session=own, start=None)
     finally:
         own.stop()
     assert totals(engine, counts_table) == dict(expected)
@@ -370,6 +349,7 @@ def test_batch_timeout_interrupts_a_connect_batch(
     topic_factory: TopicFactory,
     produce: Produce,
     job_name: str,
+    run_test_job: RunTestJob,
     tmp_path: Path,
 ) -> None:
     """Under Connect the deadline interrupts the batch by its operation tag: Spark kills the task's
@@ -380,18 +360,7 @@ def test_batch_timeout_interrupts_a_connect_batch(
     writer = PartitionWriter(write=functools.partial(_sleepy_write, pid_file))
     started = time.monotonic()
     with pytest.raises(BatchFailed, match="batch_timeout_s=3s"):
-        run_job(
-            connect_spark,
-            job=job_name,
-            kafka=kafka,
-            database=db,
-            writer=writer,
-            topics=[topic],
-            start=StartPolicy.earliest(),
-            until_caught_up=True,
-            batch_timeout_s=3,
-            retries=0,
-        )
+        run_test_job(writer, [topic], session=connect_spark, batch_timeout_s=3, retries=0)
     assert time.monotonic() - started < 25
     pid = int(pid_file.read_text())
     deadline = time.monotonic() + 20

@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
 from tests.fix_services import TopicFactory
-from tests.integration.spark.conftest import Produce
+from tests.integration.spark.conftest import Produce, RunTestJob
 from tests.kafka_ends import settled_ends
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.kafka.reader import Record
-from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.spark.runner import BatchReport, run_job
+from txn_offsets.spark.runner import BatchReport
 from txn_offsets.spark.writers import PartitionWriter
 from txn_offsets.store import offset_rows
 from txn_offsets.upserts import upsert_add
@@ -66,7 +64,6 @@ def stored_offsets(engine: sa.Engine, db: DatabaseSettings, job: str) -> dict[tu
 
 
 def test_counting_job_100k_over_8_partitions(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
@@ -74,19 +71,12 @@ def test_counting_job_100k_over_8_partitions(
     topic_factory: TopicFactory,
     produce: Produce,
     job_name: str,
+    run_test_job: RunTestJob,
 ) -> None:
     topic = topic_factory(partitions=8)
     expected = produce(topic, 100_000, 8)
-    summary = run_job(
-        spark,
-        job=job_name,
-        kafka=kafka,
-        database=db,
-        writer=counting_writer(counts_table),
-        topics=[topic],
-        start=StartPolicy.earliest(),
-        limits=Limits(max_records_per_partition=5_000),
-        until_caught_up=True,
+    summary = run_test_job(
+        counting_writer(counts_table), [topic], limits=Limits(max_records_per_partition=5_000)
     )
     assert totals(engine, counts_table) == dict(expected)
     assert summary.records == 100_000
@@ -94,22 +84,13 @@ def test_counting_job_100k_over_8_partitions(
     ends = settled_ends(kafka, topic, 8)
     assert stored_offsets(engine, db, job_name) == ends
     # a restart finds nothing to do and changes nothing
-    again = run_job(
-        spark,
-        job=job_name,
-        kafka=kafka,
-        database=db,
-        writer=counting_writer(counts_table),
-        topics=[topic],
-        until_caught_up=True,
-    )
+    again = run_test_job(counting_writer(counts_table), [topic], start=None)
     assert (again.batches, again.records) == (0, 0)
     assert again.generation == summary.generation + 1
     assert totals(engine, counts_table) == dict(expected)
 
 
 def test_topic_pattern_reads_every_matching_topic(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
@@ -117,6 +98,7 @@ def test_topic_pattern_reads_every_matching_topic(
     topic_factory: TopicFactory,
     produce: Produce,
     job_name: str,
+    run_test_job: RunTestJob,
 ) -> None:
     prefix = f"pat{job_name[-6:]}"
     first = topic_factory(partitions=2, prefix=prefix)
@@ -124,16 +106,7 @@ def test_topic_pattern_reads_every_matching_topic(
     other = topic_factory(partitions=1)
     expected = produce(first, 1_000, 2) + produce(second, 1_500, 3)
     produce(other, 500, 1)
-    summary = run_job(
-        spark,
-        job=job_name,
-        kafka=kafka,
-        database=db,
-        writer=counting_writer(counts_table),
-        topic_pattern=rf"{prefix}-[0-9a-f]+",
-        start=StartPolicy.earliest(),
-        until_caught_up=True,
-    )
+    summary = run_test_job(counting_writer(counts_table), topic_pattern=rf"{prefix}-[0-9a-f]+")
     assert summary.records == 2_500
     assert totals(engine, counts_table) == dict(expected)
     assert {topic for topic, _ in stored_offsets(engine, db, job_name)} == {first, second}
@@ -141,7 +114,6 @@ def test_topic_pattern_reads_every_matching_topic(
 
 @pytest.mark.parametrize(("share", "ranges_per_batch"), [("backlog", [3, 3, 3, 3]), ("even", [3, 1, 1, 1])])
 def test_a_batch_cap_shared_by_backlog_drains_every_partition_together(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
@@ -149,6 +121,7 @@ def test_a_batch_cap_shared_by_backlog_drains_every_partition_together(
     topic_factory: TopicFactory,
     produce: Produce,
     job_name: str,
+    run_test_job: RunTestJob,
     share: str,
     ranges_per_batch: list[int],
 ) -> None:
@@ -157,16 +130,10 @@ def test_a_batch_cap_shared_by_backlog_drains_every_partition_together(
     expected = produce(topic, 6_000, 1)
     expected += produce(topic, 2_000, 3, start=6_000)
     reports: list[BatchReport] = []
-    summary = run_job(
-        spark,
-        job=job_name,
-        kafka=kafka,
-        database=db,
-        writer=counting_writer(counts_table),
-        topics=[topic],
-        start=StartPolicy.earliest(),
+    summary = run_test_job(
+        counting_writer(counts_table),
+        [topic],
         limits=Limits(max_records_per_batch=2_000, batch_share=share),
-        until_caught_up=True,
         on_batch=reports.append,
     )
     assert totals(engine, counts_table) == dict(expected)

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 import sqlalchemy as sa
 
 from examples import idempotent_events, metric_per_topic, pageviews, top_keys_per_batch, windowed_counts
 from examples.schema import events, top_keys, topic_metrics, window_counts
 from tests.fix_services import TopicFactory
+from tests.integration.spark.conftest import RunTestJob
 from tests.integration.spark.test_counting_job import stored_offsets
 from tests.kafka_ends import settled_ends
-from txn_offsets import Limits, StartPolicy, run_job
+from txn_offsets import Limits
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 
 N = 6_000
@@ -25,32 +24,18 @@ def data(kafka: KafkaSettings, topic_factory: TopicFactory) -> tuple[str, pagevi
     return topic, oracle
 
 
-def _run(spark: Any, db: DatabaseSettings, kafka: KafkaSettings, job: str, topic: str, writer: Any) -> Any:
-    return run_job(
-        spark,
-        job=job,
-        kafka=kafka,
-        database=db,
-        writer=writer,
-        topics=[topic],
-        start=StartPolicy.earliest(),
-        limits=Limits(max_records_per_partition=1_000),
-        until_caught_up=True,
-    )
-
-
 def test_windowed_counts(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
     examples_schema: None,
     data: tuple[str, pageviews.Oracle],
     job_name: str,
+    run_test_job: RunTestJob,
 ) -> None:
     topic, oracle = data
     assert oracle.aborted > 0
-    summary = _run(spark, db, kafka, job_name, topic, windowed_counts.WRITER)
+    summary = run_test_job(windowed_counts.WRITER, [topic], limits=Limits(max_records_per_partition=1_000))
     with engine.connect() as conn:
         rows = conn.execute(sa.select(window_counts).where(window_counts.c.topic == topic)).all()
     views = {(int(r.window_start.timestamp() * 1000), r.page): r.views for r in rows}
@@ -62,42 +47,33 @@ def test_windowed_counts(
 
 
 def test_metric_per_topic(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
     examples_schema: None,
     data: tuple[str, pageviews.Oracle],
     job_name: str,
+    run_test_job: RunTestJob,
 ) -> None:
     topic, oracle = data
-    _run(spark, db, kafka, job_name, topic, metric_per_topic.WRITER)
+    run_test_job(metric_per_topic.WRITER, [topic], limits=Limits(max_records_per_partition=1_000))
     with engine.connect() as conn:
         row = conn.execute(sa.select(topic_metrics).where(topic_metrics.c.topic == topic)).one()
     assert (row.records, row.bytes) == (N, oracle.value_bytes)
 
 
 def test_top_keys_per_batch(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
     examples_schema: None,
     data: tuple[str, pageviews.Oracle],
     job_name: str,
+    run_test_job: RunTestJob,
 ) -> None:
     topic, oracle = data
     # one batch holding everything: its ranking must be the ranking of the whole data set
-    summary = run_job(
-        spark,
-        job=job_name,
-        kafka=kafka,
-        database=db,
-        writer=top_keys_per_batch.make_writer(job_name),
-        topics=[topic],
-        start=StartPolicy.earliest(),
-        until_caught_up=True,
-    )
+    summary = run_test_job(top_keys_per_batch.make_writer(job_name), [topic])
     assert summary.batches == 1
     with engine.connect() as conn:
         rows = conn.execute(
@@ -109,16 +85,16 @@ def test_top_keys_per_batch(
 
 
 def test_idempotent_events(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
     examples_schema: None,
     data: tuple[str, pageviews.Oracle],
     job_name: str,
+    run_test_job: RunTestJob,
 ) -> None:
     topic, oracle = data
-    _run(spark, db, kafka, job_name, topic, idempotent_events.WRITER)
+    run_test_job(idempotent_events.WRITER, [topic], limits=Limits(max_records_per_partition=1_000))
     with engine.connect() as conn:
         count, users = conn.execute(
             sa.select(sa.func.count(), sa.func.count(sa.distinct(events.c.key))).where(

@@ -12,13 +12,11 @@ import pytest
 import sqlalchemy as sa
 
 from tests.fix_services import TopicFactory
-from tests.integration.spark.conftest import Produce
+from tests.integration.spark.conftest import Produce, RunTestJob
 from tests.integration.spark.test_counting_job import counting_writer, stored_offsets, totals
 from txn_offsets.admin.grants import apply_grants, apply_role
 from txn_offsets.config import DatabaseSettings, KafkaSettings, Secret
 from txn_offsets.errors import ConfigError
-from txn_offsets.kafka.start import StartPolicy
-from txn_offsets.spark.runner import run_job
 
 
 @pytest.fixture
@@ -45,7 +43,6 @@ def job_role(admin_database_url: str, db: DatabaseSettings) -> Iterator[Callable
 
 
 def test_job_runs_exact_as_its_role_and_not_as_another_jobs(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
@@ -53,6 +50,7 @@ def test_job_runs_exact_as_its_role_and_not_as_another_jobs(
     topic_factory: TopicFactory,
     produce: Produce,
     job_role: Callable[..., DatabaseSettings],
+    run_test_job: RunTestJob,
 ) -> None:
     topic = topic_factory(partitions=4)
     expected = produce(topic, 4_000, 4)
@@ -62,16 +60,7 @@ def test_job_runs_exact_as_its_role_and_not_as_another_jobs(
     role_b = job_role(job_b, (table,))
 
     def run(job: str, as_db: DatabaseSettings) -> Any:
-        return run_job(
-            spark,
-            job=job,
-            kafka=kafka,
-            database=as_db,
-            writer=counting_writer(counts_table),
-            topics=[topic],
-            start=StartPolicy.earliest(),
-            until_caught_up=True,
-        )
+        return run_test_job(counting_writer(counts_table), [topic], job=job, database=as_db)
 
     summary = run(job_a, role_a)
     assert summary.records == 4_000

@@ -12,19 +12,16 @@ from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka.admin import AdminClient
 
 from tests.fix_services import TopicFactory
-from tests.integration.spark.conftest import Produce
+from tests.integration.spark.conftest import Produce, RunTestJob
 from tests.integration.spark.test_counting_job import counting_writer, stored_offsets, totals
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import Fenced
 from txn_offsets.kafka.mirror import group_offsets
-from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits
-from txn_offsets.spark.runner import run_job
 from txn_offsets.store.schema import tables_for
 
 
 def test_mirror_group_equals_the_table_after_a_run(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
@@ -32,20 +29,15 @@ def test_mirror_group_equals_the_table_after_a_run(
     topic_factory: TopicFactory,
     produce: Produce,
     job_name: str,
+    run_test_job: RunTestJob,
 ) -> None:
     topic = topic_factory(partitions=3)
     expected = produce(topic, 3_000, 3)
     group = f"{job_name}-mirror"
-    summary = run_job(
-        spark,
-        job=job_name,
-        kafka=kafka,
-        database=db,
-        writer=counting_writer(counts_table),
-        topics=[topic],
-        start=StartPolicy.earliest(),
+    summary = run_test_job(
+        counting_writer(counts_table),
+        [topic],
         limits=Limits(max_records_per_partition=400),
-        until_caught_up=True,
         mirror_group=group,
     )
     assert summary.batches >= 3
@@ -54,7 +46,6 @@ def test_mirror_group_equals_the_table_after_a_run(
 
 
 def test_a_fenced_run_leaves_the_newer_runs_offsets_in_the_group(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
@@ -63,6 +54,7 @@ def test_a_fenced_run_leaves_the_newer_runs_offsets_in_the_group(
     topic_factory: TopicFactory,
     produce: Produce,
     job_name: str,
+    run_test_job: RunTestJob,
 ) -> None:
     """Run A commits its first batch; then run B of the same job and mirror group starts (fencing A),
     catches up and mirrors the end; A's next batch is fenced. The group must still say B's end."""
@@ -71,19 +63,8 @@ def test_a_fenced_run_leaves_the_newer_runs_offsets_in_the_group(
     group = f"{job_name}-mirror"
 
     def run(batch: int | None = 200, **kw: Any) -> Any:
-        return run_job(
-            spark,
-            job=job_name,
-            kafka=kafka,
-            database=db,
-            writer=counting_writer(counts_table),
-            topics=[topic],
-            start=StartPolicy.earliest(),
-            limits=Limits(max_records_per_partition=batch),
-            until_caught_up=True,
-            mirror_group=group,
-            **kw,
-        )
+        limits = Limits(max_records_per_partition=batch)
+        return run_test_job(counting_writer(counts_table), [topic], limits=limits, mirror_group=group, **kw)
 
     newer: list[Any] = []
 
@@ -103,7 +84,6 @@ def test_a_fenced_run_leaves_the_newer_runs_offsets_in_the_group(
 
 
 def test_runner_records_batch_statistics(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
@@ -111,19 +91,12 @@ def test_runner_records_batch_statistics(
     topic_factory: TopicFactory,
     produce: Produce,
     job_name: str,
+    run_test_job: RunTestJob,
 ) -> None:
     topic = topic_factory(partitions=2)
     produce(topic, 1_000, 2)
-    summary = run_job(
-        spark,
-        job=job_name,
-        kafka=kafka,
-        database=db,
-        writer=counting_writer(counts_table),
-        topics=[topic],
-        start=StartPolicy.earliest(),
-        limits=Limits(max_records_per_partition=200),
-        until_caught_up=True,
+    summary = run_test_job(
+        counting_writer(counts_table), [topic], limits=Limits(max_records_per_partition=200)
     )
     t = tables_for(db.schema).stats
     with engine.connect() as conn:

@@ -31,10 +31,10 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.fix_services import TopicFactory
-from tests.integration.spark.conftest import Produce
+from tests.integration.spark.conftest import Produce, RunTestJob
 from tests.integration.spark.test_counting_job import counts_table_of, key_of, stored_offsets, totals
 from tests.integration.spark.test_streaming import _wait_for
-from txn_offsets import BatchWriter, DataLoss, PartitionWriter, StartPolicy, TopicChanged, run_job
+from txn_offsets import BatchWriter, DataLoss, PartitionWriter, StartPolicy, TopicChanged
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.kafka.metadata import describe_topics
 from txn_offsets.ranges import OffsetRange
@@ -137,7 +137,6 @@ def _new_counts() -> dict[str, int]:
     ],
 )
 def test_a_topic_recreated_between_plan_and_read_is_never_committed_under_the_old_id(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
@@ -146,6 +145,7 @@ def test_a_topic_recreated_between_plan_and_read_is_never_committed_under_the_ol
     produce: Produce,
     job_name: str,
     tmp_path: Path,
+    run_test_job: RunTestJob,
     writer_kind: str,
     execution: str,
     policy: str,
@@ -167,13 +167,6 @@ def test_a_topic_recreated_between_plan_and_read_is_never_committed_under_the_ol
             write=functools.partial(write_rows, counts_table),
         )
     options: dict[str, Any] = {
-        "job": job_name,
-        "kafka": kafka,
-        "database": db,
-        "writer": writer,
-        "topics": [topic],
-        "start": StartPolicy.earliest(),
-        "until_caught_up": True,
         "on_data_loss": policy,
         "execution": execution,
         "retries": 2,
@@ -181,7 +174,7 @@ def test_a_topic_recreated_between_plan_and_read_is_never_committed_under_the_ol
     }
     if policy == "fail":
         with pytest.raises(DataLoss) as info:
-            run_job(spark, **options)
+            run_test_job(writer, [topic], **options)
         new_id = describe_topics(kafka, [topic])[topic].topic_id
         # the truth: the stored offset 0 is of the old topic, nothing of either topic was applied
         assert info.value.kind == "recreated"
@@ -191,7 +184,7 @@ def test_a_topic_recreated_between_plan_and_read_is_never_committed_under_the_ol
         assert totals(engine, counts_table) == {}
         assert stored_offsets(engine, db, job_name) == {(topic, 0): 0}
     else:
-        run_job(spark, **options)
+        run_test_job(writer, [topic], **options)
         # the old topic's records are gone (deleted before anything read them); the new topic's
         # are applied exactly once: 150 where Kafka holds 150, never 250
         assert totals(engine, counts_table) == _new_counts()

@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from tests.fix_services import TopicFactory
-from tests.integration.spark.conftest import Produce
+from tests.integration.spark.conftest import Produce, RunTestJob
 from tests.integration.spark.test_counting_job import (
     counting_writer,
     counts_table_of,
@@ -28,7 +28,6 @@ from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits, TopicSelection, plan_batch
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark.batch import Batch
-from txn_offsets.spark.runner import run_job
 from txn_offsets.spark.writers import BatchWriter, PartitionWriter
 from txn_offsets.store.database import engine_for
 from txn_offsets.store.runs import start_run
@@ -50,7 +49,6 @@ def batch_counts_writer(table: str) -> BatchWriter[list[tuple[str, int]]]:
 
 
 def test_per_batch_writer_with_a_shuffle(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
@@ -58,19 +56,12 @@ def test_per_batch_writer_with_a_shuffle(
     topic_factory: TopicFactory,
     produce: Produce,
     job_name: str,
+    run_test_job: RunTestJob,
 ) -> None:
     topic = topic_factory(partitions=4)
     expected = produce(topic, 10_000, 4)
-    summary = run_job(
-        spark,
-        job=job_name,
-        kafka=kafka,
-        database=db,
-        writer=batch_counts_writer(counts_table),
-        topics=[topic],
-        start=StartPolicy.earliest(),
-        limits=Limits(max_records_per_batch=3_000),
-        until_caught_up=True,
+    summary = run_test_job(
+        batch_counts_writer(counts_table), [topic], limits=Limits(max_records_per_batch=3_000)
     )
     assert totals(engine, counts_table) == dict(expected)
     assert summary.batches == 4  # 10,000 records in batches of at most 3,000
@@ -153,7 +144,6 @@ def test_zombie_run_is_fenced_and_writes_nothing(
 
 
 def test_lease_is_renewed_during_a_long_batch(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
@@ -161,6 +151,7 @@ def test_lease_is_renewed_during_a_long_batch(
     topic_factory: TopicFactory,
     produce: Produce,
     job_name: str,
+    run_test_job: RunTestJob,
     tmp_path: Path,
 ) -> None:
     topic = topic_factory(partitions=1)
@@ -177,15 +168,9 @@ def test_lease_is_renewed_during_a_long_batch(
     result: dict[str, Any] = {}
 
     def job() -> None:
-        result["summary"] = run_job(
-            spark,
-            job=job_name,
-            kafka=kafka,
-            database=db,
-            writer=writer,
-            topics=[topic],
-            start=StartPolicy.earliest(),
-            until_caught_up=True,
+        result["summary"] = run_test_job(
+            writer,
+            [topic],
             lease_s=2,
             batch_interval_s=0.5,  # the lease must outlast the wait between batches
         )
