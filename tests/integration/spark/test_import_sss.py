@@ -19,17 +19,15 @@ from typing import Any
 import sqlalchemy as sa
 
 from tests.fix_services import REPO, TopicFactory
-from tests.integration.spark.conftest import Produce
+from tests.integration.spark.conftest import Produce, RunTestJob
 from tests.integration.spark.test_counting_job import counting_writer, stored_offsets, totals
+from tests.kafka_ends import settled_ends
 from txn_offsets import cli
 from txn_offsets.admin.checkpoint import read_checkpoint
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.kafka.metadata import watermarks
-from txn_offsets.spark.runner import run_job
 
 
 def test_structured_streaming_checkpoint_import_continues_exactly(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
@@ -37,6 +35,7 @@ def test_structured_streaming_checkpoint_import_continues_exactly(
     topic_factory: TopicFactory,
     produce: Produce,
     job_name: str,
+    run_test_job: RunTestJob,
     database_url: str,
     kafka_bootstrap: str,
     tmp_path: Path,
@@ -73,7 +72,7 @@ def test_structured_streaming_checkpoint_import_continues_exactly(
     assert int(done.stdout.strip().splitlines()[-1].removeprefix("batches=")) >= 2  # several micro-batches
     assert totals(engine, sss_table) == dict(first)
     position = read_checkpoint(checkpoint)
-    ends = {tp: end for tp, (_, end) in watermarks(kafka, [(topic, p) for p in range(parts)]).items()}
+    ends = settled_ends(kafka, topic, parts)
     assert dict(position.offsets) == ends  # Spark's END offsets of its last committed batch
 
     # more records arrive after the query stopped; then the import, and the job continues
@@ -95,15 +94,8 @@ def test_structured_streaming_checkpoint_import_continues_exactly(
     assert code == 0
     assert stored_offsets(engine, db, job_name) == ends
 
-    summary = run_job(
-        spark,
-        job=job_name,
-        kafka=kafka,
-        database=db,
-        writer=counting_writer(counts_table),
-        topics=[topic],
-        until_caught_up=True,  # no start policy: every partition has an imported offset
-    )
+    # no start policy: every partition has an imported offset
+    summary = run_test_job(counting_writer(counts_table), [topic], start=None)
     assert summary.records == 2_000
     assert totals(engine, counts_table) == dict(second)
     union = collections.Counter(totals(engine, sss_table)) + collections.Counter(totals(engine, counts_table))

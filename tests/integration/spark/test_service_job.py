@@ -12,7 +12,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import httpx2 as httpx
 import pytest
@@ -20,13 +19,11 @@ import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fix_services import TopicFactory
-from tests.integration.spark.conftest import Produce
+from tests.integration.spark.conftest import Produce, RunTestJob
 from tests.integration.spark.test_counting_job import counting_writer, stored_offsets
+from tests.kafka_ends import settled_ends
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.kafka.metadata import watermarks
-from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits
-from txn_offsets.spark.runner import run_job
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -68,7 +65,6 @@ def served(database_url: str, kafka_bootstrap: str, db: DatabaseSettings) -> Ite
 
 
 def test_metrics_while_a_job_runs(
-    spark: Any,
     engine: sa.Engine,
     db: DatabaseSettings,
     kafka: KafkaSettings,
@@ -76,12 +72,13 @@ def test_metrics_while_a_job_runs(
     topic_factory: TopicFactory,
     produce: Produce,
     job_name: str,
+    run_test_job: RunTestJob,
     served: str,
 ) -> None:
     parts = 4
     topic = topic_factory(partitions=parts)
     produce(topic, 12_000, parts)
-    ends = {tp: end for tp, (_, end) in watermarks(kafka, [(topic, p) for p in range(parts)]).items()}
+    ends = settled_ends(kafka, topic, parts)
     scrapes: list[Samples] = []
     done = threading.Event()
 
@@ -96,17 +93,10 @@ def test_metrics_while_a_job_runs(
     thread = threading.Thread(target=scraper, daemon=True)
     thread.start()
     try:
-        summary = run_job(
-            spark,
-            job=job_name,
-            kafka=kafka,
-            database=db,
-            writer=counting_writer(counts_table),
-            topics=[topic],
-            start=StartPolicy.earliest(),
-            limits=Limits(max_records_per_partition=600),
-            until_caught_up=True,
-        )  # the runner records each batch's statistics (job_stats) itself
+        # the runner records each batch's statistics (job_stats) itself
+        summary = run_test_job(
+            counting_writer(counts_table), [topic], limits=Limits(max_records_per_partition=600)
+        )
     finally:
         time.sleep(1.0)  # one more scrape after the end
         done.set()

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
+from tests.kafka_ends import settled_ends
 from txn_offsets.config import DatabaseSettings, KafkaSettings, Secret
 from txn_offsets.kafka.metadata import watermarks
 from txn_offsets.service.app import Service, create_app
@@ -117,11 +118,12 @@ def test_metrics_match_the_table_and_the_broker(
     assert stats.record_failure(engine, migrated, job_name, "conflict")
     s = scrape(make_client())
 
-    marks = watermarks(KafkaSettings(kafka_bootstrap), [(topic, 0), (topic, 1)])
+    ends = settled_ends(kafka_bootstrap, topic, 2)  # the read_committed ends, all produced readable
+    starts = {tp: lo for tp, (lo, _) in watermarks(KafkaSettings(kafka_bootstrap), list(ends)).items()}
     for part, stored in ((0, 2), (1, 3)):
         group = {"consumergroup": job_name, "topic": topic, "partition": str(part)}
         ours = {"txn_job": job_name, "topic": topic, "partition": str(part)}
-        lo, hi = marks[(topic, part)]
+        lo, hi = starts[(topic, part)], ends[(topic, part)]
         assert value(s, "kafka_consumergroup_current_offset", **group) == stored
         assert value(s, "kafka_consumergroup_lag", **group) == hi - stored
         assert value(s, "kafka_topic_partition_current_offset", topic=topic, partition=str(part)) == hi
