@@ -107,10 +107,10 @@ def test_metrics_while_a_job_runs(
     mid = [
         s
         for s in scrapes
-        if get(s, "txn_offsets_job_live", job=job_name) == 1
+        if get(s, "txn_offsets_job_live", txn_job=job_name) == 1
         and 0
         < sum(
-            get(s, "txn_offsets_stored_offset", job=job_name, topic=topic, partition=str(p)) or 0
+            get(s, "txn_offsets_stored_offset", txn_job=job_name, topic=topic, partition=str(p)) or 0
             for p in range(parts)
         )
         < 12_000
@@ -120,7 +120,7 @@ def test_metrics_while_a_job_runs(
         seen = [
             v
             for s in scrapes
-            if (v := get(s, "txn_offsets_stored_offset", job=job_name, topic=topic, partition=str(p)))
+            if (v := get(s, "txn_offsets_stored_offset", txn_job=job_name, topic=topic, partition=str(p)))
             is not None
         ]
         assert seen == sorted(seen) and max(seen) <= ends[(topic, p)]
@@ -137,11 +137,10 @@ def test_metrics_while_a_job_runs(
             get(final, "kafka_topic_partition_current_offset", topic=topic, partition=str(p))
             == ends[(topic, p)]
         )
-        assert get(final, "txn_offsets_lag_seconds", job=job_name, topic=topic, partition=str(p)) == 0
+        assert get(final, "txn_offsets_lag_seconds", txn_job=job_name, topic=topic, partition=str(p)) == 0
     assert get(final, "kafka_consumergroup_lag_sum", consumergroup=job_name, topic=topic) == 0
-    assert get(final, "txn_offsets_job_live", job=job_name) == 0
-    assert get(final, "txn_offsets_job_generation", job=job_name) == summary.generation
-    assert get(final, "txn_offsets_batch_duration_seconds_count", job=job_name) == summary.batches
-    assert (
-        get(final, "txn_offsets_batch_outcomes_total", job=job_name, outcome="committed") == summary.committed
-    )
+    assert get(final, "txn_offsets_job_live", txn_job=job_name) == 0
+    assert get(final, "txn_offsets_job_generation", txn_job=job_name) == summary.generation
+    assert get(final, "txn_offsets_batch_duration_seconds_count", txn_job=job_name) == summary.batches
+    committed = get(final, "txn_offsets_batch_outcomes_total", txn_job=job_name, outcome="committed")
+    assert committed == summary.committed
