@@ -11,7 +11,7 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
@@ -128,8 +128,7 @@ class DatabaseSettings:
     ``tcp_user_timeout_s`` (60)
         libpq ``tcp_user_timeout``: data left unacknowledged this long closes the connection.
     ``lineage_retention_days`` (30)
-        how long the lineage of each commit (table ``commits``) is kept: the planner deletes a
-        job's older rows (> 0, days; :mod:`txn_offsets.store.lineage`).
+        days the lineage (``commits``) is kept; the planner prunes older rows (store.lineage).
 
     The three PostgreSQL timeouts travel in the libpq ``options`` startup parameter, so the server
     applies them when the session starts (no extra round trip). ``options`` given in the URL's
@@ -201,29 +200,14 @@ class DatabaseSettings:
             ("tcp_keepalives_count", tcp_keepalives_count, "unanswered keepalives before giving up"),
         ):
             object.__setattr__(self, name, _count(name, count, what=what))
-        if (
-            isinstance(lineage_retention_days, bool)
-            or not isinstance(lineage_retention_days, int | float)
-            or not math.isfinite(lineage_retention_days)
-            or lineage_retention_days <= 0
-        ):
-            raise ConfigError(
-                "lineage_retention_days", f"must be > 0 days (e.g. 30), got {lineage_retention_days!r}"
-            )
-        object.__setattr__(self, "lineage_retention_days", lineage_retention_days)
+        days = lineage_retention_days
+        if isinstance(days, bool) or not isinstance(days, int | float) or not 0 < days < math.inf:
+            raise ConfigError("lineage_retention_days", f"must be > 0 days (e.g. 30), got {days!r}")
+        object.__setattr__(self, "lineage_retention_days", days)
 
-    def __repr__(self) -> str:
-        return (
-            f"DatabaseSettings(url={redact_url(self.url)!r}, schema={self.schema!r}, "
-            f"connect_timeout_s={self.connect_timeout_s!r}, lock_timeout_s={self.lock_timeout_s!r}, "
-            f"statement_timeout_s={self.statement_timeout_s!r}, "
-            f"idle_in_transaction_timeout_s={self.idle_in_transaction_timeout_s!r}, "
-            f"tcp_keepalives_idle_s={self.tcp_keepalives_idle_s!r}, "
-            f"tcp_keepalives_interval_s={self.tcp_keepalives_interval_s!r}, "
-            f"tcp_keepalives_count={self.tcp_keepalives_count!r}, "
-            f"tcp_user_timeout_s={self.tcp_user_timeout_s!r}, "
-            f"lineage_retention_days={self.lineage_retention_days!r})"
-        )
+    def __repr__(self) -> str:  # every field but the URL as is; the URL without its password
+        shown = "".join(f", {f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.name != "url")
+        return f"DatabaseSettings(url={redact_url(self.url)!r}{shown})"
 
     @property
     def display_url(self) -> str:

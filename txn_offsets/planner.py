@@ -25,7 +25,7 @@ from txn_offsets.errors import ConfigError, DataLoss
 from txn_offsets.kafka import metadata
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.ranges import BatchShare, OffsetRange, TopicPartition, check_share, plan_ranges
-from txn_offsets.store import offset_rows
+from txn_offsets.store import lineage, offset_rows
 from txn_offsets.store.database import translate_errors
 from txn_offsets.store.runs import Run, renew_lease
 from txn_offsets.store.schema import tables_for
@@ -162,6 +162,7 @@ def plan_batch(
     with translate_errors(db), engine.begin() as conn:
         if run is not None:
             state = renew_lease(conn, db, run)
+            lineage.prune_due(conn, db, job)  # bounded, at most every few minutes (retention)
         else:
             state = offset_rows.check_generation(conn, db, job, generation)
         rows = offset_rows.load_rows(conn, db, job)

@@ -40,6 +40,7 @@ def test_tables_are_per_schema_and_cached() -> None:
         "s1.job_stats",
         "s1.stream_plans",
         "s1.job_owners",
+        "s1.commits",
     }
 
 

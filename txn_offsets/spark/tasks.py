@@ -29,6 +29,7 @@ from txn_offsets.kafka.reader import Record, read_range
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.store.database import worker_engine
 from txn_offsets.store.dead_letters import DeadLetter, write_dead_letters
+from txn_offsets.store.lineage import Lineage
 from txn_offsets.store.runs import Run
 from txn_offsets.store.transaction import TransactionWrite, commit_ranges
 
@@ -106,6 +107,7 @@ def commit_reporting(
     records: int,
     kafka: KafkaSettings | None,
     guard: bool = True,
+    lineage: Lineage | None = None,
 ) -> list[TaskReport]:
     """commit_ranges on this worker's engine, with a conflict or a fencing turned into reports:
     nothing was written, and the driver raises the error with its context (a Spark retry of the
@@ -114,12 +116,20 @@ def commit_reporting(
     Call it once the ranges' records have been read: with `kafka`, it first checks that each
     topic is still the incarnation the ranges were planned from (TopicChanged otherwise, reported
     like a conflict and planned again by the runner). ``kafka=None`` is for callers that did not
-    read the records themselves."""
+    read the records themselves. `lineage`: the batch number and record timestamps the ranges'
+    ``commits`` rows get (see :mod:`txn_offsets.store.lineage`)."""
     try:
         if kafka is not None and guard:
             check_incarnation(kafka, ranges)
         outcomes = commit_ranges(
-            worker_engine(db), db, run, ranges, write, isolation_level=isolation_level, guard=guard
+            worker_engine(db),
+            db,
+            run,
+            ranges,
+            write,
+            isolation_level=isolation_level,
+            guard=guard,
+            lineage=lineage,
         )
     except TxnOffsetsError as exc:
         # An error with an outcome is reported, not raised: Spark's own task retry could not change
@@ -146,6 +156,7 @@ class PartitionTask(Generic[A]):
     after_commit: Callable[[OffsetRange, str], None] | None = None
     dead_letters: bool = False
     guard: bool = True  # benchmarks only: False skips the claim (at-least-once), see commit_ranges
+    batch: int | None = None  # the runner's batch number, for the lineage rows
 
     def __call__(self, index: int, assigned: Iterable[Any]) -> Iterator[TaskReport]:
         """Read and commit each range this task was given, one transaction per range. After a
@@ -182,6 +193,7 @@ class PartitionTask(Generic[A]):
             records=counted.n,
             kafka=self.kafka,
             guard=self.guard,
+            lineage=Lineage(self.batch, {rng.key: (counted.first_ms, counted.last_ms)}),
         )
         if report.error is not None:
             return report  # conflict / fenced / ...: not retried into success, the driver raises it
@@ -206,11 +218,14 @@ def _range_indexes(assigned: Iterable[Any]) -> list[int]:
 
 
 class _Counting(Iterator[Record]):
-    """Counts the records that pass through (for the batch log line)."""
+    """Counts the records that pass through (for the batch log line) and keeps the first and last
+    record timestamp (for the lineage row)."""
 
     def __init__(self, inner: Iterator[Record]) -> None:
         self._inner = inner
         self.n = 0
+        self.first_ms: int | None = None
+        self.last_ms: int | None = None
 
     def __iter__(self) -> _Counting:
         return self
@@ -218,6 +233,10 @@ class _Counting(Iterator[Record]):
     def __next__(self) -> Record:
         rec = next(self._inner)
         self.n += 1
+        if rec.timestamp_ms is not None:
+            if self.first_ms is None:
+                self.first_ms = rec.timestamp_ms
+            self.last_ms = rec.timestamp_ms
         return rec
 
     def close(self) -> None:

@@ -25,6 +25,7 @@ from txn_offsets.spark import frames
 from txn_offsets.spark.batch import Batch
 from txn_offsets.spark.tasks import PartitionTask, TaskReport, commit_reporting, decoded
 from txn_offsets.store.dead_letters import DeadLetter
+from txn_offsets.store.lineage import Lineage
 
 __all__ = ["BatchWriter", "PartitionWriter", "Writer"]
 
@@ -81,6 +82,7 @@ class PartitionWriter(Generic[T, A]):
             isolation_level=self.isolation_level,
             after_commit=self.after_commit,
             dead_letters=self.dead_letters,
+            batch=batch.number,
         )
         if batch.path == "dataframe":
             return frames.run_tasks(batch.spark, batch.groups(), task)
@@ -128,6 +130,7 @@ class BatchWriter(Generic[R]):
             isolation_level=self.isolation_level,
             records=-1,  # unknown per range: compute() saw the batch as a whole
             kafka=batch.kafka,  # compute() has read every record: check the topics are the planned ones
+            lineage=Lineage(batch.number),  # record timestamps unknown: compute() saw the batch whole
         )
 
     def _compute(self, batch: Batch) -> R:

@@ -38,6 +38,7 @@ from txn_offsets.spark.batch import batch_deadline
 from txn_offsets.spark.frames import worker_imports
 from txn_offsets.spark.tasks import commit_reporting, success_counts
 from txn_offsets.store.database import worker_engine
+from txn_offsets.store.lineage import Lineage
 from txn_offsets.store.runs import Run, keep_lease
 from txn_offsets.store.stats import FAILURES, record_batch, record_failure
 from txn_offsets.store.stream_plans import let_go, load_plan, mark_committed
@@ -86,6 +87,7 @@ class ExactlyOnceSink(Generic[R]):
                 isolation_level=self.isolation_level,
                 records=-1,
                 kafka=self.kafka,
+                lineage=Lineage(batch_id),  # Spark's batch id of the query; no record timestamps
             )
         if any(report.outcome == "topic_changed" for report in reports):
             let_go(engine, self.database, self.run, ranges)
