@@ -1,9 +1,13 @@
 # Image for the `migrate` service and the example job in docker-compose.yml.
 FROM python:3.11-slim-bookworm
+# JAVA_HOME names no architecture (Debian's JDK directory is java-17-openjdk-<arch>): it is the JDK
+# that `java` on PATH resolves to, linked at a fixed path when the image is built on any platform
 RUN apt-get update \
  && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
- && rm -rf /var/lib/apt/lists/*
-ENV JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64 \
+ && rm -rf /var/lib/apt/lists/* \
+ && ln -s "$(dirname "$(dirname "$(readlink -f "$(command -v java)")")")" /opt/java \
+ && /opt/java/bin/java -version
+ENV JAVA_HOME=/opt/java \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /app

@@ -44,3 +44,18 @@ def test_every_run_job_keyword_is_in_the_configuration_reference(keyword: str) -
     assert re.search(rf"^\| `{keyword}` \|", text, re.MULTILINE), (
         f"docs/configuration.md has no table row for run_job's `{keyword}` (default and analogue)"
     )
+
+
+def test_the_protocol_lists_exactly_the_transient_errors() -> None:
+    from txn_offsets.errors.base import Transient
+
+    transient = {name for name in ERRORS if issubclass(getattr(txn_offsets, name), Transient)} - {"Transient"}
+    text = (DOCS / "protocol.md").read_text()
+    heading = text.index("### Between batches")
+    section = text[text.index("\n", heading) :]
+    paragraph = section[: section.index("are transient")]
+    listed = set(re.findall(r"`(\w+)`", paragraph))
+    assert listed == transient, (
+        f"docs/protocol.md's transient errors: missing {sorted(transient - listed)}, "
+        f"not transient {sorted(listed - transient)}"
+    )
