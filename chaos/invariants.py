@@ -275,7 +275,30 @@ def check_run(
     incarnations = {tp: [*(e for e in earlier if tp in e.offsets), log] for tp in stored}
     chain = _chain_violations(stored, audits, applied, incarnations, excluded or {}, final=final)
     check.violations.extend(chain)
+    check.violations.extend(_lineage_violations(engine, schema, job, applied))
     return check
+
+
+def _lineage_violations(
+    engine: sa.Engine, schema: str, job: str, applied: list[tuple[str, int, int, int, int]]
+) -> list[str]:
+    """The job's lineage (``commits``) holds each applied range exactly as often as it was applied
+    (once, unless an audited reset made it run again): no row for a rolled-back attempt, none
+    missing for a commit. The applied ranges chain (I3), so the lineage chains too."""
+    s = '"' + validate_identifier(schema, "schema") + '"'
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text(f"SELECT topic, part, from_off, until_off FROM {s}.commits WHERE job = :j"), {"j": job}
+        )
+        recorded = collections.Counter((r.topic, r.part, int(r.from_off), int(r.until_off)) for r in rows)
+    ran = collections.Counter((t, p, a, b) for t, p, a, b, _ in applied)
+    out = [
+        f"L1 lineage of {t}[{p}] range [{a}, {b}): {recorded[k]} commits row(s), applied {ran[k]} time(s)"
+        for k in sorted(set(recorded) | set(ran))
+        if recorded[k] != ran[k]
+        for t, p, a, b in [k]
+    ]
+    return out[:20]
 
 
 Row = tuple[str, int, int | None, int | None, str]
