@@ -103,6 +103,15 @@ def test_planned_switchover_read_only_then_new_primary(pair: replica.Pair) -> No
         with psycopg.connect(**info, autocommit=True) as c:  # type: ignore[arg-type]
             c.execute("ALTER SYSTEM SET default_transaction_read_only = on")
             c.execute("SELECT pg_reload_conf()")
+        # a backend applies a reload when the signal reaches it: wait until the pooled one has it
+        # (pool_size=1: the same backend commit_ranges uses), or the write can still get through
+        deadline = time.monotonic() + 15
+        while True:
+            with engine.connect() as conn:
+                if conn.execute(sa.text("SHOW default_transaction_read_only")).scalar_one() == "on":
+                    break
+            assert time.monotonic() < deadline, "the old primary never turned read-only"
+            time.sleep(0.05)
         with pytest.raises(Transient):  # 25006 on the old primary, then no server takes writes
             commit_ranges(engine, db, run, [OffsetRange("t", 0, 0, 5)])
         replica.wait_replayed(pair.primary, pair.replica, pair.admin_password)
