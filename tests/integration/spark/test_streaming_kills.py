@@ -90,7 +90,9 @@ def wait_for_open_write(engine: sa.Engine, timeout_s: float = 240.0) -> None:
     raise AssertionError("no batch reached its write")
 
 
-@pytest.mark.parametrize("victim", ["client", "server"])
+# make test kills the Connect server mid-batch (the harder case: the sink's transaction dies with
+# it); killing the client instead is the same recovery from the table and runs with the slow ones
+@pytest.mark.parametrize("victim", [pytest.param("client", marks=pytest.mark.slow), "server"])
 def test_stream_survives_kill9_mid_batch(
     victim: str,
     processes: Processes,
