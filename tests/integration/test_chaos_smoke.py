@@ -1,9 +1,8 @@
-"""The chaos smoke subset inside `make test`: F1 x5, F2, F3, F5, F11, F12 (topic re-created, a few
+"""The chaos smoke subset inside `make test`: F1 x3, F2, F3, F5, F11, F12 (topic re-created, a few
 thousand messages), F12b (re-created while a batch is in flight), F13 (a frozen claim holder), F15
-(primary killed -9, replica promoted) and F16 (planned switchover) over >= 100,000 messages, with
-the real job in
-its own processes; it passes only if nothing was lost or duplicated and every invariant held
-(``make chaos`` runs the full suite)."""
+(primary killed -9, replica promoted) and F16 (planned switchover) over >= 54,000 messages, with the
+real job in its own processes; it passes only if nothing was lost or duplicated and every invariant
+held (``make chaos`` runs the full suite)."""
 
 from __future__ import annotations
 
@@ -24,8 +23,8 @@ from txn_offsets.planner import Limits, TopicSelection, plan_batch
 from txn_offsets.store import migrate
 from txn_offsets.store.runs import start_run
 
-SMOKE_MESSAGES = 110_000
-SMOKE_KILLS = 5
+SMOKE_MESSAGES = 60_000
+SMOKE_KILLS = 3
 
 
 def _stack_dir(services: Services) -> Path | None:
@@ -50,7 +49,7 @@ def test_chaos_smoke(services: Services, tmp_path: Path) -> None:
     assert report.lost == 0, details
     assert report.duplicated == 0, details
     assert report.ok, details
-    assert report.messages >= 100_000, details
+    assert report.messages >= SMOKE_MESSAGES * 9 // 10, details
     by_name = {s.name: s for s in report.scenarios}
     assert by_name["F1"].faults == SMOKE_KILLS, details
     assert by_name["F3"].faults >= 6, details  # 3 mid-transaction + 3 during COMMIT (+ the restart)
