@@ -30,6 +30,7 @@ import sqlalchemy as sa
 from confluent_kafka import Producer
 
 from tests.fix_services import Services, TopicFactory, started_pgbouncer
+from tests.integration.spark.test_streaming import key_counts
 from tests.kafka_ends import settled_ends
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ClaimBlocked, ConfigError
@@ -257,10 +258,6 @@ def test_structured_streaming_sink_is_exact(
 ) -> None:
     topic = topic_factory(partitions=3)
     expected = produce(kafka.bootstrap_servers, topic, 900, 3, keys=50)
-
-    def key_counts(batch: Any) -> list[tuple[str, int]]:
-        rows = batch.selectExpr("CAST(key AS STRING) AS k").groupBy("k").count().collect()
-        return [(str(r.k), int(r["count"])) for r in rows]
 
     def write(conn: sa.Connection, ranges: Sequence[OffsetRange], rows: list[tuple[str, int]]) -> None:
         upsert_add(conn, counts, [{"k": k, "n": n} for k, n in rows], keys=["k"], add=["n"])

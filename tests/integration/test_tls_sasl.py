@@ -28,6 +28,7 @@ import sqlalchemy as sa
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.integration.spark.test_streaming import key_counts
 from tests.kafka_ends import settled_ends
 from txn_offsets.config import DatabaseSettings, KafkaSettings, kafka_from_env
 from txn_offsets.errors import ConfigError, TxnOffsetsError
@@ -209,10 +210,6 @@ def test_job_mirror_and_stream_are_exact_over_verify_full_and_sasl_ssl(
 
     # the Structured Streaming source and sink: a second job over the same topic, same totals again
     stream_job = f"stream-{uuid.uuid4().hex[:10]}"
-
-    def key_counts(batch: Any) -> list[tuple[str, int]]:
-        rows = batch.selectExpr("CAST(key AS STRING) AS k").groupBy("k").count().collect()
-        return [(str(r.k), int(r["count"])) for r in rows]
 
     def write_rows(conn: sa.Connection, ranges: Sequence[OffsetRange], rows: list[tuple[str, int]]) -> None:
         upsert_add(conn, counts, [{"k": k, "n": n} for k, n in rows], keys=["k"], add=["n"])

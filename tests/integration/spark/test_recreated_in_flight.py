@@ -33,7 +33,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.fix_services import TopicFactory
 from tests.integration.spark.conftest import Produce, RunTestJob
 from tests.integration.spark.test_counting_job import counts_table_of, key_of, stored_offsets, totals
-from tests.integration.spark.test_streaming import _wait_for
+from tests.integration.spark.test_streaming import _wait_for, key_counts
 from txn_offsets import BatchWriter, DataLoss, PartitionWriter, StartPolicy, TopicChanged
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.kafka.metadata import describe_topics
@@ -113,8 +113,7 @@ def write_counter(
 def counts_after(recreate: RecreateOnce, records: Any) -> list[tuple[str, int]]:
     """compute_df (on the driver): re-create the topic, then run the Spark job that reads the batch."""
     recreate()
-    rows = records.selectExpr("CAST(key AS STRING) AS k").groupBy("k").count().collect()
-    return [(str(r.k), int(r["count"])) for r in rows]
+    return key_counts(records)
 
 
 def write_rows(
