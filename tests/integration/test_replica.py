@@ -190,6 +190,9 @@ def test_commits_lost_in_a_failover_are_planned_again_not_a_conflict(pair: repli
         engine.dispose()
 
 
+# Hung once in a fresh-clone CI run (the frozen primary never released the test): out of make test
+# until its waits are bounded; chaos F17 (make chaos) covers the same failover.
+@pytest.mark.slow
 def test_commit_in_flight_during_failover_is_resolved_on_the_new_primary(pair: replica.Pair) -> None:
     """The primary dies inside a COMMIT (frozen there, the replica promoted, then killed): the
     client's connection drops during COMMIT and the guard's re-read, a fresh connection through the
