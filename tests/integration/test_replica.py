@@ -9,6 +9,7 @@ its own directory): the stack's PostgreSQL is never touched.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -190,58 +191,90 @@ def test_commits_lost_in_a_failover_are_planned_again_not_a_conflict(pair: repli
         engine.dispose()
 
 
-# Hung once in a fresh-clone CI run (the frozen primary never released the test): out of make test
-# until its waits are bounded; chaos F17 (make chaos) covers the same failover.
-@pytest.mark.slow
+def _commit_in_flight(info: dict[str, object], timeout_s: float) -> None:
+    """Until a backend of the server `info` reaches is inside a COMMIT (bounded)."""
+    deadline = time.monotonic() + timeout_s
+    with psycopg.connect(**info, autocommit=True) as c:  # type: ignore[arg-type]
+        while not c.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE state = 'active' AND query = 'COMMIT'"
+        ).fetchall():
+            assert time.monotonic() < deadline, f"no COMMIT in flight after {timeout_s:.0f} s"
+            time.sleep(0.01)
+
+
+def _freeze(cluster: postgres.PgCluster, frozen: list[int]) -> None:
+    """SIGSTOP the server's postmaster and every backend (no answer, no commit); each pid goes into
+    `frozen` before it is stopped, so the caller's ``finally`` can always release it."""
+    postmaster = postgres._postmaster_pid(cluster)
+    assert postmaster is not None
+    for pid in (postmaster, *replica._children(postmaster)):
+        frozen.append(pid)
+        os.kill(pid, signal.SIGSTOP)
+
+
+def _release(frozen: list[int]) -> None:
+    """Kill what `_freeze` stopped, whatever happened in between: a stopped server's kernel still
+    acknowledges TCP, so a client waiting on it would wait forever (the CI hang of c50a54e)."""
+    for pid in frozen:
+        for sig in (signal.SIGKILL, signal.SIGCONT):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+
+
 def test_commit_in_flight_during_failover_is_resolved_on_the_new_primary(pair: replica.Pair) -> None:
     """The primary dies inside a COMMIT (frozen there, the replica promoted, then killed): the
     client's connection drops during COMMIT and the guard's re-read, a fresh connection through the
-    multi-host URL, reads the NEW primary: the commit did not happen there, CommitNotApplied."""
+    multi-host URL, reads the NEW primary: the commit did not happen there, CommitNotApplied.
+
+    Deterministic and bounded: the COMMIT is held in flight by a 30 s deferred trigger until the
+    test has frozen the server (no race with a short sleep); the commit runs in a thread joined with
+    a timeout; the frozen server is killed in ``finally`` whatever failed before."""
     db = DatabaseSettings(Secret(pair.url()), schema="s_inflight")
     migrate.upgrade(db)
     engine = engine_for(db, pool_size=1, max_overflow=0)
+    frozen: list[int] = []
     try:
         run = start_run(engine, db, "j")
         seed(engine, db, "j", {("t", 0): 0})
-        with engine.begin() as conn:  # every COMMIT of a write sleeps 3 s in a deferred trigger
+        with engine.begin() as conn:  # every COMMIT of a write waits 30 s in a deferred trigger
             conn.execute(sa.text('CREATE TABLE "s_inflight".w (id int)'))
             conn.execute(sa.text(SLOW_COMMIT))
-        replica.wait_replayed(pair.primary, pair.replica, pair.admin_password)
-        info = postgres.admin_conninfo(pair.primary, pair.admin_password, postgres.APP_DB)
+        replica.wait_replayed(pair.primary, pair.replica, pair.admin_password, timeout_s=30)
+        outcome: list[object] = []
 
-        def fail_over_during_commit() -> None:
-            deadline = time.monotonic() + 20
-            with psycopg.connect(**info, autocommit=True) as c:  # type: ignore[arg-type]
-                while not c.execute(
-                    "SELECT 1 FROM pg_stat_activity WHERE state = 'active' AND query = 'COMMIT'"
-                ).fetchall():
-                    assert time.monotonic() < deadline, "no COMMIT in flight"
-                    time.sleep(0.01)
-            postmaster = postgres._postmaster_pid(pair.primary)
-            assert postmaster is not None
-            for pid in (postmaster, *replica._children(postmaster)):
-                os.kill(pid, signal.SIGSTOP)  # frozen inside the COMMIT: no answer, no commit
-            replica.promote(pair.replica, pair.admin_password)
-            replica.kill_9(pair.primary)
+        def insert_w(conn: sa.Connection) -> None:
+            conn.execute(sa.text('INSERT INTO "s_inflight".w VALUES (1)'))
 
-        helper = threading.Thread(target=fail_over_during_commit)
-        helper.start()
-        with pytest.raises(CommitNotApplied, match="connection lost during COMMIT"):
-            commit_ranges(
-                engine, db, run, [OffsetRange("t", 0, 0, 5)],
-                lambda conn: conn.execute(sa.text('INSERT INTO "s_inflight".w VALUES (1)')),
-            )  # fmt: skip
-        helper.join(timeout=30)
+        def commit() -> None:
+            try:
+                ranges = [OffsetRange("t", 0, 0, 5)]
+                outcome.append(commit_ranges(engine, db, run, ranges, insert_w))
+            except BaseException as exc:  # handed to the test thread
+                outcome.append(exc)
+
+        worker = threading.Thread(target=commit, name="commit-in-flight", daemon=True)
+        worker.start()
+        _commit_in_flight(postgres.admin_conninfo(pair.primary, pair.admin_password, postgres.APP_DB), 20)
+        _freeze(pair.primary, frozen)
+        replica.promote(pair.replica, pair.admin_password, timeout_s=30)
+        replica.kill_9(pair.primary)
+        worker.join(60)
+        assert not worker.is_alive(), "commit_ranges still waiting 60 s after the old primary died"
+        (failure,) = outcome
+        assert isinstance(failure, CommitNotApplied), failure
+        assert "connection lost during COMMIT" in str(failure)
         assert _port(engine) == pair.replica.port  # the re-read (and everything since) is the new primary
         assert offsets_of(engine, db, "j") == {("t", 0): 0}
         assert commit_ranges(engine, db, run, [OffsetRange("t", 0, 0, 5)])[0].outcome is Outcome.COMMITTED
+        assert offsets_of(engine, db, "j") == {("t", 0): 5}
     finally:
+        _release(frozen)
         engine.dispose()
 
 
 SLOW_COMMIT = """
 CREATE FUNCTION "s_inflight".slow() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN PERFORM pg_sleep(3); RETURN NULL; END $$;
+BEGIN PERFORM pg_sleep(30); RETURN NULL; END $$;
 CREATE CONSTRAINT TRIGGER slow AFTER INSERT ON "s_inflight".w
     DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "s_inflight".slow();
 """
