@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -189,10 +189,12 @@ def topic_factory(kafka_admin: AdminClient) -> Iterator[TopicFactory]:
 
 
 @contextlib.contextmanager
-def started_pgbouncer(services: Services, home: Path, pool_mode: str = "transaction") -> Iterator[str]:
+def started_pgbouncer(
+    services: Services, home: Path, pool_mode: str = "transaction", extra_roles: Sequence[str] = ()
+) -> Iterator[str]:
     """A PgBouncer (Debian's, installed when missing and root) in front of the tests' PostgreSQL:
-    `pool_mode`, default_pool_size=2, the app role's SCRAM secret; yields the app role's URL through
-    it and stops it afterwards."""
+    `pool_mode`, default_pool_size=2, the app role's SCRAM secret (and `extra_roles`'); yields the
+    app role's URL through it and stops it afterwards."""
     from txn_offsets.devstack import pgbouncer, postgres
     from txn_offsets.devstack._proc import pick_free_port
 
@@ -217,7 +219,7 @@ def started_pgbouncer(services: Services, home: Path, pool_mode: str = "transact
         "dbname": admin.database,
         "connect_timeout": 5,
     }
-    pgbouncer.start(bouncer, conninfo, sorted({str(app.username), str(admin.username)}))
+    pgbouncer.start(bouncer, conninfo, sorted({str(app.username), str(admin.username), *extra_roles}))
     try:
         yield app.set(host="127.0.0.1", port=bouncer.port).render_as_string(hide_password=False)
     finally:

@@ -43,14 +43,16 @@ def run_migrations_online() -> None:
             return name == schema
         return True
 
-    # The migration session sees only pg_catalog on its search_path. Otherwise, when our schema is
-    # the session's default (a role named like the schema meets "$user" first, or a search_path
+    # The migration transaction sees only pg_catalog on its search_path. Otherwise, when our schema
+    # is the session's default (a role named like the schema meets "$user" first, or a search_path
     # naming it), SQLAlchemy reflects its tables as "the default schema" (schema None) while the
     # models name the schema: autogenerate would report every table missing, and PostgreSQL would
     # print foreign keys to it unqualified. Every migration names the schema explicitly, so nothing
-    # needs the search_path; appended last, this -c wins over the URL's and the role's settings.
-    options = f"{db.connect_args()['options']} -c search_path=pg_catalog"
-    engine = engine_for(db, poolclass=NullPool, connect_args={"options": options})
+    # needs the search_path. It is set inside the transaction (SET LOCAL), not in libpq's
+    # ``options``: PgBouncer drops ``options``, and a session SET would outlive the transaction on
+    # a pooled server connection; the dialect's default schema, read when the engine first
+    # connected, is corrected to match (this engine is the migration's own).
+    engine = engine_for(db, poolclass=NullPool)
     try:
         with engine.connect() as connection:
             context.configure(
@@ -62,6 +64,10 @@ def run_migrations_online() -> None:
                 compare_type=True,
             )
             with context.begin_transaction():
+                connection.execute(sa.text("SELECT set_config('search_path', 'pg_catalog', true)"))
+                connection.dialect.default_schema_name = connection.execute(
+                    sa.text("SELECT current_schema()")
+                ).scalar_one()
                 # Two deploys migrating at once would race on CREATE SCHEMA and the version
                 # table; a transaction-scoped advisory lock serialises them.
                 connection.execute(
