@@ -25,7 +25,8 @@ from txn_offsets.spark.signals import stop_on_signals
 from txn_offsets.spark.spec import JobSpec, job_run
 from txn_offsets.spark.tasks import ReadOptions, TaskReport
 from txn_offsets.spark.writers import Writer
-from txn_offsets.store.runs import LeaseKeeper, Run
+from txn_offsets.store.lease import LeaseKeeper
+from txn_offsets.store.runs import Run
 
 __all__ = ["BatchReport", "JobSummary", "run_job"]
 

@@ -12,14 +12,11 @@ does not conflict with ``FOR KEY SHARE``: a heartbeat never waits for a batch co
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import socket
-import threading
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -27,18 +24,16 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from txn_offsets.config import DatabaseSettings
-from txn_offsets.errors import ConfigError, Fenced, JobAlreadyRunning, UnknownJob
+from txn_offsets.errors import ConfigError, Fenced, JobAlreadyRunning, ServiceUnavailable, UnknownJob
 from txn_offsets.store import roles
 from txn_offsets.store.database import sqlstate, translate_errors
 from txn_offsets.store.schema import tables_for
 
 __all__ = [
     "JobState",
-    "LeaseKeeper",
     "Run",
     "end_run",
     "heartbeat",
-    "keep_lease",
     "lock_job",
     "renew_lease",
     "start_run",
@@ -132,6 +127,17 @@ def lock_job(
     )
 
 
+_START_ATTEMPTS = 5  # a start whose connection broke is tried again, the same run id each time
+_START_BACKOFF_S = 0.5  # times the attempt: 0.5 + 1 + 1.5 + 2 s, about a failover's recovery
+
+
+class _StartLost(Exception):
+    """An attempt's connection broke; `locked` is the generation it bumped if COMMIT was sent."""
+
+    def __init__(self, cause: Exception, locked: int | None) -> None:
+        self.cause, self.locked = cause, locked
+
+
 def start_run(
     engine: sa.Engine,
     db: DatabaseSettings,
@@ -144,56 +150,109 @@ def start_run(
     """Start a run of `job`: bump the generation (fencing older runs) and take the lease.
 
     Refuses with JobAlreadyRunning while another run's lease is live, unless `force`.
+
+    The run id is the start's token. A connection that breaks during the start (a failover, a lost
+    COMMIT) is tried again with the same run id (up to 5 attempts, ~5 s), and the job row, read
+    again under lock, says what the lost COMMIT did: our run id -> it committed (this run goes on
+    with that generation); the generation it locked -> it did not (start again); anything else ->
+    another run took the job meanwhile: Fenced. Never a second bump, never a guess.
     """
     validate_job(job)
     lease = _validate_lease(lease_s)
-    jobs = tables_for(db.schema).jobs
     run_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
-    with translate_errors(db), engine.begin() as conn:
-        # a claim stuck in flight must not hang the start forever (bound value: no SQL built here)
-        conn.execute(
-            sa.text("SELECT set_config('lock_timeout', :v, true)"), {"v": f"{int(lock_timeout_s * 1000)}ms"}
-        )
-        # row-level security would refuse the insert below with a bare policy violation
-        roles.require_reachable(conn, db, job)
-        ins = pg_insert(jobs).values(job=job).on_conflict_do_nothing()
-        conn.execute(ins)
+    lost: int | None = None  # the generation a lost COMMIT of ours bumped, if one was lost
+    for attempt in range(1, _START_ATTEMPTS + 1):
         try:
-            with conn.begin_nested():
-                state = lock_job(conn, db, job)
-        except sa.exc.OperationalError as exc:
-            if sqlstate(exc) != "55P03":  # lock_not_available
-                raise
-            # a batch of the current run is committing and did not finish in time
-            state = lock_job(conn, db, job, for_update=False)
-            raise JobAlreadyRunning(
-                job, state.run_id or "(a transaction in flight)", state.generation, state.heartbeat_age_s
-            ) from None
-        if state.live and not force:
-            raise JobAlreadyRunning(job, state.run_id or "?", state.generation, state.heartbeat_age_s)
-        if state.live:
-            logger.warning(
-                "job %r: forcing a new run, fencing live run %r (generation %r)",
-                job,
-                state.run_id,
-                state.generation,
-            )
-        generation = conn.execute(
-            sa.update(jobs)
-            .where(jobs.c.job == job)
-            .values(
-                generation=jobs.c.generation + 1,
-                run_id=run_id,
-                run_host=socket.gethostname(),
-                lease_s=lease,
-                started_at=sa.func.now(),
-                heartbeat_at=sa.func.now(),
-                lease_until=sa.func.now() + _seconds(lease),
-            )
-            .returning(jobs.c.generation)
-        ).scalar_one()
+            return _start(
+                engine, db, job, run_id=run_id, force=force, lease=lease, lock_timeout_s=lock_timeout_s,
+                lost=lost, retry=attempt > 1,
+            )  # fmt: skip
+        except _StartLost as exc:
+            if attempt == _START_ATTEMPTS:
+                raise exc.cause from None
+            lost = exc.locked if exc.locked is not None else lost
+            logger.warning("job %r: connection lost while starting run %r; trying again", job, run_id)
+            time.sleep(_START_BACKOFF_S * attempt)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _start(
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    job: str,
+    *,
+    run_id: str,
+    force: bool,
+    lease: float,
+    lock_timeout_s: float,
+    lost: int | None,
+    retry: bool,
+) -> Run:
+    """One attempt of :func:`start_run`; a broken connection is _StartLost (a first attempt that
+    cannot connect at all is the caller's ServiceUnavailable, as before)."""
+    jobs = tables_for(db.schema).jobs
+    locked: int | None = None
+    connected = False
+    timeout = {"v": f"{int(lock_timeout_s * 1000)}ms"}
+    try:
+        with translate_errors(db), engine.connect() as conn, conn.begin():
+            connected = True
+            # a claim stuck in flight must not hang the start forever (bound value: no SQL built here)
+            conn.execute(sa.text("SELECT set_config('lock_timeout', :v, true)"), timeout)
+            # row-level security would refuse the insert below with a bare policy violation
+            roles.require_reachable(conn, db, job)
+            conn.execute(pg_insert(jobs).values(job=job).on_conflict_do_nothing())
+            state = _lock_for_start(conn, db, job)
+            if state.run_id == run_id:  # our lost COMMIT was applied: this run goes on
+                logger.warning("job %r: the lost start of run %r had committed", job, run_id)
+                return Run(job, state.generation, run_id)
+            if lost is not None and state.generation != lost:
+                raise Fenced(job, lost + 1, state.generation)  # another run started meanwhile
+            if state.live and not force:
+                raise JobAlreadyRunning(job, state.run_id or "?", state.generation, state.heartbeat_age_s)
+            if state.live:
+                logger.warning(
+                    "job %r: forcing a new run, fencing live run %r (generation %r)",
+                    job,
+                    state.run_id,
+                    state.generation,
+                )
+            generation = conn.execute(
+                sa.update(jobs)
+                .where(jobs.c.job == job)
+                .values(
+                    generation=jobs.c.generation + 1,
+                    run_id=run_id,
+                    run_host=socket.gethostname(),
+                    lease_s=lease,
+                    started_at=sa.func.now(),
+                    heartbeat_at=sa.func.now(),
+                    lease_until=sa.func.now() + _seconds(lease),
+                )
+                .returning(jobs.c.generation)
+            ).scalar_one()
+            locked = state.generation  # leaving the block sends COMMIT
+    except ServiceUnavailable as exc:
+        if retry or connected:  # the connection broke mid-start (or the database is still away)
+            raise _StartLost(exc, locked) from None
+        raise
     logger.info("job %r: started run %r, generation %r", job, run_id, generation)
     return Run(job, generation, run_id)
+
+
+def _lock_for_start(conn: sa.Connection, db: DatabaseSettings, job: str) -> JobState:
+    """The job row FOR UPDATE; a batch of the current run still committing past the start's
+    lock_timeout is JobAlreadyRunning."""
+    try:
+        with conn.begin_nested():
+            return lock_job(conn, db, job)
+    except sa.exc.OperationalError as exc:
+        if sqlstate(exc) != "55P03":  # lock_not_available
+            raise
+        state = lock_job(conn, db, job, for_update=False)
+        raise JobAlreadyRunning(
+            job, state.run_id or "(a transaction in flight)", state.generation, state.heartbeat_age_s
+        ) from None
 
 
 def renew_lease(conn: sa.Connection, db: DatabaseSettings, run: Run) -> JobState:
@@ -241,100 +300,3 @@ def end_run(engine: sa.Engine, db: DatabaseSettings, run: Run) -> bool:
     if released != 1:
         logger.info("job %r: run %r no longer held the lease at its end", run.job, run.run_id)
     return released == 1
-
-
-@contextlib.contextmanager
-def keep_lease(
-    engine: sa.Engine, db: DatabaseSettings, run: Run, *, every_s: float, for_s: float | None = None
-) -> Iterator[None]:
-    """Renew the lease from a background thread while a batch runs, so a batch longer than the
-    lease does not let a second run start without ``force``. A failed renewal is only logged:
-    if the run was fenced, its claims fail with Fenced anyway and nothing is written.
-
-    With `for_s` (the batch's timeout) renewals stop after that long: a batch that no longer makes
-    progress must not hold the job forever."""
-    keeper = LeaseKeeper(engine, db, run, every_s=every_s)
-    try:
-        with keeper.during(for_s):
-            yield
-    finally:
-        keeper.close()
-
-
-class LeaseKeeper:
-    """:func:`keep_lease` for a run of many batches: one thread for the whole run, armed for each
-    batch with :meth:`during` (starting a thread per batch cost milliseconds per batch). Renews
-    the lease every `every_s` while armed and only then; never past the batch's `for_s`."""
-
-    def __init__(self, engine: sa.Engine, db: DatabaseSettings, run: Run, *, every_s: float) -> None:
-        self._engine, self._db, self._run, self._every_s = engine, db, run, every_s
-        self._cond = threading.Condition()
-        self._armed = False
-        self._closed = False
-        self._next = 0.0  # monotonic time of the next renewal
-        self._deadline: float | None = None  # no renewal after this (the batch's timeout)
-        self._thread: threading.Thread | None = None
-        self._renewing = False
-
-    @contextlib.contextmanager
-    def during(self, for_s: float | None = None) -> Iterator[None]:
-        """Keep the lease while the block runs (a batch), for at most `for_s` seconds."""
-        now = time.monotonic()
-        with self._cond:
-            if self._closed:
-                raise RuntimeError("LeaseKeeper is closed")
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name=f"lease-{self._run.job}", daemon=True)
-                self._thread.start()
-            self._armed = True
-            self._next = now + self._every_s
-            self._deadline = None if for_s is None else now + for_s
-            self._cond.notify_all()
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._armed = False
-                self._cond.notify_all()
-                while self._renewing:  # a renewal in flight ends before the batch does
-                    self._cond.wait()
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout=self._every_s + 5)
-
-    def _due(self) -> bool:
-        """Wait (holding the condition) until a renewal is due; False once closed."""
-        while not self._closed:
-            now = time.monotonic()
-            if not self._armed:
-                self._cond.wait()
-            elif self._deadline is not None and now >= self._deadline:
-                logger.warning(
-                    "job %r: batch past its timeout; the lease is no longer renewed", self._run.job
-                )
-                self._armed = False
-            elif now < self._next:
-                self._cond.wait(self._next - now)
-            else:
-                self._next = now + self._every_s
-                return True
-        return False
-
-    def _loop(self) -> None:
-        while True:
-            with self._cond:
-                if not self._due():
-                    return
-                self._renewing = True
-            try:
-                heartbeat(self._engine, self._db, self._run)
-            except Exception as exc:
-                logger.warning("job %r: lease renewal failed: %s", self._run.job, exc)
-            finally:
-                with self._cond:
-                    self._renewing = False
-                    self._cond.notify_all()

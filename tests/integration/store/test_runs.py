@@ -13,7 +13,8 @@ from txn_offsets import ConfigError, Fenced, JobAlreadyRunning
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.planner import Limits, TopicSelection, plan_batch
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.store.runs import LeaseKeeper, Run, end_run, heartbeat, lock_job, start_run
+from txn_offsets.store.lease import LeaseKeeper
+from txn_offsets.store.runs import Run, end_run, heartbeat, lock_job, start_run
 from txn_offsets.store.transaction import Outcome, commit_ranges
 
 from .helpers import Aggregate, offsets_of, seed

@@ -38,8 +38,9 @@ from txn_offsets.spark.batch import batch_deadline
 from txn_offsets.spark.frames import worker_imports
 from txn_offsets.spark.tasks import commit_reporting, success_counts
 from txn_offsets.store.database import worker_engine
+from txn_offsets.store.lease import keep_lease
 from txn_offsets.store.lineage import Lineage
-from txn_offsets.store.runs import Run, keep_lease
+from txn_offsets.store.runs import Run
 from txn_offsets.store.stats import FAILURES, record_batch, record_failure
 from txn_offsets.store.stream_plans import let_go, load_plan, mark_committed
 
