@@ -278,3 +278,61 @@ BEGIN PERFORM pg_sleep(30); RETURN NULL; END $$;
 CREATE CONSTRAINT TRIGGER slow AFTER INSERT ON "s_inflight".w
     DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "s_inflight".slow();
 """
+
+
+@pytest.mark.slow  # its own primary+replica pair (~20-35 s to start on this loaded 2-core box)
+def test_synchronous_replication_loses_no_acknowledged_commit_in_a_failover(pair: replica.Pair) -> None:
+    """F15 with synchronous replication: the replica is the sync standby, so a COMMIT is answered
+    only once the replica has it. The acknowledged commit survives the primary's kill -9 (async,
+    test_commits_lost_in_a_failover_are_planned_again_not_a_conflict, loses it); the one in flight
+    when the WAL sender stalls is never acknowledged, and the guard's re-read on the new primary
+    says CommitNotApplied: nothing acknowledged lost, nothing applied twice."""
+    db = DatabaseSettings(Secret(pair.url()), schema="s_sync")
+    migrate.upgrade(db)
+    replica.make_synchronous(pair.primary, pair.admin_password, timeout_s=30)
+    engine = engine_for(db, pool_size=1, max_overflow=0)
+    frozen: list[int] = []
+    try:
+        run = start_run(engine, db, "j")
+        seed(engine, db, "j", {("t", 0): 0})
+        assert commit_ranges(engine, db, run, [OffsetRange("t", 0, 0, 5)])[0].outcome is Outcome.COMMITTED
+        info = postgres.admin_conninfo(pair.primary, pair.admin_password)
+        with psycopg.connect(**info, autocommit=True) as c:  # type: ignore[arg-type]
+            senders = [int(pid) for (pid,) in c.execute("SELECT pid FROM pg_stat_replication").fetchall()]
+        assert senders
+        for pid in senders:  # the replica gets nothing more, as in F15
+            frozen.append(pid)
+            os.kill(pid, signal.SIGSTOP)
+        outcome: list[object] = []
+
+        def commit() -> None:
+            try:
+                outcome.append(commit_ranges(engine, db, run, [OffsetRange("t", 0, 5, 9)]))
+            except BaseException as exc:  # handed to the test thread
+                outcome.append(exc)
+
+        worker = threading.Thread(target=commit, name="commit-waits-for-sync", daemon=True)
+        worker.start()
+        deadline = time.monotonic() + 20  # the COMMIT waits for the standby: never acknowledged
+        with psycopg.connect(**info, autocommit=True) as c:  # type: ignore[arg-type]
+            while not c.execute("SELECT 1 FROM pg_stat_activity WHERE wait_event = 'SyncRep'").fetchall():
+                assert time.monotonic() < deadline, "no COMMIT waiting for the synchronous standby"
+                time.sleep(0.02)
+        assert worker.is_alive() and outcome == []
+        _freeze(pair.primary, frozen)  # as F17: the client notices once the new primary is up
+        replica.promote(pair.replica, pair.admin_password, timeout_s=30)
+        replica.kill_9(pair.primary)
+        worker.join(60)
+        assert not worker.is_alive(), "commit_ranges still waiting 60 s after the old primary died"
+        (failure,) = outcome
+        assert isinstance(failure, CommitNotApplied), failure
+        check = sa.create_engine(pair.url(), pool_pre_ping=True)
+        try:
+            assert offsets_of(check, db, "j") == {("t", 0): 5}  # the acknowledged commit survived
+            assert commit_ranges(engine, db, run, [OffsetRange("t", 0, 5, 9)])[0].outcome is Outcome.COMMITTED
+            assert offsets_of(check, db, "j") == {("t", 0): 9}
+        finally:
+            check.dispose()
+    finally:
+        _release(frozen)
+        engine.dispose()

@@ -32,11 +32,22 @@ from txn_offsets.devstack import postgres
 from txn_offsets.devstack._proc import pick_free_port, pid_alive, read_pid, require_port_free
 from txn_offsets.errors import StackError
 
-__all__ = ["Pair", "kill_9", "multi_host_url", "promote", "running_pid", "start", "stop", "wait_replayed"]
+__all__ = [
+    "Pair",
+    "kill_9",
+    "make_synchronous",
+    "multi_host_url",
+    "promote",
+    "running_pid",
+    "start",
+    "stop",
+    "wait_replayed",
+]
 
 logger = logging.getLogger(__name__)
 
 SERVICE = "replica"
+APPLICATION_NAME = "txn_offsets_replica"  # the replica's walreceiver, as the primary sees it
 
 
 def _passfile(replica: postgres.PgCluster, primary: postgres.PgCluster, admin_password: str) -> Path:
@@ -57,7 +68,7 @@ def _basebackup(primary: postgres.PgCluster, replica: postgres.PgCluster, admin_
     passfile = _passfile(replica, primary, admin_password)
     conninfo = (
         f"host=127.0.0.1 port={primary.port} user={postgres.ADMIN_USER} passfile={passfile} "
-        f"application_name=txn_offsets_replica connect_timeout=10"
+        f"application_name={APPLICATION_NAME} connect_timeout=10"
     )
     done = replica.run(
         "pg_basebackup", "-d", conninfo, "-D", str(replica.data_dir), "-R", "-X", "stream", "-c", "fast",
@@ -114,6 +125,26 @@ def _wait_streaming(primary: postgres.PgCluster, admin_password: str, timeout_s:
         time.sleep(0.2)
     raise StackError(SERVICE, f"not streaming from 127.0.0.1:{primary.port} after {timeout_s:.0f}s",
                      "read the replica's postgres.log")  # fmt: skip
+
+
+def make_synchronous(primary: postgres.PgCluster, admin_password: str, timeout_s: float = 60) -> None:
+    """Turn the primary's replication synchronous (``synchronous_standby_names`` = our replica's
+    application_name, ``ALTER SYSTEM`` + reload) and wait until the replica is the sync standby:
+    from then on a COMMIT is acknowledged only once the replica has its WAL, so a failover to it
+    loses nothing a client was told is committed (a COMMIT in flight stays ambiguous: the guard's
+    re-read settles it)."""
+    with psycopg.connect(**postgres.admin_conninfo(primary, admin_password), autocommit=True) as conn:  # type: ignore[arg-type]
+        conn.execute(f"ALTER SYSTEM SET synchronous_standby_names = '{APPLICATION_NAME}'")
+        conn.execute("SELECT pg_reload_conf()")
+        deadline = time.monotonic() + timeout_s
+        while not conn.execute(
+            "SELECT 1 FROM pg_stat_replication WHERE application_name = %s AND sync_state = 'sync'",
+            (APPLICATION_NAME,),
+        ).fetchall():
+            if time.monotonic() > deadline:
+                raise StackError(SERVICE, f"not a synchronous standby after {timeout_s:.0f}s",
+                                 "read the primary's postgres.log")  # fmt: skip
+            time.sleep(0.05)
 
 
 def in_recovery(cluster: postgres.PgCluster, admin_password: str) -> bool:
