@@ -59,7 +59,7 @@ def test_partition_and_batch_writer_jobs_with_four_concurrent_tasks_on_a_pool_of
         )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    print(report["seconds"])
+    print(report["seconds"], "clients", watch.clients, "servers", watch.servers, "waiting", watch.waiting)
     assert report["partition"] == {"records": 4000, "batches": 2}
     assert report["batch"]["batches"] == 2
     assert min(report["batch"]["sizes"]) >= report["copy_min_rows"], report  # the COPY path, twice
