@@ -10,14 +10,16 @@ import time
 import uuid
 from collections.abc import Callable
 
+import pytest
 import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from benchmarks.store_scale import measure_offsets_table
 from txn_offsets.config import DatabaseSettings
+from txn_offsets.errors import ConfigError
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.store import health
+from txn_offsets.store import budget, health
 from txn_offsets.store.runs import Run, start_run
 from txn_offsets.store.transaction import commit_ranges
 
@@ -176,3 +178,22 @@ def test_hot_ratio_measurement_through_the_commit_path(migrated: DatabaseSetting
     assert [c["updates"] for c in result["checkpoints"]] == [160, 480]
     assert 0 < result["hot_ratio"] <= 1
     assert result["checkpoints"][0]["size_bytes"] >= 8192
+
+
+def test_a_run_the_server_cannot_take_fails_at_start(engine: sa.Engine, migrated: DatabaseSettings) -> None:
+    """check_budget against the real server: within max_connections it passes; a run needing more
+    than the server has free is a ConfigError naming the setting and the numbers."""
+    with engine.connect() as conn:
+        room = health.connection_headroom(conn)
+    assert room.max_connections > room.reserved >= 0 and room.in_use >= 1
+    assert (
+        budget.check_budget(migrated, 2, None).needed
+        == budget.DRIVER_CONNECTIONS + 2 * budget.WORKER_CONNECTIONS
+    )
+    slots = room.max_connections  # twice the server's connections at least
+    with pytest.raises(ConfigError) as caught:
+        budget.check_budget(migrated, slots, None)
+    message = str(caught.value)
+    assert message.startswith("max_store_connections: this job opens up to")
+    assert f"max_connections {room.max_connections} - {room.reserved} reserved" in message
+    assert str(migrated.url.password) not in message
