@@ -26,6 +26,7 @@ A database that cannot be read gives ``txn_offsets_up{target="database"} 0`` and
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator, Mapping
 
@@ -258,12 +259,11 @@ def _store_families(snap: Snapshot) -> Iterator[Metric]:
         "Heap-only (HOT) row updates of the offsets table: no index entry, pruned in place (n_tup_hot_upd)",
         value=table.hot_updates,
     )
-    if table.hot_ratio is not None:
-        yield GaugeMetricFamily(
-            "txn_offsets_offsets_table_hot_update_ratio",
-            "HOT updates / all updates of the offsets table since the statistics were reset",
-            value=table.hot_ratio,
-        )
+    yield GaugeMetricFamily(
+        "txn_offsets_offsets_table_hot_update_ratio",
+        "HOT updates / all updates of the offsets table since the statistics were reset (NaN before any)",
+        value=math.nan if table.hot_ratio is None else table.hot_ratio,
+    )
     yield GaugeMetricFamily(
         "txn_offsets_offsets_table_bytes",
         "Size of the offsets table's heap (pg_relation_size)",
