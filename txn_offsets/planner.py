@@ -153,10 +153,10 @@ def plan_batch(
         generation = run.generation
     check_on_data_loss(on_data_loss)
     topics = selection.resolve(kafka, timeout_s)
-    infos = metadata.describe_topics(kafka, topics, timeout_s=timeout_s)
+    # topic ids, partitions and their (log start, end): one wait on Kafka, a request per 512
+    infos, marks = metadata.topics_and_watermarks(kafka, topics, timeout_s=timeout_s)
     topic_ids = {topic: info.topic_id for topic, info in infos.items()}
     partitions: list[TopicPartition] = [(t, p) for t in topics for p in infos[t].partitions]
-    marks = metadata.watermarks(kafka, partitions, timeout_s=timeout_s)
     # a missing offsets table or an unreachable server is one of our errors (SchemaMissing,
     # ServiceUnavailable: retried by the runner), never a raw driver error
     with translate_errors(db), engine.begin() as conn:

@@ -26,6 +26,7 @@ A database that cannot be read gives ``txn_offsets_up{target="database"} 0`` and
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator, Mapping
 
@@ -88,6 +89,7 @@ class StoreCollector(Collector):
             yield from self._partitions(snap)
             yield from self._consumer_groups(snap)
             yield from self._stats(snap)
+            yield from _store_families(snap)
         if snap.kafka is not None and snap.kafka.fetched_at:
             age = GaugeMetricFamily(
                 "txn_offsets_kafka_facts_age_seconds", "Age of the cached Kafka offsets and timestamps"
@@ -240,6 +242,44 @@ class StoreCollector(Collector):
             for name in STAT_OUTCOMES:
                 outcomes.add_metric([j.job, name], j.stats.outcomes.get(name, 0))
         yield from (hist, outcomes)
+
+
+def _store_families(snap: Snapshot) -> Iterator[Metric]:
+    """The offsets table's HOT-update counters, ratio and size; the oldest open transaction."""
+    if snap.store is None:
+        return
+    table = snap.store.offsets
+    yield CounterMetricFamily(
+        "txn_offsets_offsets_table_updates",
+        "Row updates of the offsets table since the statistics were reset (pg_stat_user_tables.n_tup_upd)",
+        value=table.updates,
+    )
+    yield CounterMetricFamily(
+        "txn_offsets_offsets_table_hot_updates",
+        "Heap-only (HOT) row updates of the offsets table: no index entry, pruned in place (n_tup_hot_upd)",
+        value=table.hot_updates,
+    )
+    yield GaugeMetricFamily(
+        "txn_offsets_offsets_table_hot_update_ratio",
+        "HOT updates / all updates of the offsets table since the statistics were reset (NaN before any)",
+        value=math.nan if table.hot_ratio is None else table.hot_ratio,
+    )
+    yield GaugeMetricFamily(
+        "txn_offsets_offsets_table_bytes",
+        "Size of the offsets table's heap (pg_relation_size)",
+        value=table.size_bytes,
+    )
+    yield GaugeMetricFamily(
+        "txn_offsets_offsets_table_dead_rows",
+        "Dead row versions in the offsets table (n_dead_tup)",
+        value=table.dead_rows,
+    )
+    yield GaugeMetricFamily(
+        "txn_offsets_oldest_transaction_age_seconds",
+        "Age of the oldest transaction open in the database (pg_stat_activity.xact_start); while it stays "
+        "open no row version younger than it is pruned or vacuumed",
+        value=snap.store.oldest_transaction_s,
+    )
 
 
 def _topic_lags(j: JobView) -> dict[str, int]:

@@ -20,7 +20,9 @@ from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import TxnOffsetsError
 from txn_offsets.ranges import TopicPartition
 from txn_offsets.service.kafka_view import KafkaFacts, KafkaView
+from txn_offsets.store import health
 from txn_offsets.store.database import translate_errors
+from txn_offsets.store.health import TableStats
 from txn_offsets.store.schema import tables_for
 from txn_offsets.store.stats import JobStats, load_stats
 
@@ -91,6 +93,15 @@ class Snapshot:
     kafka: KafkaFacts | None = None
     stats_error: str | None = None
     extra: dict[str, object] = field(default_factory=dict)
+    store: StoreHealth | None = None
+
+
+@dataclass(frozen=True)
+class StoreHealth:
+    """The offsets table's update counters and size, and the oldest open transaction's age."""
+
+    offsets: TableStats
+    oldest_transaction_s: float
 
 
 def _read_db(
@@ -100,6 +111,7 @@ def _read_db(
     dict[str, dict[TopicPartition, StoredRow]],
     dict[str, JobStats],
     str | None,
+    StoreHealth,
 ]:
     t = tables_for(db.schema)
     j, o = t.jobs, t.offsets
@@ -131,7 +143,8 @@ def _read_db(
                 stats = load_stats(conn, db)
         except sa.exc.ProgrammingError:  # job_stats missing: the schema is older than 0004
             stats_error = "job_stats table missing: run `txn-offsets db upgrade`"
-    return jobs, stored, stats, stats_error
+        store = StoreHealth(health.offsets_table_stats(conn, db), health.oldest_transaction_age_s(conn))
+    return jobs, stored, stats, stats_error, store
 
 
 def _proven_marks(
@@ -159,7 +172,7 @@ def read_snapshot(engine: sa.Engine, db: DatabaseSettings, kafka: KafkaView | No
     snapshot says what could not be read (``database_error``, ``kafka.error``)."""
     read_at = time.time()
     try:
-        jobs, stored, stats, stats_error = _read_db(engine, db)
+        jobs, stored, stats, stats_error, store = _read_db(engine, db)
     except (TxnOffsetsError, sa.exc.SQLAlchemyError) as exc:
         detail = str(exc) if isinstance(exc, TxnOffsetsError) else type(exc).__name__
         logger.warning("scrape: database not read: %s", detail)
@@ -183,4 +196,4 @@ def read_snapshot(engine: sa.Engine, db: DatabaseSettings, kafka: KafkaView | No
             lags = partition_lags(offsets, facts.partitions, marks, own_ts)
         age = None if r.age is None else float(r.age)
         views.append(JobView(r.job, r.generation, r.run_id, bool(r.live), age, mine, lags, stats.get(r.job)))
-    return Snapshot(tuple(views), None, facts, stats_error)
+    return Snapshot(tuple(views), None, facts, stats_error, store=store)

@@ -21,10 +21,12 @@ from txn_offsets.planner import Limits, plan_batch
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark.batch import Batch, batch_deadline, check_execution
 from txn_offsets.spark.publish import BatchPublisher
+from txn_offsets.spark.session import session_cores
 from txn_offsets.spark.signals import stop_on_signals
 from txn_offsets.spark.spec import JobSpec, job_run
 from txn_offsets.spark.tasks import ReadOptions, TaskReport
 from txn_offsets.spark.writers import Writer
+from txn_offsets.store.budget import check_budget
 from txn_offsets.store.lease import LeaseKeeper
 from txn_offsets.store.runs import Run
 
@@ -62,6 +64,7 @@ class JobSummary:
     already_committed: int = 0
     seconds: float = 0.0
     stopped_by: str = ""
+    max_connections: int = 0  # the run's connection budget (store.budget): at most this many open
     outcomes: list[TaskReport] = field(default_factory=list, repr=False)  # the last 10,000
 
 
@@ -90,6 +93,7 @@ def run_job(
     batch_timeout_s: float | None = 600.0,
     mirror_group: str | None = None,
     execution: str = "auto",
+    max_store_connections: int | None = None,
 ) -> JobSummary:
     """Run `job` on `spark` until stopped; returns a summary. Raises our errors with context.
 
@@ -105,6 +109,10 @@ def run_job(
 
     With `mirror_group`, the committed offsets are also stored in that Kafka consumer group after
     each batch's database commit (best effort, never read back) so Kafka's lag tools see the job.
+
+    `max_store_connections` caps the PostgreSQL connections of the run (driver and executors, see
+    :mod:`txn_offsets.store.budget`); a run that needs more, or more than the server has free,
+    fails at start with a ConfigError naming it. The summary's ``max_connections`` is the budget.
     """
     spec = JobSpec.of(
         job=job,
@@ -134,6 +142,7 @@ def run_job(
             "retries", f"retries ({retries}) and retry_backoff_s ({retry_backoff_s}) must be >= 0"
         )
     check_execution(execution, spark)
+    budget = check_budget(database, session_cores(spark), max_store_connections)
     stop = stop or threading.Event()
     with job_run(spec, database, kafka) as (engine, run):
         loop = _Loop(
@@ -144,7 +153,7 @@ def run_job(
             database=database,
             kafka=kafka,
             writer=writer,
-            summary=JobSummary(job=job, generation=run.generation),
+            summary=JobSummary(job=job, generation=run.generation, max_connections=budget.budget),
             publisher=BatchPublisher(
                 engine,
                 database,

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import ARRAY
 
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import ConfigError
@@ -74,20 +75,29 @@ def write_audit(
     if not changes:
         return
     audit = tables_for(db.schema).audit
+    # one statement over bound arrays (an executemany of 4,096 rows: ~2 s, a statement each)
+    rows = (
+        sa.func.unnest(
+            sa.cast(sa.literal([c.topic for c in changes], ARRAY(sa.Text)), ARRAY(sa.Text)),
+            sa.cast(sa.literal([c.partition for c in changes], ARRAY(sa.Integer)), ARRAY(sa.Integer)),
+            sa.cast(sa.literal([c.old for c in changes], ARRAY(sa.BigInteger)), ARRAY(sa.BigInteger)),
+            sa.cast(sa.literal([c.new for c in changes], ARRAY(sa.BigInteger)), ARRAY(sa.BigInteger)),
+        )
+        .table_valued("topic", "part", "old_off", "new_off")
+        .render_derived()
+    )
+    fixed = [sa.literal(v) for v in (job, action, reason, actor)]
     conn.execute(
-        sa.insert(audit),
-        [
-            {
-                "job": job,
-                "topic": c.topic,
-                "part": c.partition,
-                "old_off": c.old,
-                "new_off": c.new,
-                "action": action,
-                "reason": reason,
-                "actor": actor,
-                "generation": generation,
-            }
-            for c in changes
-        ],
+        sa.insert(audit).from_select(
+            ["job", "topic", "part", "old_off", "new_off", "action", "reason", "actor", "generation"],
+            sa.select(
+                fixed[0],
+                rows.c.topic,
+                rows.c.part,
+                rows.c.old_off,
+                rows.c.new_off,
+                *fixed[1:],
+                sa.cast(sa.literal(generation), sa.BigInteger),
+            ),
+        )
     )

@@ -59,13 +59,19 @@ _LOCK_NOT_AVAILABLE = "55P03"
 # path treat a connection lost before COMMIT as "nothing committed" and retry on a fresh one.
 PING_IF_IDLE_S = 2.0
 _IDLE_SINCE = "txn_offsets_idle_since"
+# (pool_size, max_overflow): a driver, CLI or admin process (engine_for's defaults), and each
+# Python worker of an executor (worker_engine). A full pool makes the caller wait, never connect:
+# the connection budget of a run is built from these (store.budget)
+DRIVER_POOL = (2, 3)
+WORKER_POOL = (1, 1)
 _QUERY_CANCELED = "57014"
 
 
 def engine_for(db: DatabaseSettings, **kwargs: object) -> sa.Engine:
-    """An engine for `db`: bounded connect time, TCP keepalives, the server-side timeouts of `db`
-    (see :meth:`DatabaseSettings.connect_args`), parameters kept out of error messages, and safe
-    behind a transaction-pooling PgBouncer (no prepared statements; the timeouts set in each
+    """An engine for `db`: a pool of :data:`DRIVER_POOL` (unless `kwargs` say otherwise), bounded
+    connect time, TCP keepalives, the server-side timeouts of `db` (see
+    :meth:`DatabaseSettings.connect_args`), parameters kept out of error messages, and safe behind
+    a transaction-pooling PgBouncer (no prepared statements; the timeouts set in each
     transaction when the pooler dropped them; statement pooling refused: :mod:`.pooler`).
 
     `kwargs` go to :func:`sqlalchemy.create_engine` and override the defaults; a ``connect_args``
@@ -80,6 +86,8 @@ def engine_for(db: DatabaseSettings, **kwargs: object) -> sa.Engine:
             raise TypeError(f"connect_args must be a mapping, got {type(extra).__name__}")
         connect_args.update(extra)
     options: dict[str, object] = {"hide_parameters": True}
+    if "poolclass" not in kwargs:
+        options.update(pool_size=DRIVER_POOL[0], max_overflow=DRIVER_POOL[1])
     options.update(kwargs)
     options["connect_args"] = connect_args
     engine = sa.create_engine(db.url, **options)
@@ -103,7 +111,9 @@ def worker_engine(db: DatabaseSettings) -> sa.Engine:
         if engine is None:
             if not _engines:
                 atexit.register(dispose_worker_engines)
-            engine = engine_for(db, pool_size=2, max_overflow=2)
+            # one task per worker at a time: its transaction and, when a commit's outcome is
+            # unknown, the re-read on a fresh connection
+            engine = engine_for(db, pool_size=WORKER_POOL[0], max_overflow=WORKER_POOL[1])
             _engines[db] = engine
         return engine
 

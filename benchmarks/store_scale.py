@@ -1,0 +1,169 @@
+"""Store-side scale measurements the bench's ``scale`` phase calls (no Spark):
+
+* :func:`time_planning` - ``planner.plan_batch`` on one job over a topic (e.g. 4,096 partitions):
+  the driver's whole plan (topic ids and partitions, Kafka's offsets, the stored rows, the lease),
+  after a first, untimed plan that seeds the rows;
+* :func:`measure_offsets_table` - the offsets table's HOT-update ratio and size after N batches of
+  claims through the real commit path (``store.transaction.commit_ranges``), in a schema of its own.
+
+    python -m benchmarks.store_scale --batches 100,10000 --partitions 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from txn_offsets.config import DatabaseSettings, KafkaSettings, from_env
+from txn_offsets.kafka.start import StartPolicy
+from txn_offsets.planner import Limits, TopicSelection, plan_batch
+from txn_offsets.ranges import OffsetRange
+from txn_offsets.store import health, migrate, offset_rows
+from txn_offsets.store.database import engine_for
+from txn_offsets.store.runs import end_run, start_run
+from txn_offsets.store.transaction import commit_ranges
+
+__all__ = ["measure_offsets_table", "time_planning"]
+
+
+def time_planning(
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    topics: Sequence[str],
+    *,
+    runs: int = 15,
+    job: str | None = None,
+) -> dict[str, Any]:
+    """Milliseconds per ``plan_batch`` of one run of a fresh job over `topics` (caught-up or not:
+    the plan's cost does not depend on the backlog). ``db`` must be migrated. Returns
+    ``{"p50_ms", "min_ms", "max_ms", "runs", "partitions", "first_plan_ms"}``."""
+    job = job or f"plan-{uuid.uuid4().hex[:10]}"
+    run = start_run(engine, db, job)
+    kw: dict[str, Any] = {
+        "job": job,
+        "selection": TopicSelection(topics=tuple(topics)),
+        "start": StartPolicy.earliest(),
+        "limits": Limits(),
+        "run": run,
+    }
+    try:
+        t0 = time.perf_counter()
+        plan = plan_batch(engine, db, kafka, **kw)  # seeds every row: not what a batch pays
+        first_ms = (time.perf_counter() - t0) * 1000
+        times = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            plan_batch(engine, db, kafka, **kw)
+            times.append((time.perf_counter() - t0) * 1000)
+    finally:
+        end_run(engine, db, run)
+    return {
+        "p50_ms": round(statistics.median(times), 1),
+        "min_ms": round(min(times), 1),
+        "max_ms": round(max(times), 1),
+        "runs": runs,
+        "partitions": len(plan.stored),
+        "first_plan_ms": round(first_ms, 1),
+    }
+
+
+def _stats_after(
+    engine: sa.Engine, db: DatabaseSettings, updates: int, timeout_s: float = 20.0
+) -> health.TableStats:
+    """The offsets table's statistics once at least `updates` updates reached them (backends flush
+    their counters about once a second)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with engine.connect() as conn:
+            health.flush_stats(conn)
+            conn.commit()
+        with engine.connect() as conn:
+            stats = health.offsets_table_stats(conn, db)
+        if stats.updates >= updates or time.monotonic() > deadline:
+            return stats
+        time.sleep(0.25)
+
+
+def measure_offsets_table(
+    db: DatabaseSettings,
+    *,
+    partitions: int = 8,
+    checkpoints: Sequence[int] = (100, 10_000),
+    records_per_range: int = 100,
+) -> dict[str, Any]:
+    """Batches of `partitions` ranges through ``commit_ranges`` (one transaction per batch, no user
+    write), in a fresh schema dropped afterwards; at each checkpoint (batches done) the offsets
+    table's updates, HOT updates, HOT ratio and heap size. Returns ``{"checkpoints": [...],
+    "hot_ratio": <at the last>, "size_ratio": <last size / first size>}``."""
+    scratch = dataclasses.replace(db, schema=f"hot_{uuid.uuid4().hex[:10]}")
+    migrate.upgrade(scratch)
+    engine = engine_for(scratch, pool_size=2, max_overflow=0)
+    try:
+        job = f"hot-{uuid.uuid4().hex[:8]}"
+        run = start_run(engine, scratch, job)
+        topic = "hot-topic"
+        with engine.begin() as conn:
+            offset_rows.seed_offsets(
+                conn,
+                scratch,
+                job,
+                {(topic, p): 0 for p in range(partitions)},
+                reason="measure",
+                actor="bench",
+            )
+        out = []
+        done = 0
+        for mark in sorted(checkpoints):
+            while done < mark:
+                start = done * records_per_range
+                ranges = [OffsetRange(topic, p, start, start + records_per_range) for p in range(partitions)]
+                commit_ranges(engine, scratch, run, ranges)
+                done += 1
+            stats = _stats_after(engine, scratch, done * partitions)
+            out.append(
+                {
+                    "batches": done,
+                    "updates": stats.updates,
+                    "hot_updates": stats.hot_updates,
+                    "hot_ratio": None if stats.hot_ratio is None else round(stats.hot_ratio, 4),
+                    "size_bytes": stats.size_bytes,
+                }
+            )
+        end_run(engine, scratch, run)
+    finally:
+        engine.dispose()
+        owner = engine_for(db, poolclass=sa.pool.NullPool)
+        with owner.begin() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{scratch.schema}" CASCADE'))
+        owner.dispose()
+    return {
+        "partitions": partitions,
+        "checkpoints": out,
+        "hot_ratio": out[-1]["hot_ratio"],
+        "size_ratio": round(out[-1]["size_bytes"] / max(1, out[0]["size_bytes"]), 3),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--batches", default="100,10000", help="checkpoints, in batches")
+    parser.add_argument("--partitions", type=int, default=8)
+    args = parser.parse_args(argv)
+    db, _kafka = from_env()
+    marks = [int(x) for x in args.batches.split(",")]
+    print(json.dumps(measure_offsets_table(db, partitions=args.partitions, checkpoints=marks), indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,199 @@
+"""The offsets table tuned for its workload (migration 0009) and what /metrics says about it: the
+fillfactor that leaves room for HOT updates, row-level security evaluated once per statement with
+the same answers as job_reachable, the HOT-update counters and the oldest open transaction."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+import pytest
+import sqlalchemy as sa
+from prometheus_client.parser import text_string_to_metric_families
+from starlette.testclient import TestClient
+
+from benchmarks.store_scale import measure_offsets_table
+from txn_offsets.config import DatabaseSettings
+from txn_offsets.errors import ConfigError
+from txn_offsets.ranges import OffsetRange
+from txn_offsets.store import budget, health
+from txn_offsets.store.runs import Run, start_run
+from txn_offsets.store.transaction import commit_ranges
+
+from .helpers import seed
+from .test_service import make_client  # noqa: F401 - the fixture
+
+
+def _metrics(client: TestClient) -> dict[str, float]:
+    response = client.get("/metrics")
+    assert response.status_code == 200, response.text
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(response.text):
+        for s in family.samples:
+            if not s.labels:
+                out[s.name] = s.value
+    return out
+
+
+def test_offsets_table_leaves_room_for_hot_updates(engine: sa.Engine, migrated: DatabaseSettings) -> None:
+    with engine.connect() as conn:
+        options = conn.execute(
+            sa.text(
+                "SELECT c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = :s AND c.relname = 'offsets'"
+            ),
+            {"s": migrated.schema},
+        ).scalar_one()
+        # no index covers a column every batch changes (off, updated_at): the updates can stay HOT
+        indexed = (
+            conn.execute(
+                sa.text(
+                    "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid"
+                    " AND a.attnum = ANY (i.indkey) WHERE i.indrelid = CAST(:t AS regclass)"
+                ),
+                {"t": f'"{migrated.schema}".offsets'},
+            )
+            .scalars()
+            .all()
+        )
+    assert options == ["fillfactor=70"]
+    assert sorted(indexed) == ["job", "part", "topic"]
+
+
+def test_policy_reads_rows_once_per_statement(
+    engine: sa.Engine, migrated: DatabaseSettings, job_name: str
+) -> None:
+    start_run(engine, migrated, job_name)
+    seed(engine, migrated, job_name, {("t", p): 0 for p in range(64)})
+    with engine.connect() as conn:
+        plan = conn.execute(
+            sa.text(
+                f'EXPLAIN (ANALYZE, FORMAT JSON) SELECT * FROM "{migrated.schema}".offsets WHERE job = :j'
+            ),
+            {"j": job_name},
+        ).scalar_one()
+    text = json.dumps(plan)
+    assert "job_reachable" not in text  # no per-row call of the old policy function
+    assert text.count("InitPlan") >= 1
+    assert plan[0]["Plan"]["Actual Rows"] == 64
+
+
+def test_policy_answers_as_job_reachable(admin_engine: sa.Engine, migrated: DatabaseSettings) -> None:
+    """Every (job, role) the new policy expression decides as job_reachable does: the admin, a
+    role owning jobs, a role owning none (with and without owners in the schema)."""
+    q = f'"{migrated.schema}"'
+    expr = (
+        f"(SELECT {q}.job_scope(r)) = 'all' OR j = ANY ((SELECT {q}.jobs_owned_by(r))::text[])"
+        f" OR ((SELECT {q}.job_scope(r)) = 'unowned' AND NOT {q}.job_owned(j))"
+    )
+    suffix = uuid.uuid4().hex[:8]
+    role_a, role_b, nobody = (f"r{suffix}_{n}" for n in ("a", "b", "none"))
+    matrix = (
+        f"SELECT j, r, {q}.job_reachable(j, r) AS old, ({expr}) AS new"
+        " FROM unnest(ARRAY['a', 'b', 'free']) j CROSS JOIN unnest(CAST(:roles AS text[])) r"
+    )
+    with admin_engine.begin() as conn:
+        owner = conn.execute(
+            sa.text("SELECT tableowner FROM pg_tables WHERE schemaname = :s AND tablename = 'jobs'"),
+            {"s": migrated.schema},
+        ).scalar_one()
+        roles = [owner, role_a, role_b, nobody]
+        for role in roles[1:]:
+            conn.execute(sa.text(f'CREATE ROLE "{role}" NOLOGIN'))
+    try:
+        with admin_engine.begin() as conn:
+            before = conn.execute(sa.text(matrix), {"roles": roles}).all()  # no owners at all yet
+            conn.execute(
+                sa.text(f"INSERT INTO {q}.job_owners (job, role) VALUES ('a', :ra), ('b', :rb)"),
+                {"ra": role_a, "rb": role_b},
+            )
+            after = conn.execute(sa.text(matrix), {"roles": roles}).all()
+    finally:
+        with admin_engine.begin() as conn:
+            for role in roles[1:]:
+                conn.execute(sa.text(f'DROP ROLE IF EXISTS "{role}"'))
+    assert all(row.old == row.new for row in before + after), [r for r in before + after if r.old != r.new]
+    assert all(row.new for row in before)  # nobody owns a job: every role reaches every job
+    decided = {(row.j, row.r): row.new for row in after}
+    assert decided[("a", role_a)] and not decided[("b", role_a)] and not decided[("free", role_a)]
+    assert decided[("free", nobody)] and not decided[("a", nobody)]
+    assert all(decided[(j, owner)] for j in ("a", "b", "free"))
+
+
+def test_metrics_show_hot_updates_and_the_oldest_transaction(
+    make_client: Callable[..., TestClient],  # noqa: F811
+    engine: sa.Engine,
+    migrated: DatabaseSettings,
+    run: Run,
+    job_name: str,
+) -> None:
+    seed(engine, migrated, job_name, {("t", p): 0 for p in range(4)})
+    for batch in range(20):
+        commit_ranges(
+            engine, migrated, run, [OffsetRange("t", p, batch * 10, batch * 10 + 10) for p in range(4)]
+        )
+    client = make_client()
+    deadline = time.monotonic() + 15
+    while True:  # backends flush their counters about once a second
+        with engine.connect() as conn:
+            health.flush_stats(conn)
+            conn.commit()
+        got = _metrics(client)
+        if got.get("txn_offsets_offsets_table_updates_total", 0) >= 80 or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert got["txn_offsets_offsets_table_updates_total"] == 80
+    assert 0 <= got["txn_offsets_offsets_table_hot_updates_total"] <= 80
+    ratio = got["txn_offsets_offsets_table_hot_update_ratio"]
+    assert ratio == got["txn_offsets_offsets_table_hot_updates_total"] / 80
+    assert got["txn_offsets_offsets_table_bytes"] >= 8192
+    # a transaction left open elsewhere in the database shows as the oldest one's age
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:
+        with engine.connect() as conn, conn.begin():
+            conn.execute(sa.text("SELECT 1"))
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(10)
+        time.sleep(1.5)
+        assert _metrics(client)["txn_offsets_oldest_transaction_age_seconds"] >= 1.5
+    finally:
+        release.set()
+        holder.join(30)
+
+
+def test_hot_ratio_measurement_through_the_commit_path(migrated: DatabaseSettings) -> None:
+    """The bench's measurement, small: 8 partitions, 20 and 60 batches of claims."""
+    result = measure_offsets_table(migrated, partitions=8, checkpoints=(20, 60))
+    assert [c["batches"] for c in result["checkpoints"]] == [20, 60]
+    assert [c["updates"] for c in result["checkpoints"]] == [160, 480]
+    assert 0 < result["hot_ratio"] <= 1
+    assert result["checkpoints"][0]["size_bytes"] >= 8192
+
+
+def test_a_run_the_server_cannot_take_fails_at_start(engine: sa.Engine, migrated: DatabaseSettings) -> None:
+    """check_budget against the real server: within max_connections it passes; a run needing more
+    than the server has free is a ConfigError naming the setting and the numbers."""
+    with engine.connect() as conn:
+        room = health.connection_headroom(conn)
+    assert room.max_connections > room.reserved >= 0 and room.in_use >= 1
+    assert (
+        budget.check_budget(migrated, 2, None).needed
+        == budget.DRIVER_CONNECTIONS + 2 * budget.WORKER_CONNECTIONS
+    )
+    slots = room.max_connections  # twice the server's connections at least
+    with pytest.raises(ConfigError) as caught:
+        budget.check_budget(migrated, slots, None)
+    message = str(caught.value)
+    assert message.startswith("max_store_connections: this job opens up to")
+    assert f"max_connections {room.max_connections} - {room.reserved} reserved" in message
+    assert str(migrated.url.password) not in message

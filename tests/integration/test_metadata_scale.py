@@ -1,0 +1,80 @@
+"""The planner's Kafka facts at scale: offsets asked in chunks of LIST_OFFSETS_CHUNK partitions
+(one future per chunk) equal the public per-partition AdminClient.list_offsets answers, and the
+topics are described while the partitions seen before are asked for, partitions added since then
+included."""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import IsolationLevel, Producer
+from confluent_kafka import TopicPartition as KafkaTP
+from confluent_kafka.admin import AdminClient, NewPartitions, OffsetSpec
+
+from tests.fix_services import TopicFactory
+from tests.kafka_ends import settled_ends
+from txn_offsets.config import KafkaSettings
+from txn_offsets.kafka import metadata
+
+
+def _public(admin: AdminClient, topic: str, parts: int) -> dict[tuple[str, int], tuple[int, int]]:
+    """(log start, end) per partition through the public API, a future per partition."""
+    out = {}
+    for spec_index, spec in enumerate((OffsetSpec.earliest(), OffsetSpec.latest())):
+        futures = admin.list_offsets(
+            {KafkaTP(topic, p): spec for p in range(parts)},
+            isolation_level=IsolationLevel.READ_COMMITTED,
+            request_timeout=30,
+        )
+        for tp, fut in futures.items():
+            low, high = out.get((tp.topic, tp.partition), (0, 0))
+            offset = fut.result(30).offset
+            out[(tp.topic, tp.partition)] = (offset, high) if spec_index == 0 else (low, offset)
+    return out
+
+
+def _until_led(kafka: KafkaSettings, topic: str, parts: int) -> None:
+    """A new topic's partitions answer once each has a leader (bounded)."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            metadata.watermarks(kafka, [(topic, p) for p in range(parts)], timeout_s=10)
+            return
+        except Exception:
+            assert time.monotonic() < deadline, "the topic's partitions got no leader"
+            time.sleep(0.5)
+
+
+def test_chunked_offsets_equal_the_per_partition_answers(
+    kafka_bootstrap: str, kafka_admin: AdminClient, topic_factory: TopicFactory
+) -> None:
+    parts = 2 * metadata.LIST_OFFSETS_CHUNK + 7  # three chunks, the last one short
+    topic = topic_factory(partitions=parts)
+    kafka = KafkaSettings(kafka_bootstrap)
+    _until_led(kafka, topic, parts)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    counts = {0: 3, metadata.LIST_OFFSETS_CHUNK: 5, parts - 1: 2}
+    for part, n in counts.items():
+        for i in range(n):
+            producer.produce(topic, value=b"v%d" % i, partition=part)
+    assert producer.flush(30) == 0
+    settled_ends(kafka, topic, counts)
+    marks = metadata.watermarks(kafka, [(topic, p) for p in range(parts)], timeout_s=30)
+    assert marks == _public(kafka_admin, topic, parts)
+    assert {p: marks[(topic, p)][1] for p in counts} == counts
+    assert sum(end for _, end in marks.values()) == 10
+
+
+def test_topics_and_watermarks_follow_added_partitions(
+    kafka_bootstrap: str, kafka_admin: AdminClient, topic_factory: TopicFactory
+) -> None:
+    topic = topic_factory(partitions=2)
+    kafka = KafkaSettings(kafka_bootstrap)
+    _until_led(kafka, topic, 2)
+    infos, marks = metadata.topics_and_watermarks(kafka, [topic], timeout_s=30)
+    assert infos[topic].partitions == (0, 1) and set(marks) == {(topic, 0), (topic, 1)}
+    kafka_admin.create_partitions([NewPartitions(topic, 3)])[topic].result(30)
+    _until_led(kafka, topic, 3)
+    again, marks = metadata.topics_and_watermarks(kafka, [topic], timeout_s=30)
+    assert again[topic].partitions == (0, 1, 2) and again[topic].topic_id == infos[topic].topic_id
+    assert marks == {(topic, p): (0, 0) for p in range(3)}
