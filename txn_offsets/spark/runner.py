@@ -20,6 +20,7 @@ from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits, plan_batch
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark.batch import Batch, batch_deadline, check_execution
+from txn_offsets.spark.lowlatency.options import LowLatency
 from txn_offsets.spark.publish import BatchPublisher
 from txn_offsets.spark.signals import stop_on_signals
 from txn_offsets.spark.spec import JobSpec, job_run
@@ -89,6 +90,7 @@ def run_job(
     batch_timeout_s: float | None = 600.0,
     mirror_group: str | None = None,
     execution: str = "auto",
+    low_latency: LowLatency | None = None,
 ) -> JobSummary:
     """Run `job` on `spark` until stopped; returns a summary. Raises our errors with context.
 
@@ -104,6 +106,10 @@ def run_job(
 
     With `mirror_group`, the committed offsets are also stored in that Kafka consumer group after
     each batch's database commit (best effort, never read back) so Kafka's lag tools see the job.
+
+    With `low_latency` (a :class:`~txn_offsets.spark.lowlatency.LowLatency`) the job runs in epochs
+    of long-running tasks that commit small ranges every few milliseconds
+    (:mod:`txn_offsets.spark.lowlatency`); `max_batches` then counts epochs.
     """
     spec = JobSpec.of(
         job=job,
@@ -134,6 +140,25 @@ def run_job(
         )
     check_execution(execution, spark)
     stop = stop or threading.Event()
+    if low_latency is not None:
+        from txn_offsets.spark.lowlatency.epochs import check_low_latency, run_epochs
+
+        options = check_low_latency(low_latency, writer, spark, execution)
+        return run_epochs(
+            spark,
+            spec,
+            database=database,
+            kafka=kafka,
+            writer=writer,  # type: ignore[arg-type]  # checked: a PartitionWriter
+            options=options,
+            stop=stop,
+            max_epochs=max_batches,
+            until_caught_up=until_caught_up,
+            retries=retries,
+            retry_backoff_s=retry_backoff_s,
+            mirror_group=mirror_group,
+            on_batch=on_batch,
+        )
     with job_run(spec, database, kafka) as (engine, run):
         loop = _Loop(
             spark=spark,
