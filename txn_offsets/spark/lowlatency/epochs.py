@@ -190,6 +190,7 @@ def _epoch(loop: Epoch) -> bool:
         dead_letters=loop.writer.dead_letters,
         epoch=number,
         until_caught_up=loop.until_caught_up,
+        ends_at=time.time() + loop.options.epoch_s,
     )
     t0 = time.monotonic()
     reports = run_tasks(loop, task, groups, number, set(partitions))

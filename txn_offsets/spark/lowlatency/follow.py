@@ -86,6 +86,9 @@ class FollowTask:
     dead_letters: bool = False
     epoch: int = 1
     until_caught_up: bool = False
+    # the epoch's end, wall clock (time.time()): set by the driver, so that a task Spark retries
+    # late in the epoch ends with the others instead of epoch_s after its own start
+    ends_at: float | None = None
 
     def __call__(self, index: int, assigned: Iterable[Any]) -> Iterator[FollowReport]:
         keys = [self.partitions[int(i)] for group in assigned for i in group]  # read it to the end
@@ -112,7 +115,10 @@ class _Follow:
 
     def run(self) -> FollowReport:
         t, opts = self.t, self.t.options
-        deadline = time.monotonic() + opts.epoch_s
+        # the epoch's end; a task that started late (a retry, a slow worker start) still runs a
+        # quarter of an epoch, or 5 s (the driver cancels only after epoch_s + max(30 s, epoch_s / 2))
+        left = opts.epoch_s if t.ends_at is None else min(opts.epoch_s, t.ends_at - time.time())
+        deadline = time.monotonic() + max(opts.epoch_s / 4, min(opts.epoch_s, 5.0), left)
         try:
             if not epoch_live(self.engine, t.database, t.run):
                 return self._report("ended")

@@ -39,7 +39,7 @@ __all__ = ["Epoch", "mirror_offsets", "run_tasks"]
 
 logger = logging.getLogger(__name__)
 
-_GRACE_S = 30.0  # past the epoch's bound before its Spark job is cancelled
+_GRACE_S = 30.0  # past the epoch's bound before its Spark job is cancelled (at least epoch_s / 2)
 
 
 @dataclass
@@ -77,8 +77,9 @@ def run_tasks(
     def body() -> None:
         sc = loop.spark.sparkContext
         group = f"txn-offsets-{run.run_id}-epoch-{number}"
+        bound = options.epoch_s + max(_GRACE_S, options.epoch_s / 2)
         try:
-            with batch_deadline(loop.spark, group, options.epoch_s + _GRACE_S) as fired:
+            with batch_deadline(loop.spark, group, bound) as fired:
                 try:
                     with frames.worker_imports():
                         out.extend(sc.parallelize(groups, len(groups)).mapPartitionsWithIndex(task).collect())
@@ -120,9 +121,7 @@ def run_tasks(
         if isinstance(error, TxnOffsetsError):
             raise error
         if expired.is_set():
-            detail = (
-                f"still running {_GRACE_S:g}s past epoch_s={options.epoch_s:g}s; its Spark job was cancelled"
-            )
+            detail = f"still running long past epoch_s={options.epoch_s:g}s; its Spark job was cancelled"
             raise BatchFailed(run.job, number, detail) from None
         raise BatchFailed(run.job, number, _spark_error_summary(error)) from error
     return out
