@@ -67,7 +67,9 @@ class Follower:
             messages = consume(1, timeout_s)
         self.full = len(messages) >= self._batch_size
         out: list[Record] = []
+        append = out.append
         positions = self._positions
+        new, record_type = tuple.__new__, Record  # per record: as read_range does (no NamedTuple __new__)
         for msg in messages:
             err = msg.error()
             if err is not None:
@@ -80,17 +82,25 @@ class Follower:
                 raise KafkaReadError(
                     key[0], key[1], positions[key], positions[key], f"offset {offset} delivered out of order"
                 )
+            k, v = msg.key(), msg.value()
+            if k.__class__ is not bytes and k is not None:
+                k = _as_bytes(k)
+            if v.__class__ is not bytes and v is not None:
+                v = _as_bytes(v)
             ts_type, ts = msg.timestamp()
             headers = msg.headers()
-            out.append(
-                Record(
-                    key[0],
-                    key[1],
-                    offset,
-                    _as_bytes(msg.key()),
-                    _as_bytes(msg.value()),
-                    ts if ts_type and ts >= 0 else None,
-                    _headers(headers) if headers else (),
+            append(
+                new(
+                    record_type,
+                    (
+                        key[0],
+                        key[1],
+                        offset,
+                        k,
+                        v,
+                        ts if ts_type and ts >= 0 else None,
+                        _headers(headers) if headers else (),
+                    ),
                 )
             )
             positions[key] = offset + 1

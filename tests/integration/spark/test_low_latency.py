@@ -38,6 +38,7 @@ from txn_offsets import (
     StartPolicy,
 )
 from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.kafka.mirror import group_offsets
 from txn_offsets.planner import TopicSelection, plan_batch
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark.lowlatency.follow import FollowTask
@@ -121,7 +122,12 @@ def test_exact_while_a_producer_writes(
     stop = threading.Event()
     thread, result = run_in_thread(
         lambda: run_test_job(
-            counting_writer(counts_table), [topic], until_caught_up=False, stop=stop, low_latency=FAST
+            counting_writer(counts_table),
+            [topic],
+            until_caught_up=False,
+            stop=stop,
+            low_latency=FAST,
+            mirror_group=job_name,
         )
     )
     for _ in range(160):
@@ -140,6 +146,7 @@ def test_exact_while_a_producer_writes(
     assert summary.batches == 1  # one epoch
     # the offsets reached the ends while it ran (above), not at its stop: commits while producing
     assert summary.committed >= 2
+    assert group_offsets(kafka, job_name) == ends  # the consumer-group mirror of the table
 
 
 def test_bounded_epoch_then_a_restart_from_the_table(

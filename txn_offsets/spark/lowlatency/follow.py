@@ -208,8 +208,7 @@ class _Follow:
                 return exc
             if next(it, None) is not None:
                 return RecordsNotConsumed(rng.topic, rng.partition, rng.start, rng.until)
-            ts = [r.timestamp_ms for r in p.records if r.timestamp_ms is not None]
-            stamps[key] = (ts[0], ts[-1]) if ts else (None, None)
+            stamps[key] = (_first_ts(p.records), _first_ts(reversed(p.records)))
             records += len(p.records)
             ranges.append(rng)
 
@@ -282,3 +281,8 @@ class _Follow:
         return FollowReport(
             self.index, spans, self.commits, self.already, stopped_by, error, tuple(self.commit_ms)
         )
+
+
+def _first_ts(records: Iterable[Record]) -> int | None:
+    """The first record timestamp of `records` (None: none has one); stops at the first found."""
+    return next((r.timestamp_ms for r in records if r.timestamp_ms is not None), None)
