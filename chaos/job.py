@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.faults import AfterCommit, CountUsers, CountWrite, FaultPlan, decode_user
-from txn_offsets import run_job
+from txn_offsets import LowLatency, run_job
 from txn_offsets.config import DatabaseSettings, KafkaSettings, Secret
 from txn_offsets.errors import TxnOffsetsError
 from txn_offsets.kafka.start import StartPolicy
@@ -87,6 +87,12 @@ def parser() -> argparse.ArgumentParser:
         help="F13: DatabaseSettings(idle_in_transaction_timeout_s=...), seconds",
     )
     p.add_argument("--speculation", action="store_true", help="F6: aggressive Spark speculation")
+    p.add_argument(
+        "--low-latency",
+        type=float,
+        default=0.0,
+        help="F18: low-latency mode, epochs of this many seconds (commit_max_records: --max-per-partition)",
+    )
     p.add_argument("--faults", default="{}", help="a FaultPlan as JSON")
     p.add_argument("--kill-at-plan", type=int, default=0, help="F1: SIGKILL self after the n-th plan")
     p.add_argument("--run-dir", default="", help="progress files for the harness")
@@ -157,10 +163,13 @@ def main(argv: list[str] | None = None) -> int:
                 with (run_dir / "batches").open("a") as fh:
                     fh.write(f"{report.number} {report.records}\n")
 
-        # F13: a small batch timeout when asked for, else the library's default
-        batch_timeout: dict[str, Any] = {}
+        # F13: a small batch timeout when asked for, else the library's default; F18: low-latency mode
+        options: dict[str, Any] = {}
         if args.batch_timeout is not None:
-            batch_timeout["batch_timeout_s"] = args.batch_timeout
+            options["batch_timeout_s"] = args.batch_timeout
+        if args.low_latency:
+            low = LowLatency(epoch_s=args.low_latency, commit_max_records=args.max_per_partition)
+            options["low_latency"] = low
         try:
             summary = run_job(
                 spark,
@@ -179,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                 on_batch=progress,
                 retries=args.retries,
                 retry_backoff_s=0.5,
-                **batch_timeout,
+                **options,
             )
         finally:
             if spark.session is not None:

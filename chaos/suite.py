@@ -17,11 +17,12 @@ logger = logging.getLogger(__name__)
 # F12-F14 came last: run after the others, they leave the seeded names and choices (topic names,
 # fault decisions, kill points) of F1-F11 what they were, so the figures in docs/reliability.md
 # stay reproducible
-# F15-F17 (a PostgreSQL failover, each on a primary+replica pair of its own) after those, likewise
-SMOKE = ("F11", "F2", "F5", "F3", "F1", "F12", "F12b", "F13", "F15", "F16")
+# F15-F17 (a PostgreSQL failover, each on a primary+replica pair of its own) after those, likewise;
+# F18 (low-latency mode: a driver and a task worker killed) last
+SMOKE = ("F11", "F2", "F5", "F3", "F1", "F12", "F12b", "F13", "F15", "F16", "F18")
 FULL = (
     *("F11", "F9", "F7", "F10", "F2", "F5", "F6", "F8", "F3", "F4", "F1", "F14", "F12", "F12b", "F13"),
-    *("F15", "F16", "F17"),
+    *("F15", "F16", "F17", "F18"),
 )
 
 # share of the message budget per scenario; F1 (the driver kills) gets what is left
@@ -43,6 +44,7 @@ _SHARE = {
     "F15": 0.01,
     "F16": 0.01,
     "F17": 0.01,
+    "F18": 0.02,
 }
 # make test's smoke runs 60,000 messages: F2 keeps the 19,800 it needs to hit every one of its
 # five fault points at seed 1 (at 10,800 no range drew 'after_write')
@@ -56,6 +58,7 @@ _SMOKE_SHARE = {
     "F13": 0.04,
     "F15": 0.03,
     "F16": 0.03,
+    "F18": 0.05,
 }
 
 

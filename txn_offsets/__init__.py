@@ -40,6 +40,7 @@ from txn_offsets.kafka.reader import Record
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits
 from txn_offsets.ranges import OffsetRange
+from txn_offsets.spark.lowlatency import LowLatency
 from txn_offsets.spark.runner import BatchReport, JobSummary, run_job
 from txn_offsets.spark.session import local_session
 from txn_offsets.spark.writers import BatchWriter, PartitionWriter
@@ -66,6 +67,7 @@ __all__ = [
     "KafkaReadError",
     "KafkaSettings",
     "Limits",
+    "LowLatency",
     "MigrationError",
     "OffsetConflict",
     "OffsetRange",

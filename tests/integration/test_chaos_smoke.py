@@ -1,8 +1,9 @@
 """The chaos smoke subset inside `make test`: F1 x3, F2, F3, F5, F11, F12 (topic re-created, a few
 thousand messages), F12b (re-created while a batch is in flight), F13 (a frozen claim holder), F15
-(primary killed -9, replica promoted) and F16 (planned switchover) over >= 54,000 messages, with the
-real job in its own processes; it passes only if nothing was lost or duplicated and every invariant
-held (``make chaos`` runs the full suite)."""
+(primary killed -9, replica promoted), F16 (planned switchover) and F18 (low-latency mode: the
+driver and a long-running task killed -9) over >= 54,000 messages, with the real job in its own
+processes; it passes only if nothing was lost or duplicated and every invariant held (``make
+chaos`` runs the full suite)."""
 
 from __future__ import annotations
 
@@ -60,6 +61,8 @@ def test_chaos_smoke(services: Services, tmp_path: Path) -> None:
     assert by_name["F12b"].faults == 2, details
     assert by_name["F12b"].messages < 10_000, details
     assert by_name["F13"].faults >= 1, details  # at least one worker stopped holding its claim
+    # low-latency mode: the driver killed -9, then a long-running task's Python worker
+    assert by_name["F18"].faults == 2, details
     # a PostgreSQL failover on a primary+replica pair of the scenario's own, a few thousand messages
     for name in ("F15", "F16"):
         assert by_name[name].faults == 1, details

@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
@@ -20,11 +20,13 @@ from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits, plan_batch
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark.batch import Batch, batch_deadline, check_execution
+from txn_offsets.spark.lowlatency.options import LowLatency
 from txn_offsets.spark.publish import BatchPublisher
 from txn_offsets.spark.session import session_cores
 from txn_offsets.spark.signals import stop_on_signals
 from txn_offsets.spark.spec import JobSpec, job_run
-from txn_offsets.spark.tasks import ReadOptions, TaskReport
+from txn_offsets.spark.summary import KEPT_OUTCOMES, BatchReport, JobSummary
+from txn_offsets.spark.tasks import ReadOptions
 from txn_offsets.spark.writers import Writer
 from txn_offsets.store.budget import check_budget
 from txn_offsets.store.lease import LeaseKeeper
@@ -33,39 +35,6 @@ from txn_offsets.store.runs import Run
 __all__ = ["BatchReport", "JobSummary", "run_job"]
 
 logger = logging.getLogger(__name__)
-
-# TaskReports a summary keeps (the most recent): a job that runs for days must not grow
-_KEPT_OUTCOMES = 10_000
-
-
-@dataclass(frozen=True)
-class BatchReport:
-    """One committed batch, as passed to ``on_batch`` (progress displays, metrics)."""
-
-    job: str
-    number: int
-    ranges: int
-    records: int
-    committed: int
-    already_committed: int
-    seconds: float
-    lag: int
-
-
-@dataclass
-class JobSummary:
-    """What a run did."""
-
-    job: str
-    generation: int
-    batches: int = 0
-    records: int = 0
-    committed: int = 0
-    already_committed: int = 0
-    seconds: float = 0.0
-    stopped_by: str = ""
-    max_connections: int = 0  # the run's connection budget (store.budget): at most this many open
-    outcomes: list[TaskReport] = field(default_factory=list, repr=False)  # the last 10,000
 
 
 def run_job(
@@ -94,6 +63,7 @@ def run_job(
     mirror_group: str | None = None,
     execution: str = "auto",
     max_store_connections: int | None = None,
+    low_latency: LowLatency | None = None,
 ) -> JobSummary:
     """Run `job` on `spark` until stopped; returns a summary. Raises our errors with context.
 
@@ -113,6 +83,10 @@ def run_job(
     `max_store_connections` caps the PostgreSQL connections of the run (driver and executors, see
     :mod:`txn_offsets.store.budget`); a run that needs more, or more than the server has free,
     fails at start with a ConfigError naming it. The summary's ``max_connections`` is the budget.
+
+    With `low_latency` (a :class:`~txn_offsets.spark.lowlatency.LowLatency`) the job runs in epochs
+    of long-running tasks that commit small ranges every few milliseconds
+    (:mod:`txn_offsets.spark.lowlatency`); `max_batches` then counts epochs.
     """
     spec = JobSpec.of(
         job=job,
@@ -144,6 +118,25 @@ def run_job(
     check_execution(execution, spark)
     budget = check_budget(database, session_cores(spark), max_store_connections)
     stop = stop or threading.Event()
+    if low_latency is not None:
+        from txn_offsets.spark.lowlatency.epochs import check_low_latency, run_epochs
+
+        options = check_low_latency(low_latency, writer, spark, execution)
+        return run_epochs(
+            spark,
+            spec,
+            database=database,
+            kafka=kafka,
+            writer=writer,  # type: ignore[arg-type]  # checked: a PartitionWriter
+            options=options,
+            stop=stop,
+            max_epochs=max_batches,
+            until_caught_up=until_caught_up,
+            retries=retries,
+            retry_backoff_s=retry_backoff_s,
+            mirror_group=mirror_group,
+            on_batch=on_batch,
+        )
     with job_run(spec, database, kafka) as (engine, run):
         loop = _Loop(
             spark=spark,
@@ -299,7 +292,7 @@ def _run_batch(loop: _Loop, ranges: tuple[OffsetRange, ...], *, lag_after: int) 
     summary.committed += committed
     summary.already_committed += already
     summary.outcomes.extend(reports)
-    del summary.outcomes[:-_KEPT_OUTCOMES]
+    del summary.outcomes[:-KEPT_OUTCOMES]
     report = BatchReport(
         job=run.job,
         number=number,

@@ -1,0 +1,160 @@
+"""One epoch's Spark job, and the driver's watch over it while it runs.
+
+The long-running tasks run as one Spark job on a thread of their own (in their own job group,
+cancelled if they run past the epoch's bound by more than a grace period); the driver's thread
+renews the run's lease, mirrors the table's offsets to the consumer group and looks for new
+partitions, and ends the epoch early (:func:`~txn_offsets.spark.lowlatency.control.end_epoch`) on
+stop or on a new partition.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.errors import BatchFailed, Fenced, TxnOffsetsError
+from txn_offsets.kafka import metadata
+from txn_offsets.kafka.mirror import GroupMirror
+from txn_offsets.ranges import TopicPartition
+from txn_offsets.spark import frames
+from txn_offsets.spark.batch import batch_deadline
+from txn_offsets.spark.lowlatency.control import end_epoch
+from txn_offsets.spark.lowlatency.follow import FollowReport, FollowTask
+from txn_offsets.spark.lowlatency.options import LowLatency
+from txn_offsets.spark.publish import BatchPublisher
+from txn_offsets.spark.runner import JobSummary, _spark_error_summary
+from txn_offsets.spark.spec import JobSpec
+from txn_offsets.spark.writers import PartitionWriter
+from txn_offsets.store import offset_rows
+from txn_offsets.store.database import translate_errors
+from txn_offsets.store.runs import Run, heartbeat
+
+__all__ = ["Epoch", "mirror_offsets", "run_tasks"]
+
+logger = logging.getLogger(__name__)
+
+_GRACE_S = 30.0  # past the epoch's bound before its Spark job is cancelled (at least epoch_s / 2)
+
+
+@dataclass
+class Epoch:
+    """What every epoch of one run shares (built once by run_epochs)."""
+
+    spark: Any
+    spec: JobSpec
+    run: Run
+    engine: sa.Engine
+    database: DatabaseSettings
+    kafka: KafkaSettings
+    writer: PartitionWriter[Any, Any]
+    options: LowLatency
+    summary: JobSummary
+    publisher: BatchPublisher
+    mirror: GroupMirror | None
+    stop: threading.Event
+    until_caught_up: bool
+
+
+def run_tasks(
+    loop: Epoch,
+    task: FollowTask,
+    groups: tuple[tuple[int, ...], ...],
+    number: int,
+    known: set[TopicPartition],
+) -> list[FollowReport]:
+    """The epoch's Spark job on a thread of its own; this thread renews, mirrors and watches."""
+    run, options = loop.run, loop.options
+    out: list[FollowReport] = []
+    failure: list[BaseException] = []
+    expired = threading.Event()
+
+    def body() -> None:
+        sc = loop.spark.sparkContext
+        group = f"txn-offsets-{run.run_id}-epoch-{number}"
+        bound = options.epoch_s + max(_GRACE_S, options.epoch_s / 2)
+        try:
+            with batch_deadline(loop.spark, group, bound) as fired:
+                try:
+                    with frames.worker_imports():
+                        out.extend(sc.parallelize(groups, len(groups)).mapPartitionsWithIndex(task).collect())
+                finally:
+                    if fired.is_set():
+                        expired.set()
+        except BaseException as exc:
+            failure.append(exc)
+
+    worker = threading.Thread(target=body, name=f"epoch-{run.job[:20]}-{number}", daemon=True)
+    worker.start()
+    every = min(1.0, loop.spec.lease_s / 3)
+    ended = False
+    next_beat = next_mirror = time.monotonic()
+    while worker.is_alive():
+        worker.join(timeout=0.05)
+        now = time.monotonic()
+        if not ended and loop.stop.is_set():
+            ended = _end(loop, "stop requested")
+        if ended or now < next_beat:
+            continue
+        next_beat = now + every
+        try:
+            heartbeat(loop.engine, loop.database, run)
+            reason = _topics_changed(loop, known)
+        except Fenced:
+            ended = True  # the tasks see the newer generation at their next claim or check
+            continue
+        except TxnOffsetsError as exc:
+            logger.warning("job %r epoch %d: the driver's check failed (%s)", run.job, number, exc)
+            continue
+        if reason:
+            ended = _end(loop, reason)
+        elif loop.mirror is not None and now >= next_mirror:
+            next_mirror = now + options.mirror_every_s
+            mirror_offsets(loop)
+    if failure:
+        error = failure[0]
+        if isinstance(error, TxnOffsetsError):
+            raise error
+        if expired.is_set():
+            detail = f"still running long past epoch_s={options.epoch_s:g}s; its Spark job was cancelled"
+            raise BatchFailed(run.job, number, detail) from None
+        raise BatchFailed(run.job, number, _spark_error_summary(error)) from error
+    return out
+
+
+def _end(loop: Epoch, reason: str) -> bool:
+    logger.info("job %r: ending the epoch early (%s)", loop.run.job, reason)
+    try:
+        end_epoch(loop.engine, loop.database, loop.run)
+    except TxnOffsetsError as exc:
+        logger.warning("job %r: could not end the epoch (%s); it ends at its bound", loop.run.job, exc)
+    return True
+
+
+def _topics_changed(loop: Epoch, known: set[TopicPartition]) -> str:
+    """Why the epoch must be planned again ('' if it need not): a new partition or topic."""
+    topics = loop.spec.selection.resolve(loop.kafka, 10.0)
+    infos = metadata.describe_topics(loop.kafka, topics, timeout_s=10.0)
+    now = {(t, p) for t, info in infos.items() for p in info.partitions}
+    new = sorted(now - known)
+    return f"new partitions {new[:5]}" if new else ""
+
+
+def mirror_offsets(loop: Epoch) -> None:
+    """The table's offsets to the consumer group (best effort, as after each batch in batch mode)."""
+    if loop.mirror is None:
+        return
+    try:
+        with translate_errors(loop.database), loop.engine.connect() as conn:
+            rows = offset_rows.load_rows(conn, loop.database, loop.run.job)
+            conn.rollback()
+    except TxnOffsetsError as exc:
+        logger.warning("job %r: offsets not mirrored (%s)", loop.run.job, exc)
+        return
+    ids = {k: r.topic_id for k, r in rows.items() if r.topic_id is not None}
+    loop.mirror.commit({k: r.off for k, r in rows.items()}, ids)
