@@ -38,7 +38,6 @@ __all__ = ["check_low_latency", "run_epochs"]
 logger = logging.getLogger(__name__)
 
 
-
 def check_low_latency(options: object, writer: object, spark: Any, execution: str) -> LowLatency:
     """Refuse what the mode cannot run, naming the fix (before anything is touched)."""
     if not isinstance(options, LowLatency):
