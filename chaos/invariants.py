@@ -145,8 +145,14 @@ def _settled_watermarks(
     before the coordinator has written the commit markers, so right after a producer finished the
     LSO can still sit at the start of its last transaction. Waits (bounded) until the LSO equals
     the high watermark of a read_uncommitted consumer, i.e. every transaction has its marker."""
+    # librdkafka's default isolation.level is read_committed: the high watermark needs read_uncommitted
     plain = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "chaos-oracle", "enable.auto.commit": False}
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "chaos-oracle",
+            "enable.auto.commit": False,
+            "isolation.level": "read_uncommitted",
+        }
     )
     tps = [TopicPartition(topic, p) for topic, parts in topics.items() for p in range(parts)]
     deadline = time.monotonic() + timeout_s
