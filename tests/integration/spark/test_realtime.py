@@ -1,0 +1,141 @@
+"""Spark's real-time mode (``trigger(realTime=...)``) with the exactly-once row sink, on the shared
+local session (Spark's Kafka source is on its classpath, tests/fix_spark.py): exact with aborted
+Kafka transactions, while records arrive, across a restart of the query in the same run whose
+checkpoint lost its epochs (Spark reads them again, the sink skips what the table has) and across a
+new run (a new checkpoint, started from the table)."""
+
+from __future__ import annotations
+
+import collections
+import functools
+import itertools
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from tests.fix_services import TopicFactory
+from tests.integration.spark.conftest import Produce
+from tests.integration.spark.test_connect import produce_transactions
+from tests.integration.spark.test_counting_job import counts_table_of, stored_offsets, totals
+from tests.kafka_ends import settled_ends
+from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.errors import ConfigError
+from txn_offsets.kafka.start import StartPolicy
+from txn_offsets.ranges import OffsetRange
+from txn_offsets.spark.stream.realtime import open_realtime
+from txn_offsets.upserts import upsert_add
+
+
+def write_rows(table: str, conn: sa.Connection, rng: OffsetRange, rows: Sequence[Any]) -> None:
+    counts = collections.Counter(bytes(r["key"]).decode() for r in rows)
+    upsert_add(
+        conn, counts_table_of(table), [{"k": k, "n": n} for k, n in counts.items()], keys=["k"], add=["n"]
+    )
+
+
+def _wait_for(what: str, condition: Callable[[], bool], query: Any, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert query.exception() is None, query.exception()
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def _forget_epochs(location: str) -> int:
+    """Delete the checkpoint's offset and commit logs; the number of epochs it had."""
+    logs = [p for d in ("offsets", "commits") for p in Path(location, d).iterdir()]
+    for path in logs:
+        path.unlink()
+    return len([p for p in logs if p.parent.name == "offsets" and p.name.isdigit()])
+
+
+def _epochs(location: str) -> int:
+    return len(list(Path(location, "commits").glob("[0-9]*")))
+
+
+def test_real_time_mode_is_exact_across_a_replay_and_a_new_run(
+    spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    counts_table: str,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    job_name: str,
+    tmp_path: Path,
+) -> None:
+    topic = topic_factory(partitions=2)
+    expected = produce_transactions(kafka, topic, 2)  # every 10th transaction aborted
+    write = functools.partial(write_rows, counts_table)
+    common: dict[str, Any] = {
+        "job": job_name,
+        "kafka": kafka,
+        "database": db,
+        "topics": [topic],
+        "checkpoint_root": str(tmp_path),
+    }
+    with open_realtime(spark, start=StartPolicy.earliest(), **common) as stream:
+        assert stream.starting_offsets == {topic: {"0": 0, "1": 0}}
+        query = stream.start(write=write, batch_duration="5 seconds")
+        _wait_for("the backlog", lambda: totals(engine, counts_table) == dict(expected), query)
+        expected += produce(topic, 300, 2, keys=13)  # while the query runs
+        ends = settled_ends(kafka, topic, 2)
+        _wait_for("the new records", lambda: stored_offsets(engine, db, job_name) == ends, query)
+        assert totals(engine, counts_table) == dict(expected)
+        query.stop()
+        # a driver that died before it checkpointed its epochs: Spark's checkpoint knows none of
+        # them, so the restarted query (same run, same checkpoint) reads everything again
+        dropped = _forget_epochs(stream.checkpoint_location)
+        assert dropped > 0
+        again = stream.start(write=write, batch_duration="5 seconds")
+        expected += produce(topic, 100, 2, keys=13, start=300)
+        ends = settled_ends(kafka, topic, 2)
+        _wait_for("the replay", lambda: stored_offsets(engine, db, job_name) == ends, again)
+        _wait_for("the replayed epochs", lambda: _epochs(stream.checkpoint_location) >= 1, again)
+        assert totals(engine, counts_table) == dict(expected)  # the replayed rows were skipped
+        first_run = stream.run
+    # a new run: a new generation and checkpoint, started from the table
+    with open_realtime(spark, **common) as newer:
+        assert newer.run.generation == first_run.generation + 1
+        assert newer.checkpoint_location != stream.checkpoint_location
+        assert newer.starting_offsets == {topic: {str(p): o for (_, p), o in ends.items()}}
+        query = newer.start(write=write, batch_duration="5 seconds")
+        expected += produce(topic, 100, 2, keys=13, start=400)
+        ends = settled_ends(kafka, topic, 2)
+        _wait_for("the new run", lambda: stored_offsets(engine, db, job_name) == ends, query)
+    assert totals(engine, counts_table) == dict(expected)
+    with engine.connect() as conn:  # the lineage: the groups chain from 0 to the end, once each
+        rows = conn.execute(
+            sa.text(
+                f'SELECT part, from_off, until_off FROM "{db.schema}".commits '
+                "WHERE job = :j ORDER BY part, from_off"
+            ),
+            {"j": job_name},
+        ).all()
+    for part in (0, 1):
+        chain = [(int(r[1]), int(r[2])) for r in rows if r[0] == part]
+        assert chain[0][0] == 0 and chain[-1][1] == ends[(topic, part)]
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(chain))
+
+
+def test_real_time_frames_must_keep_the_rows_positions(
+    spark: Any,
+    produce: Produce,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    topic_factory: TopicFactory,
+    job_name: str,
+    tmp_path: Path,
+) -> None:
+    topic = topic_factory(partitions=1)
+    produce(topic, 1, 1)  # the topic is known to every broker before the run's preflight
+    with open_realtime(
+        spark, job=job_name, kafka=kafka, database=db, topics=[topic], checkpoint_root=str(tmp_path)
+    ) as stream:
+        with pytest.raises(ConfigError, match=r"lack the column.*partition, offset"):
+            stream.start(stream.records().select("key", "topic"), write=lambda *_: None)
+        assert stream.query is None
