@@ -37,7 +37,7 @@ def write_rows(table: str, conn: sa.Connection, rng: OffsetRange, rows: Sequence
     )
 
 
-def _wait_for(what: str, condition: Callable[[], bool], query: Any, timeout_s: float = 120.0) -> None:
+def _wait_for(what: str, condition: Callable[[], bool], query: Any, timeout_s: float = 300.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
         assert query.exception() is None, query.exception()
@@ -57,6 +57,35 @@ def _epochs(location: str) -> int:
     return len(list(Path(location, "commits").glob("[0-9]*")))
 
 
+def test_real_time_mode_smoke(
+    spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    counts_table: str,
+    topic_factory: TopicFactory,
+    job_name: str,
+    tmp_path: Path,
+) -> None:
+    """make test's smoke: one query over a backlog with aborted transactions, exact."""
+    topic = topic_factory(partitions=2)
+    expected = produce_transactions(kafka, topic, 2)
+    ends = settled_ends(kafka, topic, 2)
+    with open_realtime(
+        spark,
+        job=job_name,
+        kafka=kafka,
+        database=db,
+        topics=[topic],
+        start=StartPolicy.earliest(),
+        checkpoint_root=str(tmp_path),
+    ) as stream:
+        query = stream.start(write=functools.partial(write_rows, counts_table), batch_duration="5 seconds")
+        _wait_for("the backlog", lambda: stored_offsets(engine, db, job_name) == ends, query)
+    assert totals(engine, counts_table) == dict(expected)
+
+
+@pytest.mark.slow  # three queries of 5 s epochs (real-time mode's minimum): about a minute idle
 def test_real_time_mode_is_exact_across_a_replay_and_a_new_run(
     spark: Any,
     engine: sa.Engine,
@@ -139,3 +168,70 @@ def test_real_time_frames_must_keep_the_rows_positions(
         with pytest.raises(ConfigError, match=r"lack the column.*partition, offset"):
             stream.start(stream.records().select("key", "topic"), write=lambda *_: None)
         assert stream.query is None
+
+
+def _row(topic: str, partition: int, offset: int) -> dict[str, Any]:
+    return {"topic": topic, "partition": partition, "offset": offset, "key": f"k{offset % 3}".encode()}
+
+
+def test_the_sink_skips_a_replayed_epoch_and_commits_the_rest_in_groups(
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    counts_table: str,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    job_name: str,
+) -> None:
+    """RealTimeSink as Spark's foreach calls it (open, process per row, close), without Spark: a
+    second attempt of an epoch (Spark's replay after a restart) writes only the rows past the table."""
+    from txn_offsets.planner import Limits, TopicSelection, plan_batch
+    from txn_offsets.spark.spec import JobSpec, job_run
+    from txn_offsets.spark.stream.realtime_sink import RealTimeSink
+
+    topic = topic_factory(partitions=2)
+    produce(topic, 1, 1)
+    spec = JobSpec.of(job=job_name, topics=[topic], start=StartPolicy.earliest())
+    with job_run(spec, db, kafka) as (driver, run):
+        plan_batch(
+            driver,
+            db,
+            kafka,
+            job=job_name,
+            selection=TopicSelection((topic,)),
+            start=spec.start,
+            limits=Limits(),
+            run=run,
+        )  # seeds both partitions at 0
+        write = functools.partial(write_rows, counts_table)
+
+        def epoch(offsets: range, partition: int = 0) -> None:
+            sink = RealTimeSink(run=run, database=db, write=write, max_rows=4, max_delay_s=60)
+            sink.open(partition, 1)
+            for offset in offsets:
+                sink.process(_row(topic, partition, offset))
+            sink.close(None)
+
+        epoch(range(10))  # 10 rows, groups of at most 4
+        assert stored_offsets(engine, db, job_name)[(topic, 0)] == 10
+        epoch(range(15))  # the replay: rows 0-9 skipped, 10-14 committed
+        assert stored_offsets(engine, db, job_name)[(topic, 0)] == 15
+        assert sum(totals(engine, counts_table).values()) == 15
+        # a failed task's buffered rows are not committed
+        failed = RealTimeSink(run=run, database=db, write=write, max_rows=100, max_delay_s=60)
+        failed.open(0, 2)
+        failed.process(_row(topic, 0, 15))
+        failed.close(RuntimeError("the task failed"))
+        assert stored_offsets(engine, db, job_name)[(topic, 0)] == 15
+        # a partition without an offset row is named
+        with pytest.raises(ConfigError, match=rf"{topic}\[7\] has no offset row"):
+            epoch(range(1), partition=7)
+    with engine.connect() as conn:
+        chain = conn.execute(
+            sa.text(
+                f'SELECT from_off, until_off FROM "{db.schema}".commits WHERE job = :j AND part = 0 '
+                "ORDER BY from_off"
+            ),
+            {"j": job_name},
+        ).all()
+    assert [tuple(r) for r in chain] == [(0, 4), (4, 8), (8, 10), (10, 14), (14, 15)]
