@@ -57,6 +57,7 @@ def _epochs(location: str) -> int:
     return len(list(Path(location, "commits").glob("[0-9]*")))
 
 
+@pytest.mark.slow  # one query: real-time mode's 5 s first epoch + start, 65 s on the loaded 2 cores
 def test_real_time_mode_smoke(
     spark: Any,
     engine: sa.Engine,
@@ -67,7 +68,8 @@ def test_real_time_mode_smoke(
     job_name: str,
     tmp_path: Path,
 ) -> None:
-    """make test's smoke: one query over a backlog with aborted transactions, exact."""
+    """One query over a backlog with aborted transactions, exact. make test runs the sink without
+    Spark (below, seconds) and the frame check; the real queries are slow tests."""
     topic = topic_factory(partitions=2)
     expected = produce_transactions(kafka, topic, 2)
     ends = settled_ends(kafka, topic, 2)
