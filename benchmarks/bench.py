@@ -56,8 +56,10 @@ from benchmarks.settings import (
     FOLLOWERS,
     FRESH,
     FULL,
+    LATENCY,
     MEMORY,
     READERS,
+    RTM_FOLLOWERS,
     SCALE,
     SPARK_CONTENDERS,
     SPARK_MASTER,
@@ -80,7 +82,7 @@ from txn_offsets.store.database import engine_for
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
 DOC = REPO / "docs" / "benchmarks.md"
-FOLLOW_INTERVAL_S = 0.5
+FOLLOW_INTERVAL_S = latency.FOLLOW_INTERVAL_S
 
 
 def say(text: str) -> None:
@@ -95,6 +97,7 @@ class Bench:
         self.datasets: dict[tuple[int, int], Dataset] = {}
         self.runs: list[dict[str, Any]] = []
         self.latency: list[dict[str, Any]] = []
+        self.latency_phase_runs: list[dict[str, Any]] = []
         self.scale_runs: list[dict[str, Any]] = []
         self.memory: dict[str, Any] = {}
         # the reader limits run once per topic, not per point
@@ -104,7 +107,8 @@ class Bench:
         self.followers = tuple(c for c in FOLLOWERS if c in size.contenders)
 
     def spec(self, contender: str) -> Spec:
-        return Spec(contender, self.db, self.kafka, self.jars if contender in SPARK_CONTENDERS else ())
+        spark = contender in SPARK_CONTENDERS or contender in RTM_FOLLOWERS
+        return Spec(contender, self.db, self.kafka, self.jars if spark else ())
 
     def produce(self) -> None:
         if SWEEP in self.size.phases:
@@ -244,6 +248,12 @@ class Bench:
             f"p99 {probe['p99_ms']:.0f} ms, max {probe['max_ms']:.0f} ms"
         )
 
+    def latency_phase(self) -> None:
+        """Every latency follower at LATENCY_RATE over LATENCY_PARTITIONS (latency.phase)."""
+        self.latency_phase_runs = latency.phase(
+            self.spec, self.kafka, self.engine, cap=self.size.large_cap, seconds=self.size.latency_seconds
+        )
+
     def scale(self) -> None:
         """eo_partition at the same records per batch on two partition counts: one session, a
         first run of each, then `scale_runs` rounds in alternating order (ABBA...)."""
@@ -357,6 +367,8 @@ def measure(size: Size) -> dict[str, Any]:
             bench.scale()
         if MEMORY in size.phases:
             bench.memory_phase()
+        if LATENCY in size.phases:
+            bench.latency_phase()
     finally:
         bench.close()
     small, large = size.headline(size.small_cap), size.headline(size.large_cap)
@@ -390,6 +402,10 @@ def measure(size: Size) -> dict[str, Any]:
         "latency": bench.latency,
         "scale": report.scale_summary(bench.scale_runs, size.scale_partitions, size.scale_batch_records),
         "memory": bench.memory,
+        # the latency phase; the low-latency mode's throughput at the large cap over batch mode's
+        # (n/a until that mode exists: issue 25 part 1)
+        "latency_phase": bench.latency_phase_runs,
+        "low_latency_throughput_vs_batch": None,
     }
     result["headline"] = report.headline(result)
     result["findings"] = report.findings(result)
@@ -408,6 +424,7 @@ def publish(result: dict[str, Any], out: Path, docs: bool) -> None:
     print(report.console_table(result))
     print()
     say(f"json {out}; plot {png}{'; docs/benchmarks.md updated' if docs else ''}")
+    print(report.latency_line(report.latency_figures(result)), flush=True)
     print(report.findings_line(report.findings(result)), flush=True)
     print(report.final_line(report.headline(result)), flush=True)
 

@@ -1,12 +1,15 @@
 """The caught-up latency probe: produce -> result committed, per producer batch.
 
-A worker follows a fresh topic (run_job with ``batch_interval_s``, or SSS with a processingTime
-trigger of the same interval). This process - outside the system under test - produces page views
-at a steady rate, one Kafka transaction every ``every_s`` seconds, each transaction's records on
-its own page (``/lat/<k>``), and polls the result table every ``poll_s``: transaction k's latency is
-from its ``commit_transaction()`` returning (the records are readable from then on) to the first
-poll that finds all of its views. Resolution: ``poll_s`` (50 ms). A page with more views than were
-produced is a duplicate and fails the probe.
+A worker follows a fresh topic (run_job with ``batch_interval_s``, SSS with a processingTime
+trigger of the same interval, or a real-time-mode query). This process - outside the system under
+test - produces page views at a steady rate, one Kafka transaction every ``every_s`` seconds, each
+transaction's records on its own page (``/lat/<k>``), and polls the result table every ``poll_s``
+(5 ms): transaction k's latency is from its ``commit_transaction()`` returning (the records are
+readable from then on) to the first poll that finds all of its views. Each poll asks only for the
+pages still pending (an index lookup on the result table's key), so it stays cheap as results
+accumulate; the probe reports its own cost (polls, mean poll time, its thread's CPU seconds and
+share of the wall time) beside the latencies. A page with more views than were produced is a
+duplicate and fails the probe.
 """
 
 from __future__ import annotations
@@ -16,19 +19,34 @@ import random
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
 from confluent_kafka import Producer
+from sqlalchemy.dialects import postgresql
 
 from benchmarks.dataset import create_topic, delete_topics
+from benchmarks.settings import (
+    EO_PARTITION,
+    LATENCY_FOLLOWERS,
+    LATENCY_PARTITIONS,
+    LATENCY_RATE,
+    RTM_ALO,
+    RTM_EO,
+    SSS,
+)
 from benchmarks.sink import WrongResult, clear
 from benchmarks.stats import percentile
-from benchmarks.worker import Worker
+from benchmarks.worker import Spec, Worker
 from examples.schema import window_counts
 from txn_offsets.config import KafkaSettings
 
 WARMUP = "/lat/warmup"
+FOLLOW_INTERVAL_S = 0.5  # run_job's batch_interval_s and SSS's trigger when following
+# the followers a worker can run (benchmarks/worker.py ``follow``); the low-latency mode of run_job
+# joins once its entry point exists (issue 25 part 1)
+RUNNABLE = (EO_PARTITION, SSS, RTM_ALO, RTM_EO)
 
 
 class _Observer(threading.Thread):
@@ -41,26 +59,43 @@ class _Observer(threading.Thread):
         self.done: dict[str, float] = {}  # page -> monotonic time it was first complete
         self.error: str | None = None
         self.halt = threading.Event()
+        self.lock = threading.Lock()
+        # the probe's own cost: polls made, seconds inside them, this thread's CPU and wall seconds
+        self.polls, self.busy_s, self.cpu_s, self.wall_s = 0, 0.0, 0.0, 0.0
 
     def run(self) -> None:
+        c = window_counts.c
+        pages = sa.bindparam("pages", type_=postgresql.ARRAY(sa.Text))
         query = (
-            sa.select(window_counts.c.page, sa.func.sum(window_counts.c.views))
-            .where(window_counts.c.topic == self.topic)
-            .group_by(window_counts.c.page)
+            sa.select(c.page, sa.func.sum(c.views))
+            .where(c.topic == sa.bindparam("topic"), c.page == sa.any_(pages))
+            .group_by(c.page)
         )
+        cpu0, wall0 = time.thread_time(), time.monotonic()
         with self.engine.connect() as conn:
             while not self.halt.wait(self.poll_s):
-                rows = conn.execute(query).all()
+                with self.lock:
+                    pending = {p: n for p, n in self.expected.items() if p not in self.done}
+                if not pending:
+                    continue
+                t0 = time.monotonic()
+                rows = conn.execute(query, {"topic": self.topic, "pages": list(pending)}).all()
                 conn.rollback()  # a fresh snapshot at each poll
                 now = time.monotonic()
+                self.polls += 1
+                self.busy_s += now - t0
                 for page, views in rows:
-                    want = self.expected.get(page)
-                    if want is None or page in self.done:
-                        continue
+                    want = pending[page]
                     if views > want:
                         self.error = f"page {page}: {views} views, {want} produced (a duplicate)"
                     elif views == want:
                         self.done[page] = now
+        self.cpu_s = time.thread_time() - cpu0
+        self.wall_s = time.monotonic() - wall0
+
+    def expect(self, page: str, views: int) -> None:
+        with self.lock:
+            self.expected[page] = views
 
     def wait_for(self, pages: list[str], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -103,7 +138,7 @@ def probe(
     seconds: float,
     interval_s: float,
     every_s: float = 0.1,
-    poll_s: float = 0.05,
+    poll_s: float = 0.005,
 ) -> dict[str, Any]:
     """Follow a fresh topic with `worker`, produce `rate` records/s for `seconds`, return latencies."""
     topic = create_topic(kafka, partitions, prefix="bench-latency")
@@ -121,7 +156,7 @@ def probe(
         observer.start()
         # warm-up: the first batch starts Python workers, consumers and connections
         _transaction(producer, topic, WARMUP, per_txn, partitions=partitions, rng=rng)
-        observer.expected[WARMUP] = per_txn
+        observer.expect(WARMUP, per_txn)
         observer.wait_for([WARMUP], timeout_s=180)
         time.sleep(1.0)
         start = time.monotonic()
@@ -134,7 +169,7 @@ def probe(
             page = f"/lat/{k}"
             _transaction(producer, topic, page, per_txn, partitions=partitions, rng=rng)
             committed[page] = time.monotonic()
-            observer.expected[page] = per_txn
+            observer.expect(page, per_txn)
             k += 1
         observer.wait_for(list(committed), timeout_s=120)
     finally:
@@ -158,4 +193,47 @@ def probe(
         "max_ms": 1000 * max(latencies),
         "peak_rss_mb": usage.get("peak_rss_mb"),
         "cpu_s": usage.get("cpu_s"),
+        "poll_ms": 1000 * poll_s,
+        "probe_polls": observer.polls,
+        "probe_poll_ms_mean": 1000 * observer.busy_s / observer.polls if observer.polls else None,
+        "probe_cpu_s": observer.cpu_s,
+        "probe_cpu_share": observer.cpu_s / observer.wall_s if observer.wall_s else None,
     }
+
+
+def phase(
+    spec_of: Callable[[str], Spec], kafka: KafkaSettings, engine: sa.Engine, *, cap: int, seconds: float
+) -> list[dict[str, Any]]:
+    """The latency phase: every follower of LATENCY_FOLLOWERS on a fresh topic of LATENCY_PARTITIONS
+    partitions at LATENCY_RATE records/s, a worker each, one after the other. A follower with no
+    entry point yet (the low-latency mode, issue 25 part 1) is reported with None (n/a)."""
+    runs: list[dict[str, Any]] = []
+    for contender in LATENCY_FOLLOWERS:
+        if contender not in RUNNABLE:
+            runs.append({"contender": contender, "p50_ms": None, "p99_ms": None})
+            print(f"bench: latency phase {contender:14} n/a (no entry point yet)", flush=True)
+            continue
+        worker = Worker(spec_of(contender))
+        try:
+            found = probe(
+                worker,
+                kafka,
+                engine,
+                partitions=LATENCY_PARTITIONS,
+                cap=cap,
+                rate=LATENCY_RATE,
+                seconds=seconds,
+                interval_s=FOLLOW_INTERVAL_S,
+            )
+        finally:
+            worker.close()
+        runs.append({"contender": contender, **found})
+        print(
+            f"bench: latency phase {contender:14} {found['records']:,} records: "
+            f"p50 {found['p50_ms']:.1f} ms, "
+            f"p99 {found['p99_ms']:.1f} ms, max {found['max_ms']:.1f} ms; the probe: {found['probe_polls']} "
+            f"polls of {found['probe_poll_ms_mean'] or 0:.2f} ms, "
+            f"{100 * (found['probe_cpu_share'] or 0):.1f} % of a core",
+            flush=True,
+        )
+    return runs

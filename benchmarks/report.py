@@ -26,6 +26,7 @@ from benchmarks.settings import (
     COPY,
     EO_BATCH,
     EO_FRAME,
+    EO_LOW_LATENCY,
     EO_PARTITION,
     EO_STREAM,
     FRESH,
@@ -33,6 +34,7 @@ from benchmarks.settings import (
     READER,
     READER_SLOTS,
     READERS,
+    RTM_EO,
     SPARK_CONTENDERS,
     SPARK_TASK_SLOTS,
     SSS,
@@ -253,6 +255,85 @@ MEMORY_COLUMNS = [
 ]
 
 
+LATENCY_KEYS = (
+    "eo_latency_p50_ms",
+    "eo_latency_p99_ms",
+    "sss_latency_p99_ms",
+    "rtm_latency_p99_ms",
+    "low_latency_throughput_vs_batch",
+)
+
+
+def latency_figures(result: dict[str, Any]) -> dict[str, float | None]:
+    """The latency phase's figures (eo_*: the low-latency mode; rtm_*: real-time mode with the
+    exactly-once sink); None where the phase did not run or the follower has no entry point."""
+    runs = {r["contender"]: r for r in result.get("latency_phase") or []}
+
+    def ms(contender: str, key: str) -> float | None:
+        value = runs.get(contender, {}).get(key)
+        return None if value is None else float(value)
+
+    return {
+        "eo_latency_p50_ms": ms(EO_LOW_LATENCY, "p50_ms"),
+        "eo_latency_p99_ms": ms(EO_LOW_LATENCY, "p99_ms"),
+        "sss_latency_p99_ms": ms(SSS, "p99_ms"),
+        "rtm_latency_p99_ms": ms(RTM_EO, "p99_ms"),
+        "low_latency_throughput_vs_batch": result.get("low_latency_throughput_vs_batch"),
+    }
+
+
+def latency_line(values: dict[str, float | None]) -> str:
+    def shown(key: str) -> str:
+        value = values.get(key)
+        return "n/a" if value is None else format(value, ".2f" if key.endswith("_vs_batch") else ".1f")
+
+    return "bench: " + " ".join(f"{k}={shown(k)}" for k in LATENCY_KEYS)
+
+
+def latency_phase_rows(result: dict[str, Any]) -> list[list[str]]:
+    def cost(p: dict[str, Any]) -> str:
+        if p.get("probe_polls") is None:
+            return "-"
+        return f"{p['probe_polls']:,} polls, {_n(p['probe_poll_ms_mean'], '.2f')} ms each, " + (
+            f"{_n(100 * p['probe_cpu_share'], '.1f')} % of a core"
+            if p.get("probe_cpu_share") is not None
+            else ""
+        )
+
+    return [
+        [
+            LABELS[p["contender"]],
+            _n(p.get("p50_ms"), ".1f") if p.get("p50_ms") is not None else "n/a",
+            _n(p.get("p99_ms"), ".1f") if p.get("p99_ms") is not None else "n/a",
+            _n(p.get("max_ms"), ".1f"),
+            _n(p.get("peak_rss_mb")),
+            cost(p),
+        ]
+        for p in result.get("latency_phase") or []
+    ]
+
+
+def latency_phase_markdown(result: dict[str, Any]) -> list[str]:
+    rows = latency_phase_rows(result)
+    if not rows:
+        return []
+    first = next((p for p in result["latency_phase"] if p.get("rate")), {})
+    load = (
+        f"{first['rate']:,} records/s over {first['topic_partitions']} partitions, {first['seconds']:.0f} s"
+        if first
+        else ""
+    )
+    return [
+        f"Latency phase (`BENCH_PHASES=latency`; {load}; commit_transaction() returning -> rows visible, "
+        f"polled every {_n(first.get('poll_ms'), 'g')} ms):",
+        "",
+        "| follower | p50 ms | p99 ms | max ms | peak RSS MB | the probe's own cost |",
+        "|---|---:|---:|---:|---:|---|",
+        *("| " + " | ".join(row) + " |" for row in rows),
+        "",
+    ]
+
+
 def final_line(ratios: dict[str, float | None]) -> str:
     shown = " ".join(f"{k}={_r(ratios[k])}" for k in HEADLINE_KEYS)
     return f"bench: {shown}"
@@ -410,6 +491,7 @@ def markdown(result: dict[str, Any], plot_name: str | None) -> str:
         f"({meta['messages']:,} records per topic{meta['reduced_note']}) on: {meta['machine_summary']}.",
         "",
         "```",
+        latency_line(latency_figures(result)),
         findings_line(findings(result)),
         final_line(ratios),
         "```",
@@ -430,6 +512,7 @@ def markdown(result: dict[str, Any], plot_name: str | None) -> str:
         "|---|---|---:|---:|---:|---:|---:|",
         *("| " + " | ".join(row) + " |" for row in latency_rows(result)),
         "",
+        *latency_phase_markdown(result),
         *scale_markdown(result),
         *memory_markdown(result),
     ]

@@ -31,6 +31,12 @@ READER = "reader"  # one Python process: confluent-kafka consume + decode + aggr
 READER_SLOTS = "reader_slots"  # the same loop in SPARK_TASK_SLOTS processes, partitions split round-robin
 UPSERT = "upsert"  # the per-range result rows written with upsert_add (what txn_offsets writes)
 COPY = "copy_merge"  # the same rows written with COPY into a temp table + one merge statement
+# the latency phase's followers beyond EO_PARTITION (batch mode) and SSS: txn_offsets' low-latency
+# mode of run_job (issue 25 part 1: reported n/a until its entry point exists) and Spark's
+# real-time mode with a foreach writer, at-least-once or the exactly-once row sink (benchmarks/rtm.py)
+EO_LOW_LATENCY = "eo_low_latency"
+RTM_ALO = "rtm_alo"
+RTM_EO = "rtm_eo"
 
 # The Spark contenders' session: local[SPARK_TASK_SLOTS], i.e. that many tasks (Python workers) at
 # once. The per-slot reader limit runs the raw loop in as many processes.
@@ -42,7 +48,11 @@ LIMIT_CONTENDERS = (READER, READER_SLOTS, UPSERT, COPY)
 READERS = (READER, READER_SLOTS)  # run once per topic, not per point
 # both sides of the headline ratios: more warm runs at the headline points (headline_warm_runs)
 HEADLINE_CONTENDERS = (EO_PARTITION, ALO, SSS, READER, READER_SLOTS, UPSERT, COPY)
-FOLLOWERS = (EO_PARTITION, SSS)  # the caught-up latency probe
+FOLLOWERS = (EO_PARTITION, SSS)  # the caught-up latency probe of the sweep
+LATENCY_FOLLOWERS = (EO_PARTITION, EO_LOW_LATENCY, SSS, RTM_ALO, RTM_EO)  # the latency phase
+RTM_FOLLOWERS = (RTM_ALO, RTM_EO)
+# the latency phase's load (whatever the size; BENCH_LATENCY_SECONDS sets its length)
+LATENCY_PARTITIONS, LATENCY_RATE = 8, 2_000
 LABELS = {
     EO_PARTITION: "txn_offsets PartitionWriter",
     EO_FRAME: "txn_offsets PartitionWriter, DataFrame path",
@@ -54,15 +64,20 @@ LABELS = {
     READER_SLOTS: f"reader limit ({SPARK_TASK_SLOTS} processes)",
     UPSERT: "writes: upsert_add",
     COPY: "writes: COPY + merge",
+    EO_LOW_LATENCY: "txn_offsets low-latency mode",
+    RTM_ALO: "real-time mode, at-least-once foreach",
+    RTM_EO: "real-time mode, txn_offsets exactly-once sink",
 }
 
 FRESH = "fresh"  # the first run in a new process (JVM start excluded, reported apart)
 WARM = "warm"  # a later run in the same process and SparkSession (what a long-running job sees)
 
 # The phases of a run: the sweep (above), the per-batch cost at two partition counts and the same
-# records per batch ("scale"), and the Python workers' memory over many small batches ("memory").
-SWEEP, SCALE, MEMORY = "sweep", "scale", "memory"
-PHASES = (SWEEP, SCALE, MEMORY)
+# records per batch ("scale"), the Python workers' memory over many small batches ("memory"), and
+# the caught-up latency of every follower at LATENCY_RATE over LATENCY_PARTITIONS ("latency"; not in
+# the smoke size's default phases: BENCH_PHASES=latency runs it alone).
+SWEEP, SCALE, MEMORY, LATENCY = "sweep", "scale", "memory", "latency"
+PHASES = (SWEEP, SCALE, MEMORY, LATENCY)
 
 
 @dataclass(frozen=True)
@@ -184,14 +199,15 @@ SMOKE = Size(
     memory_batch_records=40,
     memory_every=5,
     memory_from=5,
+    phases=(SWEEP, SCALE, MEMORY),
 )
 
 
 def size_from_env(name: str | None = None) -> Size:
     """BENCH_SIZE (smoke|full), then the knobs: BENCH_MESSAGES, BENCH_PARTITIONS (e.g. "1,8"),
     BENCH_REPEAT, BENCH_WARM_RUNS, BENCH_HEADLINE_WARM_RUNS, BENCH_MAX_BATCHES, BENCH_CONTENDERS
-    (e.g. "eo_partition,sss"), BENCH_LATENCY_SECONDS, BENCH_LATENCY_RATE, BENCH_PHASES (e.g. "scale,memory"),
-    BENCH_SCALE_RECORDS, BENCH_MEMORY_BATCHES."""
+    (e.g. "eo_partition,sss"), BENCH_LATENCY_SECONDS, BENCH_LATENCY_RATE, BENCH_PHASES (e.g.
+    "scale,memory" or "latency"), BENCH_SCALE_RECORDS, BENCH_MEMORY_BATCHES."""
     chosen = (name or os.environ.get("BENCH_SIZE") or "full").strip().lower()
     sizes = {FULL.name: FULL, SMOKE.name: SMOKE}
     if chosen not in sizes:

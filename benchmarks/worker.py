@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from benchmarks import contenders, limits, resources, sink, sss, stream
+from benchmarks import contenders, limits, resources, rtm, sink, sss, stream
 from benchmarks.contenders import Context, Outcome
 from benchmarks.dataset import Dataset, Expected, expected_of
 from benchmarks.resources import Sampler
@@ -32,6 +32,7 @@ from benchmarks.settings import (
     READER,
     READER_SLOTS,
     READERS,
+    RTM_ALO,
     SPARK_CONTENDERS,
     SPARK_MASTER,
     SPARK_TASK_SLOTS,
@@ -74,7 +75,7 @@ class Service:
         self.follow_usage: Sampler | None = None
 
     def start(self) -> dict[str, Any]:
-        if self.spec.contender not in SPARK_CONTENDERS:
+        if self.spec.contender not in (*SPARK_CONTENDERS, *rtm.FOLLOWERS):
             return {"startup_s": 0.0, "startup_cpu_s": 0.0}
         from txn_offsets import local_session
 
@@ -82,7 +83,9 @@ class Service:
         t0 = time.perf_counter()
         with sampler as usage:
             conf = {"spark.jars": ",".join(self.spec.jars)} if self.spec.jars else {}
-            self.spark = local_session(f"bench-{self.spec.contender}", master=SPARK_MASTER, conf=conf)
+            # real-time mode runs a task per partition for a whole epoch: a slot for each
+            master = rtm.MASTER if self.spec.contender in rtm.FOLLOWERS else SPARK_MASTER
+            self.spark = local_session(f"bench-{self.spec.contender}", master=master, conf=conf)
         return {"startup_s": time.perf_counter() - t0, "startup_cpu_s": usage.cpu_s}
 
     def keep_warm(self) -> None:
@@ -215,12 +218,14 @@ class Service:
             self.following = (stop, contenders.follow_eo(self.spark, ctx, stop, interval_s))
         elif self.spec.contender == SSS:
             self.following = sss.Follower(self.spark, ctx, interval_s)
+        elif self.spec.contender in rtm.FOLLOWERS:
+            self.following = rtm.Follower(self.spark, ctx, alo=self.spec.contender == RTM_ALO)
         else:
             raise ValueError(f"{self.spec.contender} cannot follow a topic")
         return {}
 
     def unfollow(self) -> dict[str, Any]:
-        if isinstance(self.following, sss.Follower):
+        if isinstance(self.following, sss.Follower | rtm.Follower):
             self.following.stop()
         elif self.following is not None:
             stop, thread = self.following

@@ -150,10 +150,7 @@ class TxnStream:
     def checkpoint_location(self) -> str:
         """``<checkpoint_root>/<schema>/<job, URL-quoted>/generation-<g>-<run>``: one checkpoint
         per run (the run id's digest tells apart a job re-created with the same generation)."""
-        job = urllib.parse.quote(self.run.job, safe="")
-        run = hashlib.sha256(self.run.run_id.encode()).hexdigest()[:12]
-        schema = self.config.database.schema
-        return f"{self._checkpoint_root}/{schema}/{job}/generation-{self.run.generation}-{run}"
+        return run_checkpoint(self._checkpoint_root, self.config.database.schema, self.run)
 
     def register(self) -> None:
         """(Re)register the ``txn_offsets`` format in the session, knowing every open stream."""
@@ -254,6 +251,13 @@ class TxnStream:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def run_checkpoint(root: str, schema: str, run: Run) -> str:
+    """The checkpoint of one run of a stream: ``<root>/<schema>/<job>/generation-<g>-<run digest>``."""
+    job = urllib.parse.quote(run.job, safe="")
+    digest = hashlib.sha256(run.run_id.encode()).hexdigest()[:12]
+    return f"{root}/{schema}/{job}/generation-{run.generation}-{digest}"
 
 
 def check_frame(frame: Any, job: str) -> None:

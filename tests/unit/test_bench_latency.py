@@ -1,0 +1,77 @@
+"""The bench's latency phase without running it: BENCH_PHASES=latency selects it alone, the smoke
+size leaves it out by default, and its last-lines row says n/a for what did not run (the
+low-latency mode has no entry point yet) and the figures of what did."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import report
+from benchmarks.settings import (
+    EO_LOW_LATENCY,
+    EO_PARTITION,
+    LATENCY,
+    LATENCY_FOLLOWERS,
+    RTM_ALO,
+    RTM_EO,
+    SSS,
+    size_from_env,
+)
+
+
+def test_bench_phases_latency_runs_that_phase_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BENCH_PHASES", "latency")
+    assert size_from_env("smoke").phases == (LATENCY,)
+    assert size_from_env("full").phases == (LATENCY,)
+    monkeypatch.delenv("BENCH_PHASES")
+    assert LATENCY in size_from_env("full").phases
+    assert LATENCY not in size_from_env("smoke").phases  # make test's smoke stays as long as it was
+    assert LATENCY_FOLLOWERS == (EO_PARTITION, EO_LOW_LATENCY, SSS, RTM_ALO, RTM_EO)
+
+
+def _probe(contender: str, p50: float, p99: float) -> dict[str, object]:
+    return {
+        "contender": contender,
+        "rate": 2000,
+        "topic_partitions": 8,
+        "seconds": 60.0,
+        "p50_ms": p50,
+        "p99_ms": p99,
+        "max_ms": p99 + 1,
+        "peak_rss_mb": 900.0,
+        "poll_ms": 5.0,
+        "probe_polls": 11000,
+        "probe_poll_ms_mean": 0.41,
+        "probe_cpu_share": 0.052,
+    }
+
+
+def test_the_latency_row_and_table() -> None:
+    result = {
+        "latency_phase": [
+            _probe(EO_PARTITION, 270.0, 478.25),
+            {"contender": EO_LOW_LATENCY, "p50_ms": None, "p99_ms": None},
+            _probe(SSS, 1195.0, 2719.5),
+            _probe(RTM_ALO, 3000.0, 9000.0),
+            _probe(RTM_EO, 3100.0, 9100.04),
+        ],
+        "low_latency_throughput_vs_batch": None,
+    }
+    line = report.latency_line(report.latency_figures(result))
+    assert line == (
+        "bench: eo_latency_p50_ms=n/a eo_latency_p99_ms=n/a sss_latency_p99_ms=2719.5 "
+        "rtm_latency_p99_ms=9100.0 low_latency_throughput_vs_batch=n/a"
+    )
+    result["latency_phase"][1] = _probe(EO_LOW_LATENCY, 21.04, 88.0)
+    result["low_latency_throughput_vs_batch"] = 0.953
+    assert report.latency_line(report.latency_figures(result)) == (
+        "bench: eo_latency_p50_ms=21.0 eo_latency_p99_ms=88.0 sss_latency_p99_ms=2719.5 "
+        "rtm_latency_p99_ms=9100.0 low_latency_throughput_vs_batch=0.95"
+    )
+    table = "\n".join(report.latency_phase_markdown(result))
+    assert "2,000 records/s over 8 partitions, 60 s" in table and "polled every 5 ms" in table
+    assert "| real-time mode, txn_offsets exactly-once sink | 3100.0 | 9100.0 |" in table
+    assert "11,000 polls, 0.41 ms each, 5.2 % of a core" in table
+    # a run without the phase (the smoke) says n/a everywhere and adds no table
+    assert report.latency_line(report.latency_figures({})).count("=n/a") == 5
+    assert report.latency_phase_markdown({}) == []
