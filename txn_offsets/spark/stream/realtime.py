@@ -46,8 +46,9 @@ from txn_offsets.spark.spec import JobSpec, job_run
 from txn_offsets.spark.stream.query import run_checkpoint
 from txn_offsets.spark.stream.realtime_sink import RealTimeSink, RowsWrite
 from txn_offsets.store.database import translate_errors
+from txn_offsets.store.lease import keep_lease
 from txn_offsets.store.offset_rows import load_offsets
-from txn_offsets.store.runs import Run, keep_lease
+from txn_offsets.store.runs import Run
 
 __all__ = ["RealTimeStream", "open_realtime"]
 
