@@ -235,7 +235,8 @@ def size_from_env(name: str | None = None) -> Size:
     """BENCH_SIZE (smoke|full), then the knobs: BENCH_MESSAGES, BENCH_PARTITIONS (e.g. "1,8"),
     BENCH_REPEAT, BENCH_WARM_RUNS, BENCH_HEADLINE_WARM_RUNS, BENCH_MAX_BATCHES, BENCH_CONTENDERS
     (e.g. "eo_partition,sss"), BENCH_LATENCY_SECONDS, BENCH_LATENCY_RATE, BENCH_PHASES (e.g. "scale,memory"),
-    BENCH_SCALE_RECORDS, BENCH_MEMORY_BATCHES."""
+    BENCH_SCALE_RECORDS, BENCH_SCALE_RUNS, BENCH_MEMORY_BATCHES; the scale phase's extension:
+    more_from_env."""
     chosen = (name or os.environ.get("BENCH_SIZE") or "full").strip().lower()
     sizes = {FULL.name: FULL, SMOKE.name: SMOKE}
     if chosen not in sizes:
@@ -273,7 +274,7 @@ def size_from_env(name: str | None = None) -> Size:
         process_per_point=base.process_per_point,
         scale_partitions=base.scale_partitions,
         scale_batch_records=int(env.get("BENCH_SCALE_RECORDS", base.scale_batch_records)),
-        scale_runs=base.scale_runs,
+        scale_runs=int(env.get("BENCH_SCALE_RUNS", base.scale_runs)),
         memory_batches=int(env.get("BENCH_MEMORY_BATCHES", base.memory_batches)),
         memory_batch_records=base.memory_batch_records,
         memory_every=base.memory_every,
@@ -284,8 +285,8 @@ def size_from_env(name: str | None = None) -> Size:
 
 
 def more_from_env(base: ScaleMore) -> ScaleMore:
-    """BENCH_SCALE_MANY (partition counts, e.g. "1024,4096"), BENCH_JOBS, BENCH_HOT_BATCHES (the
-    second checkpoint), BENCH_HOT_PARTITIONS."""
+    """BENCH_SCALE_MANY (partition counts, e.g. "1024,4096"), BENCH_SCALE_MANY_BATCHES, BENCH_JOBS,
+    BENCH_HOT_BATCHES (the second checkpoint), BENCH_HOT_PARTITIONS."""
     env = os.environ
     many = base.many
     if env.get("BENCH_SCALE_MANY"):
@@ -294,6 +295,7 @@ def more_from_env(base: ScaleMore) -> ScaleMore:
     return replace(
         base,
         many=many,
+        many_batches=int(env.get("BENCH_SCALE_MANY_BATCHES", base.many_batches)),
         jobs=int(env.get("BENCH_JOBS", base.jobs)),
         hot_batches=hot,
         hot_partitions=int(env.get("BENCH_HOT_PARTITIONS", base.hot_partitions)),

@@ -44,9 +44,11 @@ def driver_kills(
     parts: int,
     min_per_partition: int,
     first_batch_s: float = 120.0,
+    final_per_partition: int | None = None,
 ) -> ScenarioResult:
-    """F1's kills and restarts on a topic of `parts` partitions (F18: 1,024); a timer kill waits
-    up to `first_batch_s` for the run's first batch."""
+    """F1's kills and restarts on a topic of `parts` partitions (F1b: 1,024); a timer kill waits
+    up to `first_batch_s` for the run's first batch; the final run reads `final_per_partition`
+    offsets per partition and batch (default: 4 x the killed runs')."""
     result = ScenarioResult(name)
     topic, schema, job = ctx.topic(parts), ctx.schema(), ctx.name(name.lower())
     oracle = ctx.produce(topic, messages, parts)
@@ -95,7 +97,7 @@ def driver_kills(
         job=job,
         schema=schema,
         topics=[topic],
-        max_per_partition=mpp * 4,
+        max_per_partition=final_per_partition or mpp * 4,
         extra=["--force"],
     ).start()
     result.runs += 1
