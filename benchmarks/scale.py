@@ -58,7 +58,7 @@ def measure(
     for batches, at in out["hot"]["at"].items():
         say(
             f"scale claims {batches:>6} batches x {more.hot_partitions} partitions: HOT "
-            f"{at['hot_updates']:,}/{at['updates']:,} = {at['hot_ratio']:.3f}, offsets table "
+            f"{at['hot_updates']:,}/{at['updates']:,} = {_x(at['hot_ratio'], '.3f')}, offsets table "
             f"{at['total_bytes'] / 1024:,.0f} kB ({at['seconds']:.0f}s)"
         )
     out["jobs"] = jobs(size, kafka, worker, app)
@@ -157,8 +157,8 @@ def markdown(result: dict[str, Any]) -> list[str]:
         )
     lines += [
         f"- The offsets table under batches of claims ({hot['partitions']} partitions, each batch one "
-        f"transaction): HOT-update ratio **{last['hot_ratio']:.3f}** after "
-        f"{more['settings']['hot_batches'][1]:,} batches ({first['hot_ratio']:.3f} after "
+        f"transaction): HOT-update ratio **{_x(last['hot_ratio'], '.3f')}** after "
+        f"{more['settings']['hot_batches'][1]:,} batches ({_x(first['hot_ratio'], '.3f')} after "
         f"{more['settings']['hot_batches'][0]:,}); size {last['total_bytes'] / 1024:,.0f} kB vs "
         f"{first['total_bytes'] / 1024:,.0f} kB (**{_x(hot['size_growth'])}x**), heap + indexes.",
         f"- {j['jobs']} jobs on threads of one Spark application (`run_jobs`, FAIR pools), a topic "
@@ -180,5 +180,5 @@ def markdown(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _x(value: float | None) -> str:
-    return "nan" if value is None else f"{value:.2f}"
+def _x(value: float | None, fmt: str = ".2f") -> str:
+    return "nan" if value is None else format(value, fmt)
