@@ -43,12 +43,13 @@ import logging
 import sys
 import time
 import uuid
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
-from benchmarks import latency, machine, plot, report
+from benchmarks import latency, machine, plot, report, scale
 from benchmarks.dataset import Dataset, delete_topics, produce_dataset
 from benchmarks.settings import (
     COPY,
@@ -100,6 +101,7 @@ class Bench:
         self.latency_phase_runs: list[dict[str, Any]] = []
         self.scale_runs: list[dict[str, Any]] = []
         self.memory: dict[str, Any] = {}
+        self.scale_more: dict[str, Any] = {}
         # the reader limits run once per topic, not per point
         self.swept = tuple(c for c in (*SPARK_CONTENDERS, UPSERT, COPY) if c in size.contenders)
         self.readers_run = tuple(c for c in READERS if c in size.contenders)
@@ -262,10 +264,15 @@ class Bench:
         # about 25 batches per run (the sweep's topics when they have that size)
         messages = min(self.size.messages, per_batch * 25)
         data = {p: self.topic(p, messages) for p in (a, b)}
-        order = [a, b]
+        more = self.size.scale_more  # thousands of partitions: fewer batches (scale.py)
+        data |= {p: self.topic(p, per_batch * more.many_batches) for p in more.many if p not in data}
+        counts = list(data)
+        order = list(counts)
         for round_ in range(self.size.scale_runs):
-            order += [b, a] if round_ % 2 == 0 else [a, b]
-        worker = Worker(self.spec(EO_PARTITION))
+            order += counts[::-1] if round_ % 2 == 0 else counts
+        # FAIR and application_name for the many jobs run in this same (warm) session afterwards
+        spec, app = scale.worker_spec(self.db, self.kafka, self.jars)
+        worker = Worker(spec)
         try:
             seen: set[int] = set()
             for i, partitions in enumerate(order):
@@ -287,6 +294,7 @@ class Bench:
                     f"{one['interval_p50_s']:.3f}s (job {one['job_p50_s']:.3f}s, outside "
                     f"{one['outside_p50_s']:.3f}s) p99 {one['interval_p99_s']:.3f}s"
                 )
+            self.scale_more = scale.measure(self.size, self.db, self.kafka, worker, app=app, topics=data)
         finally:
             worker.close()
 
@@ -380,7 +388,7 @@ def measure(size: Size) -> dict[str, Any]:
             "reduced_note": f", reduced from {FULL.messages:,}" if reduced else "",
             "finished_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "seconds": time.perf_counter() - started,
-            "settings": dict(vars(size)),
+            "settings": asdict(size),
             "points": [
                 {
                     "name": p.name,
@@ -400,7 +408,8 @@ def measure(size: Size) -> dict[str, Any]:
         },
         "runs": bench.runs,
         "latency": bench.latency,
-        "scale": report.scale_summary(bench.scale_runs, size.scale_partitions, size.scale_batch_records),
+        "scale": report.scale_summary(bench.scale_runs, size.scale_partitions, size.scale_batch_records)
+        | ({"more": bench.scale_more} if bench.scale_more else {}),
         "memory": bench.memory,
         # the latency phase; the low-latency mode's throughput at the large cap over batch mode's
         # (n/a until that mode exists: issue 25 part 1)
@@ -425,6 +434,8 @@ def publish(result: dict[str, Any], out: Path, docs: bool) -> None:
     print()
     say(f"json {out}; plot {png}{'; docs/benchmarks.md updated' if docs else ''}")
     print(report.latency_line(report.latency_figures(result)), flush=True)
+    if scale.line(result):
+        print(scale.line(result), flush=True)
     print(report.findings_line(report.findings(result)), flush=True)
     print(report.final_line(report.headline(result)), flush=True)
 

@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from benchmarks import scale as scale_more
 from benchmarks.settings import (
     ALO,
     COPY,
@@ -137,7 +138,7 @@ def scale_summary(
     out: dict[str, Any] = {"partitions": list(partitions), "batch_records": batch_records, "runs": runs}
     for label in ("first", WARM):
         out[label] = {}
-        for n in partitions:
+        for n in sorted({r["partitions"] for r in runs}):  # the pair and the scale phase's many
             batches = [b for r in runs if r["partitions"] == n and r["label"] == label for b in r["batches"]]
             if batches:
                 out[label][str(n)] = scale_stats(batches)
@@ -194,7 +195,7 @@ def scale_rows(result: dict[str, Any]) -> list[list[str]]:
     scale = result.get("scale") or {}
     rows = []
     for label in ("first", WARM):
-        for n in scale.get("partitions", []):
+        for n in sorted(int(k) for k in scale.get(label, {})):
             stats = scale.get(label, {}).get(str(n))
             if stats is None:
                 continue
@@ -444,6 +445,7 @@ def scale_markdown(result: dict[str, Any]) -> list[str]:
         f"Per-batch p50, {many} over {few} partitions ({scale['ratio_label']} runs): "
         f"**{_r(scale['ratio'])}x** (target: < 16x).",
         "",
+        *scale_more.markdown(result),
     ]
 
 
@@ -492,6 +494,7 @@ def markdown(result: dict[str, Any], plot_name: str | None) -> str:
         "",
         "```",
         latency_line(latency_figures(result)),
+        *[x for x in (scale_more.line(result),) if x],
         findings_line(findings(result)),
         final_line(ratios),
         "```",

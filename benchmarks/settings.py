@@ -18,7 +18,7 @@ points' fast runs only (a few % of a full run's time).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # The contenders. Spark ones run in a worker process with its own SparkSession (and JVM).
 EO_PARTITION = "eo_partition"  # txn_offsets run_job + PartitionWriter (examples/windowed_counts.py)
@@ -102,6 +102,48 @@ class Point:
 
 
 @dataclass(frozen=True)
+class ScaleMore:
+    """The scale phase at thousands of partitions and with many jobs (benchmarks/scale.py)."""
+
+    many: tuple[int, ...]  # partition counts timed per batch against scale_partitions[0]
+    many_batches: int  # batches of scale_batch_records in their topics
+    plans: int  # plans timed at max(many) partitions (after a first, seeding one)
+    hot_partitions: int  # rows of the offsets table claimed by every batch of claims
+    hot_batches: tuple[int, int]  # the HOT ratio and table size after this many batches, then this
+    jobs: int  # jobs on threads of one Spark application (FAIR), a topic each
+    job_partitions: int
+    job_records: int  # records per job's topic
+    job_batches: int  # batches per job (each capped at job_records / job_batches offsets)
+    job_rounds: int  # rounds of (N jobs, one job over the N topics), alternating
+
+
+FULL_MORE = ScaleMore(
+    many=(1_024, 4_096),
+    many_batches=8,
+    plans=20,
+    hot_partitions=8,
+    hot_batches=(100, 10_000),
+    jobs=32,
+    job_partitions=2,
+    job_records=2_000,
+    job_batches=4,
+    job_rounds=2,
+)
+SMOKE_MORE = ScaleMore(
+    many=(128,),  # the pair's own topic: no more runs
+    many_batches=3,
+    plans=3,
+    hot_partitions=8,
+    hot_batches=(10, 50),
+    jobs=2,
+    job_partitions=2,
+    job_records=300,
+    job_batches=2,
+    job_rounds=1,
+)
+
+
+@dataclass(frozen=True)
 class Size:
     name: str
     messages: int  # records per topic
@@ -132,6 +174,7 @@ class Size:
     memory_every: int
     memory_from: int
     phases: tuple[str, ...] = PHASES
+    scale_more: ScaleMore = FULL_MORE
 
     @property
     def headline_partitions(self) -> int:
@@ -200,6 +243,7 @@ SMOKE = Size(
     memory_every=5,
     memory_from=5,
     phases=(SWEEP, SCALE, MEMORY),
+    scale_more=SMOKE_MORE,
 )
 
 
@@ -207,7 +251,8 @@ def size_from_env(name: str | None = None) -> Size:
     """BENCH_SIZE (smoke|full), then the knobs: BENCH_MESSAGES, BENCH_PARTITIONS (e.g. "1,8"),
     BENCH_REPEAT, BENCH_WARM_RUNS, BENCH_HEADLINE_WARM_RUNS, BENCH_MAX_BATCHES, BENCH_CONTENDERS
     (e.g. "eo_partition,sss"), BENCH_LATENCY_SECONDS, BENCH_LATENCY_RATE, BENCH_PHASES (e.g.
-    "scale,memory" or "latency"), BENCH_SCALE_RECORDS, BENCH_MEMORY_BATCHES."""
+    "scale,memory" or "latency"), BENCH_SCALE_RECORDS, BENCH_SCALE_RUNS, BENCH_MEMORY_BATCHES; the scale
+    phase's extension: more_from_env."""
     chosen = (name or os.environ.get("BENCH_SIZE") or "full").strip().lower()
     sizes = {FULL.name: FULL, SMOKE.name: SMOKE}
     if chosen not in sizes:
@@ -245,10 +290,29 @@ def size_from_env(name: str | None = None) -> Size:
         process_per_point=base.process_per_point,
         scale_partitions=base.scale_partitions,
         scale_batch_records=int(env.get("BENCH_SCALE_RECORDS", base.scale_batch_records)),
-        scale_runs=base.scale_runs,
+        scale_runs=int(env.get("BENCH_SCALE_RUNS", base.scale_runs)),
         memory_batches=int(env.get("BENCH_MEMORY_BATCHES", base.memory_batches)),
         memory_batch_records=base.memory_batch_records,
         memory_every=base.memory_every,
         memory_from=min(base.memory_from, int(env.get("BENCH_MEMORY_BATCHES", base.memory_batches))),
         phases=phases,
+        scale_more=more_from_env(base.scale_more),
+    )
+
+
+def more_from_env(base: ScaleMore) -> ScaleMore:
+    """BENCH_SCALE_MANY (partition counts, e.g. "1024,4096"), BENCH_SCALE_MANY_BATCHES, BENCH_JOBS,
+    BENCH_HOT_BATCHES (the second checkpoint), BENCH_HOT_PARTITIONS."""
+    env = os.environ
+    many = base.many
+    if env.get("BENCH_SCALE_MANY"):
+        many = tuple(int(p) for p in env["BENCH_SCALE_MANY"].split(",") if p.strip())
+    hot = (base.hot_batches[0], int(env.get("BENCH_HOT_BATCHES", base.hot_batches[1])))
+    return replace(
+        base,
+        many=many,
+        many_batches=int(env.get("BENCH_SCALE_MANY_BATCHES", base.many_batches)),
+        jobs=int(env.get("BENCH_JOBS", base.jobs)),
+        hot_batches=hot,
+        hot_partitions=int(env.get("BENCH_HOT_PARTITIONS", base.hot_partitions)),
     )

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from benchmarks import contenders, limits, resources, rtm, sink, sss, stream
+from benchmarks import contenders, limits, resources, rtm, scale_jobs, sink, sss, stream
 from benchmarks.contenders import Context, Outcome
 from benchmarks.dataset import Dataset, Expected, expected_of
 from benchmarks.resources import Sampler
@@ -61,6 +61,7 @@ class Spec:
     db: DatabaseSettings
     kafka: KafkaSettings
     jars: tuple[str, ...]  # spark.jars of every Spark worker (Spark's Kafka connector)
+    conf: tuple[tuple[str, str], ...] = ()  # more Spark settings (the scale phase's jobs: FAIR)
 
 
 class Service:
@@ -83,6 +84,7 @@ class Service:
         t0 = time.perf_counter()
         with sampler as usage:
             conf = {"spark.jars": ",".join(self.spec.jars)} if self.spec.jars else {}
+            conf |= dict(self.spec.conf)
             # real-time mode runs a task per partition for a whole epoch: a slot for each
             master = rtm.MASTER if self.spec.contender in rtm.FOLLOWERS else SPARK_MASTER
             self.spark = local_session(f"bench-{self.spec.contender}", master=master, conf=conf)
@@ -172,6 +174,10 @@ class Service:
             for a, b, report in zip(out.commits, out.commits[1:], out.reports[1:], strict=False)
         ]
         return {"seconds": seconds, "records": out.records, "batches": batches}
+
+    def jobs(self, datasets: list[Dataset], batch_records: int, mode: str, app: str) -> dict[str, Any]:
+        """N jobs on threads of this session vs one job over their topics (benchmarks.scale_jobs)."""
+        return scale_jobs.run(self.spark, self.spec.db, self.spec.kafka, datasets, batch_records, mode, app)
 
     def memory(self, data: Dataset, batch_records: int, batches: int, every: int) -> dict[str, Any]:
         """One job of `batches` small batches; the RSS of the Spark Python workers (and of the
@@ -282,6 +288,7 @@ def serve(conn: Connection, spec: Spec) -> None:
                 "run": service.run,
                 "scale": service.scale,
                 "memory": service.memory,
+                "jobs": service.jobs,
                 "follow": service.follow,
                 "unfollow": service.unfollow,
             }[op]

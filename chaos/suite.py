@@ -23,6 +23,7 @@ SMOKE = ("F11", "F2", "F5", "F3", "F1", "F12", "F12b", "F13", "F15", "F16", "F18
 FULL = (
     *("F11", "F9", "F7", "F10", "F2", "F5", "F6", "F8", "F3", "F4", "F1", "F14", "F12", "F12b", "F13"),
     *("F15", "F16", "F17", "F18"),
+    "F1b",  # F1 at 1,024 partitions (full suite only: tens of seconds per restart)
 )
 
 # share of the message budget per scenario; F1 (the driver kills) gets what is left
@@ -45,6 +46,7 @@ _SHARE = {
     "F16": 0.01,
     "F17": 0.01,
     "F18": 0.02,
+    "F1b": 0.05,
 }
 # make test's smoke runs 60,000 messages: F2 keeps the 19,800 it needs to hit every one of its
 # five fault points at seed 1 (at 10,800 no range drew 'after_write')

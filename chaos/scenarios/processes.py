@@ -32,22 +32,38 @@ def f1_driver_kills(ctx: Context, messages: int, kills: int) -> ScenarioResult:
     """kill -9 of the driver at random points (timer, after planning, while reading, after the
     claim, during COMMIT, after COMMIT), each followed by a restart (--force: the dead run's lease
     is still live)."""
-    result = ScenarioResult("F1")
-    parts = 8
-    topic, schema, job = ctx.topic(parts), ctx.schema(), ctx.name("f1")
+    return driver_kills(ctx, "F1", messages, kills, parts=8, min_per_partition=100)
+
+
+def driver_kills(
+    ctx: Context,
+    name: str,
+    messages: int,
+    kills: int,
+    *,
+    parts: int,
+    min_per_partition: int,
+    first_batch_s: float = 120.0,
+    final_per_partition: int | None = None,
+) -> ScenarioResult:
+    """F1's kills and restarts on a topic of `parts` partitions (F1b: 1,024); a timer kill waits
+    up to `first_batch_s` for the run's first batch; the final run reads `final_per_partition`
+    offsets per partition and batch (default: 4 x the killed runs')."""
+    result = ScenarioResult(name)
+    topic, schema, job = ctx.topic(parts), ctx.schema(), ctx.name(name.lower())
     oracle = ctx.produce(topic, messages, parts)
     result.messages = oracle.messages
     log = ctx.log({topic: parts})
     producer_matches(result, log, oracle)
     # small batches: each killed run gets through a few of them, and `kills` runs fit in the data
-    mpp = max(100, messages // parts // (3 * kills + 4))
+    mpp = max(min_per_partition, messages // parts // (3 * kills + 4))
     modes = list(KILL_POINTS)
     ctx.rng.shuffle(modes)
     attempts = 0
     while result.faults < kills and attempts < kills * 2:
         attempts += 1
         mode = modes[result.faults % len(modes)]
-        run_dir = ctx.work_dir / "F1" / f"run-{attempts:03d}"
+        run_dir = ctx.work_dir / name / f"run-{attempts:03d}"
         plan = FaultPlan(seed=ctx.seed)
         extra = ["--force"]
         if mode == "plan":
@@ -62,7 +78,7 @@ def f1_driver_kills(ctx: Context, messages: int, kills: int) -> ScenarioResult:
         result.runs += 1
         if mode == "timer":
             # after the first batch committed: the kill lands anywhere in the following ones
-            wait_file(run_dir / "batches", jp, 120)
+            wait_file(run_dir / "batches", jp, first_batch_s)
             time.sleep(ctx.rng.uniform(0.0, 0.5))  # batches take ~0.2 s: a longer wait spends the data
             jp.kill9()
         res = jp.wait(JOB_TIMEOUT_S)
@@ -72,23 +88,23 @@ def f1_driver_kills(ctx: Context, messages: int, kills: int) -> ScenarioResult:
             result.notes.append(f"run {attempts} ({mode}) caught up before its kill")
             break
         else:
-            result.fail(f"F1 run {attempts} ({mode}): exited {res.returncode}: {res.last_error()}")
+            result.fail(f"{name} run {attempts} ({mode}): exited {res.returncode}: {res.last_error()}")
         ctx.check(
             result, schema=schema, job=job, log=log, final=False, when=f"after kill {attempts} ({mode})"
         )
     final = ctx.job(
-        ctx.work_dir / "F1" / "final",
+        ctx.work_dir / name / "final",
         job=job,
         schema=schema,
         topics=[topic],
-        max_per_partition=mpp * 4,
+        max_per_partition=final_per_partition or mpp * 4,
         extra=["--force"],
     ).start()
     result.runs += 1
-    expect_ok(result, final.wait(JOB_TIMEOUT_S), "F1 final run")
-    ctx.check(result, schema=schema, job=job, log=log, final=True, when="F1 final")
+    expect_ok(result, final.wait(JOB_TIMEOUT_S), f"{name} final run")
+    ctx.check(result, schema=schema, job=job, log=log, final=True, when=f"{name} final")
     if result.faults < kills:
-        result.fail(f"F1: only {result.faults} of {kills} kills landed")
+        result.fail(f"{name}: only {result.faults} of {kills} kills landed")
     return result
 
 

@@ -1,7 +1,8 @@
 """``make bench`` at BENCH_SIZE=smoke, as a subprocess: every contender's result is checked against
 the oracle inside the benchmark (a wrong count exits non-zero); here we check that it measured every
 contender (the DataFrame path among them) at every point, fresh and warm, ran both latency probes,
-the scale phase (per-batch times at 8 and 128 partitions) and the memory phase (Python workers' RSS
+the scale phase (per-batch times at 8 and 128 partitions; plans at 128, batches of claims, 2 jobs on
+threads vs one job, each exact, no lock waits between them) and the memory phase (Python workers' RSS
 sampled over many batches), wrote its JSON and plot, and ended with the findings and ratio lines.
 No timing is asserted: performance claims come from ``make bench``.
 
@@ -33,6 +34,11 @@ from tests.fix_services import REPO, Services
 FINDINGS = re.compile(
     r"^bench: per_batch_128_vs_8=(?P<ratio>\S+) workers_rss_growth_mb=(?P<mb>\S+) "
     r"workers_rss_growth_pct=(?P<pct>\S+) reader_vs_raw_1proc_per_slot=(?P<slot>\S+)$"
+)
+# the scale phase's row at the smoke's sizes: 128 partitions vs 8, plans at 128, 2 jobs
+SCALE = re.compile(
+    r"^bench: per_batch_128_vs_8=(?P<many>\S+) plan_128_p50_ms=(?P<plan>\S+) hot_ratio=(?P<hot>\S+) "
+    r"jobs2_vs_1=(?P<jobs>\S+) jobs2_exact=(?P<exact>yes|no) peak_connections=(?P<peak>\d+)/(?P<budget>\d+)$"
 )
 FINAL = re.compile(
     r"^bench: eo_vs_sss_small=(?P<a>\S+) eo_vs_sss_large=(?P<b>\S+) eo_vs_alo=(?P<c>\S+) "
@@ -80,7 +86,7 @@ def test_bench_smoke(knobs: dict[str, str], services: Services, tmp_path: Path) 
         check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    *_, before_last, last = done.stdout.strip().splitlines()
+    *_, scale_line, before_last, last = done.stdout.strip().splitlines()
     match = FINAL.match(last)
     assert match, f"unexpected last line: {last!r}"
     assert all(math.isfinite(float(v)) and float(v) > 0 for v in match.groupdict().values()), last
@@ -88,6 +94,12 @@ def test_bench_smoke(knobs: dict[str, str], services: Services, tmp_path: Path) 
     assert found, f"unexpected line before the last: {before_last!r}"
     assert all(math.isfinite(float(v)) for v in found.groupdict().values()), before_last
     assert float(found["ratio"]) > 0 and float(found["slot"]) > 0, before_last
+
+    scaled = SCALE.match(scale_line)
+    assert scaled, f"unexpected scale row: {scale_line!r}"
+    assert float(scaled["many"]) > 0 and float(scaled["plan"]) > 0, scale_line
+    assert 0 < float(scaled["hot"]) <= 1 and float(scaled["jobs"]) > 0, scale_line
+    assert scaled["exact"] == "yes" and 0 < int(scaled["peak"]) <= int(scaled["budget"]), scale_line
 
     result = json.loads(out.read_text())
     assert out.with_suffix(".png").stat().st_size > 10_000
@@ -129,6 +141,19 @@ def test_bench_smoke(knobs: dict[str, str], services: Services, tmp_path: Path) 
             assert batch["interval_s"] >= batch["job_s"] > 0 and batch["outside_s"] >= 0
             assert batch["ranges"] >= 1 and batch["records"] >= 0
     assert scale["ratio_label"] == "warm" and scale["ratio"] > 0
+    # thousands of partitions and many jobs, at the smoke's sizes (benchmarks/scale.py)
+    more = scale["more"]
+    assert more["plan"]["partitions"] == 128 and more["plan"]["p50_ms"] > 0
+    assert more["hot"]["at"]["50"]["updates"] == 50 * 8  # every claim an UPDATE of its row
+    assert more["hot"]["size_growth"] > 0
+    jobs = more["jobs"]
+    assert [(r["mode"], r["jobs"]) for r in jobs["runs"]] == [("many", 2), ("one", 1)]
+    for run in jobs["runs"]:
+        assert run["exact"] and not run["errors"] and run["records"] > 0, run
+        assert run["samples"] >= 1 and run["peak_connections"] >= 1
+    # every lock wait sampled is kept with its blockers (the figure itself is the bench's to report)
+    assert all(len(r["waits"]) == min(r["lock_waits"], 50) for r in jobs["runs"])
+    assert all(w["blockers"] is not None for r in jobs["runs"] for w in r["waits"])
     # the memory phase: one job of max_batches batches, the workers found and sampled
     memory = result["memory"]
     assert memory["batches"] == memory_batches

@@ -1,0 +1,184 @@
+"""The scale phase at thousands of partitions and with many jobs (after its per-batch runs, which
+bench.py times on every partition count in one alternating session):
+
+* planning time at the largest partition count (p50 of a fresh job's plans after its first);
+* the offsets table after many batches of claims: HOT-update ratio, size vs after a few batches;
+* N jobs on threads of one Spark application (FAIR pools) vs ONE job over their N topics (the same
+  records and total parallelism), each exact, with PostgreSQL sampled for lock waits between them
+  and for the bench's peak connections against the connection budget.
+
+:func:`line` is the last-lines row ``bench: per_batch_1024_vs_8=.. per_batch_4096_vs_8=..
+plan_4096_p50_ms=.. hot_ratio=.. jobs32_vs_1=.. jobs32_exact=yes|no peak_connections=n/budget``
+(the counts are the run's: the smoke's row names its own smaller ones).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from benchmarks import scale_jobs, scale_store
+from benchmarks.dataset import Dataset, delete_topics, produce_dataset
+from benchmarks.settings import EO_PARTITION, SPARK_TASK_SLOTS, WARM, Size
+from benchmarks.stats import ratio
+from benchmarks.worker import Spec, Worker
+from txn_offsets.config import DatabaseSettings, KafkaSettings
+
+
+def say(text: str) -> None:
+    print(f"bench: {text}", flush=True)
+
+
+def worker_spec(db: DatabaseSettings, kafka: KafkaSettings, jars: tuple[str, ...]) -> tuple[Spec, str]:
+    """The scale phase's worker: eo_partition on a FAIR session (one job in the default pool runs
+    as under FIFO), its connections tagged with a fresh application_name (the sampler's filter)."""
+    app = f"bench-{uuid.uuid4().hex[:8]}"
+    conf = (("spark.scheduler.mode", "FAIR"),)
+    return Spec(EO_PARTITION, scale_jobs.tagged(db, app), kafka, jars, conf=conf), app
+
+
+def measure(
+    size: Size,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    worker: Worker,
+    *,
+    app: str,
+    topics: dict[int, Dataset],
+) -> dict[str, Any]:
+    """Plans, claims and jobs, after the per-batch runs (`topics`: theirs) in the same `worker`."""
+    more = size.scale_more
+    out: dict[str, Any] = {"settings": dict(vars(more))}
+    if more.many:
+        n = max(more.many)
+        out["plan"] = scale_store.plan_times(db, kafka, topics[n].topic, more.plans)
+        p = out["plan"]
+        say(f"scale plan p{n}: first {p['first_ms']:.0f} ms, then p50 {p['p50_ms']:.0f} ms")
+    out["hot"] = scale_store.claims_hot(db.url, more.hot_partitions, more.hot_batches)
+    for batches, at in out["hot"]["at"].items():
+        say(
+            f"scale claims {batches:>6} batches x {more.hot_partitions} partitions: HOT "
+            f"{at['hot_updates']:,}/{at['updates']:,} = {_x(at['hot_ratio'], '.3f')}, offsets table "
+            f"{at['total_bytes'] / 1024:,.0f} kB ({at['seconds']:.0f}s)"
+        )
+    out["jobs"] = jobs(size, kafka, worker, app)
+    return out
+
+
+def jobs(size: Size, kafka: KafkaSettings, worker: Worker, app: str) -> dict[str, Any]:
+    more = size.scale_more
+    data = [produce_dataset(kafka, more.job_partitions, more.job_records) for _ in range(more.jobs)]
+    say(f"scale jobs: {more.jobs} topics of {more.job_records:,} records, {more.job_partitions} partitions")
+    per_job = max(1, min(d.messages for d in data) // more.job_batches)
+    runs = []
+    try:
+        for round_ in range(more.job_rounds):
+            for mode in ("many", "one") if round_ % 2 == 0 else ("one", "many"):
+                run = worker.call("jobs", datasets=data, batch_records=per_job, mode=mode, app=app)
+                run["round"] = round_
+                runs.append(run)
+                say(
+                    f"scale jobs {mode:4} ({run['jobs']:2d} job(s)) {run['seconds']:7.2f}s "
+                    f"{run['records_per_s']:>9,.0f} rec/s exact={'yes' if run['exact'] else 'no'} "
+                    f"lock waits {run['lock_waits']} in {run['samples']} samples, "
+                    f"peak connections {run['peak_connections']}"
+                )
+    finally:
+        delete_topics(kafka, [d.topic for d in data])
+    best = {m: max(r["records_per_s"] for r in runs if r["mode"] == m) for m in ("many", "one")}
+    return {
+        "jobs": more.jobs,
+        "batch_records": per_job,
+        "runs": runs,
+        "many_vs_one": ratio(best["many"], best["one"]),
+        "exact": all(r["exact"] for r in runs),
+        "lock_waits": sum(r["lock_waits"] for r in runs if r["mode"] == "many"),
+        "peak_connections": max(r["peak_connections"] for r in runs),
+        "budget": scale_jobs.connection_budget(more.jobs, SPARK_TASK_SLOTS),
+    }
+
+
+def values(result: dict[str, Any]) -> dict[str, Any]:
+    """The row's values (None: not measured)."""
+    scale = result.get("scale") or {}
+    more = scale.get("more")
+    if not more:
+        return {}
+    label = scale.get("ratio_label", WARM)
+    stats = scale.get(label) or {}
+    few = str(scale["partitions"][0])
+    out: dict[str, Any] = {}
+    for n in more["settings"]["many"]:
+        mine, base = stats.get(str(n)), stats.get(few)
+        out[f"per_batch_{n}_vs_{few}"] = ratio(
+            mine and mine["interval_p50_s"], base and base["interval_p50_s"]
+        )
+    if "plan" in more:
+        out[f"plan_{more['plan']['partitions']}_p50_ms"] = more["plan"]["p50_ms"]
+    out["hot_ratio"] = more["hot"]["hot_ratio"]
+    j = more["jobs"]
+    out[f"jobs{j['jobs']}_vs_1"] = j["many_vs_one"]
+    out[f"jobs{j['jobs']}_exact"] = "yes" if j["exact"] else "no"
+    out["peak_connections"] = f"{j['peak_connections']}/{j['budget']}"
+    return out
+
+
+def line(result: dict[str, Any]) -> str | None:
+    shown = values(result)
+    if not shown:
+        return None
+
+    def fmt(key: str, value: Any) -> str:
+        if value is None:
+            return "nan"
+        if isinstance(value, str):
+            return value
+        return f"{value:.0f}" if key.endswith("_ms") else f"{value:.2f}"
+
+    return "bench: " + " ".join(f"{k}={fmt(k, v)}" for k, v in shown.items())
+
+
+def markdown(result: dict[str, Any]) -> list[str]:
+    more = (result.get("scale") or {}).get("more")
+    if not more:
+        return []
+    hot, j = more["hot"], more["jobs"]
+    first, last = (hot["at"][str(n)] for n in more["settings"]["hot_batches"])
+    lines = [
+        "Thousands of partitions and many jobs (`scale` phase, same session as the table above):",
+        "",
+    ]
+    if "plan" in more:
+        p = more["plan"]
+        lines.append(
+            f"- Planning at {p['partitions']:,} partitions: p50 **{p['p50_ms']:.0f} ms** over {p['plans']} "
+            f"plans of a running job (max {p['max_ms']:.0f} ms; its first plan, which seeds the rows: "
+            f"{p['first_ms']:.0f} ms)."
+        )
+    lines += [
+        f"- The offsets table under batches of claims ({hot['partitions']} partitions, each batch one "
+        f"transaction): HOT-update ratio **{_x(last['hot_ratio'], '.3f')}** after "
+        f"{more['settings']['hot_batches'][1]:,} batches ({_x(first['hot_ratio'], '.3f')} after "
+        f"{more['settings']['hot_batches'][0]:,}); size {last['total_bytes'] / 1024:,.0f} kB vs "
+        f"{first['total_bytes'] / 1024:,.0f} kB (**{_x(hot['size_growth'])}x**), heap + indexes.",
+        f"- {j['jobs']} jobs on threads of one Spark application (`run_jobs`, FAIR pools), a topic "
+        f"each, vs one job over all {j['jobs']} topics: **{_x(j['many_vs_one'])}x** the records/s "
+        f"(best of each), exact: {'yes' if j['exact'] else '**no**'}; lock waits of one job's "
+        f"backend on another's (pg_locks, every {scale_jobs.SAMPLE_EVERY_S:g} s): {j['lock_waits']}; "
+        f"peak connections {j['peak_connections']} (budget {j['budget']}).",
+        "",
+        "| jobs | round | seconds | records/s | exact | lock waits | samples | peak connections |",
+        "|---|---:|---:|---:|---|---:|---:|---:|",
+        *(
+            f"| {r['jobs']} | {r['round']} | {r['seconds']:.2f} | {r['records_per_s']:,.0f} | "
+            f"{'yes' if r['exact'] else 'no'} | {r['lock_waits']} | {r['samples']} | "
+            f"{r['peak_connections']} |"
+            for r in j["runs"]
+        ),
+        "",
+    ]
+    return lines
+
+
+def _x(value: float | None, fmt: str = ".2f") -> str:
+    return "nan" if value is None else format(value, fmt)

@@ -1,0 +1,144 @@
+"""Many jobs in one Spark application (txn_offsets.spark.many.run_jobs): 4 jobs on threads of the
+shared session, each exact against its own topic, running at the same time; SIGTERM stops them all
+between batches; bad arguments change nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from tests.fix_services import TopicFactory
+from tests.integration.spark.conftest import Produce
+from tests.integration.spark.test_counting_job import counting_writer, stored_offsets, totals
+from tests.kafka_ends import settled_ends
+from txn_offsets import StartPolicy
+from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.errors import ConfigError
+from txn_offsets.planner import Limits
+from txn_offsets.spark.many import JobsFailed, run_jobs
+from txn_offsets.spark.runner import BatchReport
+
+JOBS = 4
+PARTITIONS = 2
+RECORDS = 800  # per topic: 4 batches of 100 per partition
+
+
+def _tables(engine: sa.Engine, db: DatabaseSettings, n: int) -> list[str]:
+    names = [f'"{db.schema}".counts_{i}' for i in range(n)]
+    with engine.begin() as conn:
+        for name in names:
+            conn.execute(sa.text(f"CREATE TABLE {name} (k text PRIMARY KEY, n bigint NOT NULL)"))
+    return names
+
+
+def test_four_jobs_on_threads_each_exact_and_concurrent(
+    spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    job_name: str,
+) -> None:
+    topics = [topic_factory(partitions=PARTITIONS) for _ in range(JOBS)]
+    expected = [produce(t, RECORDS, PARTITIONS, keys=31 + i) for i, t in enumerate(topics)]
+    tables = _tables(engine, db, JOBS)
+    commits: dict[str, list[float]] = {f"{job_name}-{i}": [] for i in range(JOBS)}
+
+    def on_batch(report: BatchReport) -> None:
+        commits[report.job].append(time.monotonic())
+
+    jobs = {
+        f"{job_name}-{i}": {
+            "kafka": kafka,
+            "database": db,
+            "writer": counting_writer(tables[i]),
+            "topics": [topics[i]],
+            "start": StartPolicy.earliest(),
+            "limits": Limits(max_records_per_partition=100),
+            "until_caught_up": True,
+            "on_batch": on_batch,
+        }
+        for i in range(JOBS)
+    }
+    result = run_jobs(spark, jobs)
+    result.raise_for_errors()
+    assert sorted(result.summaries) == sorted(jobs)
+    for i, name in enumerate(jobs):
+        summary = result.summaries[name]
+        assert summary.records == RECORDS and summary.stopped_by == "caught_up", summary
+        assert summary.batches == RECORDS // PARTITIONS // 100
+        assert summary.already_committed == 0
+        assert totals(engine, tables[i]) == dict(expected[i])
+        ends = settled_ends(kafka.bootstrap_servers, topics[i], PARTITIONS)
+        assert stored_offsets(engine, db, name) == ends
+    # they ran at the same time: every job committed a batch before any job committed its last
+    deadline = time.monotonic() + 10
+    while any(len(c) < summary.batches for c in commits.values()) and time.monotonic() < deadline:
+        time.sleep(0.05)  # on_batch runs on each run's publisher thread
+    assert max(c[0] for c in commits.values()) < min(c[-1] for c in commits.values()), commits
+
+
+def test_sigterm_stops_every_job_between_batches(
+    spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    job_name: str,
+) -> None:
+    topics = [topic_factory(partitions=PARTITIONS) for _ in range(JOBS)]
+    expected = [produce(t, 400, PARTITIONS) for t in topics]
+    tables = _tables(engine, db, JOBS)
+    first: dict[str, threading.Event] = {f"{job_name}-{i}": threading.Event() for i in range(JOBS)}
+
+    def on_batch(report: BatchReport) -> None:
+        first[report.job].set()
+
+    def kill_when_all_ran() -> None:
+        for event in first.values():
+            event.wait(60)
+        # only with run_jobs' handler installed: the default SIGTERM would end pytest
+        if signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    jobs = {
+        name: {
+            "kafka": kafka,
+            "database": db,
+            "writer": counting_writer(tables[i]),
+            "topics": [topics[i]],
+            "start": StartPolicy.earliest(),
+            "batch_interval_s": 0.2,  # following: only a signal stops them
+            "on_batch": on_batch,
+        }
+        for i, name in enumerate(first)
+    }
+    killer = threading.Thread(target=kill_when_all_ran, daemon=True)
+    killer.start()
+    result = run_jobs(spark, jobs)
+    killer.join(5)
+    result.raise_for_errors()
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # restored
+    for i, name in enumerate(jobs):
+        assert result.summaries[name].stopped_by == "signal"
+        assert totals(engine, tables[i]) == dict(expected[i])  # whole batches only, all of them
+
+
+def test_bad_arguments_start_nothing(spark: Any, kafka: KafkaSettings, db: DatabaseSettings) -> None:
+    with pytest.raises(ConfigError, match="no job given"):
+        run_jobs(spark, {})
+    with pytest.raises(ConfigError, match=r"jobs\['a'\].*stop is set by run_jobs"):
+        run_jobs(spark, {"a": {"kafka": kafka, "database": db, "stop": threading.Event()}})
+    # a job that fails does not stop the other; the error names the job
+    result = run_jobs(spark, {"bad": {"kafka": kafka, "database": db, "writer": None, "topics": []}})
+    assert not result.summaries and isinstance(result.errors["bad"], ConfigError)
+    with pytest.raises(JobsFailed, match="'bad': ConfigError"):
+        result.raise_for_errors()

@@ -1,0 +1,64 @@
+"""The scale phase's last-lines row at the full sizes: its keys in the issue's order, the ratios
+from the warm per-batch p50s, the plan in whole ms, the jobs' exactness and connections vs budget."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from benchmarks import report, scale
+from benchmarks.settings import FULL_MORE
+
+
+def _stats(p50: float) -> dict[str, Any]:
+    return {"interval_p50_s": p50}
+
+
+def result(exact: bool = True) -> dict[str, Any]:
+    at = {"updates": 80_000, "hot_updates": 79_000, "hot_ratio": 0.9875, "total_bytes": 65_536}
+    jobs = {"jobs": 32, "many_vs_one": 0.93, "exact": exact, "peak_connections": 71, "budget": 104}
+    return {
+        "scale": {
+            "partitions": [8, 128],
+            "ratio_label": "warm",
+            "warm": {"8": _stats(0.4), "128": _stats(0.6), "1024": _stats(1.0), "4096": _stats(1.9)},
+            "more": {
+                "settings": asdict(FULL_MORE),
+                "plan": {
+                    "partitions": 4096,
+                    "p50_ms": 123.4,
+                    "plans": 20,
+                    "max_ms": 200.0,
+                    "first_ms": 900.0,
+                },
+                "hot": {
+                    "partitions": 8,
+                    "at": {"100": at, "10000": at},
+                    "hot_ratio": 0.9875,
+                    "size_growth": 1.0,
+                },
+                "jobs": {**jobs, "runs": [], "lock_waits": 0},
+            },
+        }
+    }
+
+
+def test_the_row_names_every_figure_of_the_issue() -> None:
+    assert scale.line(result()) == (
+        "bench: per_batch_1024_vs_8=2.50 per_batch_4096_vs_8=4.75 plan_4096_p50_ms=123 hot_ratio=0.99 "
+        "jobs32_vs_1=0.93 jobs32_exact=yes peak_connections=71/104"
+    )
+    assert "jobs32_exact=no" in (scale.line(result(exact=False)) or "")
+
+
+def test_no_row_without_the_extension_and_nan_for_a_count_not_timed() -> None:
+    assert scale.line({"scale": {}}) is None
+    missing = result()
+    del missing["scale"]["warm"]["4096"]
+    assert "per_batch_4096_vs_8=nan" in (scale.line(missing) or "")
+
+
+def test_the_markdown_shows_the_figures() -> None:
+    text = "\n".join(scale.markdown(result()))
+    assert "p50 **123 ms**" in text and "**0.988**" in text and "**0.93x**" in text
+    assert scale.markdown({"scale": {}}) == [] and report.scale_rows({"scale": {}}) == []

@@ -1,0 +1,133 @@
+"""Many jobs in one Spark application: each job's ``run_job`` loop on its own thread.
+
+A team with dozens of small jobs does not start a JVM per job: it runs them side by side on one
+cluster. :func:`run_jobs` starts one thread per job in the calling process, on the one session it
+is given. Each thread runs its Spark jobs in its own job group (``run_job`` sets one per batch,
+``txn-offsets-<run id>-<batch>``; thread-local under PySpark's pinned-thread mode, the default) and
+in its own scheduler pool (``spark.scheduler.pool`` = the job's name, a thread-local property): with
+``spark.scheduler.mode=FAIR`` set when the session is built, the pools share the executors' slots
+instead of queueing behind one another's batches. Without FAIR the jobs are just as exact, only the
+batches of the others wait while one job's batch holds every slot (a warning says so).
+
+Every job is a separate run with its own generation, lease, engine and offset rows: the jobs share
+the offsets tables, not a row, so none waits on another's locks. A job that fails does not stop the
+others (unless ``stop_on_error``): :class:`JobsResult` holds each job's summary or error.
+
+SIGTERM/SIGINT (when called from the main thread) stop every job between its batches, like a single
+``run_job`` (signal handlers can only be installed in the main thread, so the threads install none).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from txn_offsets.errors import ConfigError
+from txn_offsets.spark import session
+from txn_offsets.spark.runner import JobSummary, run_job
+from txn_offsets.spark.signals import stop_on_signals
+
+__all__ = ["POOL_PROPERTY", "JobsFailed", "JobsResult", "run_jobs"]
+
+logger = logging.getLogger(__name__)
+
+POOL_PROPERTY = "spark.scheduler.pool"
+# what run_jobs passes itself: not accepted among a job's keyword arguments
+_OWN = frozenset({"spark", "job", "stop"})
+
+
+class JobsFailed(Exception):
+    """Raised by :meth:`JobsResult.raise_for_errors`: the jobs that failed, each with its error."""
+
+    def __init__(self, errors: Mapping[str, BaseException]) -> None:
+        self.errors = dict(errors)
+        shown = "; ".join(f"{job!r}: {type(exc).__name__}: {exc}" for job, exc in sorted(self.errors.items()))
+        super().__init__(f"{len(self.errors)} job(s) failed: {shown}")
+
+
+@dataclass
+class JobsResult:
+    """Each job's run_job summary (it finished) or error (it raised)."""
+
+    summaries: dict[str, JobSummary] = field(default_factory=dict)
+    errors: dict[str, BaseException] = field(default_factory=dict)
+
+    def raise_for_errors(self) -> None:
+        if self.errors:
+            raise JobsFailed(self.errors)
+
+
+def run_jobs(
+    spark: Any,
+    jobs: Mapping[str, Mapping[str, Any]],
+    *,
+    stop: threading.Event | None = None,
+    stop_on_error: bool = False,
+    pools: bool = True,
+) -> JobsResult:
+    """Run every job of `jobs` (job name -> run_job's keyword arguments, without spark/job/stop) at
+    once, each on its own thread of this process and in its own scheduler pool (named after the job;
+    ``pools=False``: the default pool); return when all have returned.
+
+    `stop` stops them all between batches (so do SIGTERM/SIGINT from the main thread); with
+    `stop_on_error` the first job that fails stops the others too. Bad arguments of any job raise
+    ConfigError before any job starts.
+    """
+    if not jobs:
+        raise ConfigError("jobs", "no job given: pass {job name: run_job keyword arguments}")
+    for name, options in jobs.items():
+        if not isinstance(name, str) or not name:
+            raise ConfigError("jobs", f"a job name must be a non-empty string, got {name!r}")
+        clash = sorted(_OWN & set(options))
+        if clash:
+            raise ConfigError(f"jobs[{name!r}]", f"{', '.join(clash)} is set by run_jobs: leave it out")
+    connect = session.is_connect(spark)
+    if pools and not connect and _scheduler_mode(spark) != "FAIR":
+        logger.warning(
+            "run_jobs: spark.scheduler.mode is not FAIR: the %d jobs' batches queue behind one another "
+            "(FIFO); build the session with spark.scheduler.mode=FAIR to share the slots",
+            len(jobs),
+        )
+    stop = stop or threading.Event()
+    result = JobsResult()
+    lock = threading.Lock()
+
+    def one(name: str, options: Mapping[str, Any]) -> None:
+        if pools and not connect:  # thread-local: this thread's Spark jobs go to this pool
+            spark.sparkContext.setLocalProperty(POOL_PROPERTY, name)
+        try:
+            summary = run_job(spark, job=name, stop=stop, **options)
+        except BaseException as exc:  # kept for the caller, who decides
+            logger.error("job=%r failed: %s: %s", name, type(exc).__name__, exc)
+            with lock:
+                result.errors[name] = exc
+            if stop_on_error:
+                stop.set()
+        else:
+            with lock:
+                result.summaries[name] = summary
+        finally:
+            if pools and not connect:
+                spark.sparkContext.setLocalProperty(POOL_PROPERTY, None)
+
+    threads = [
+        threading.Thread(target=one, args=(name, options), name=f"txn-offsets-job-{name}", daemon=True)
+        for name, options in jobs.items()
+    ]
+    restore = stop_on_signals(stop)  # a no-op off the main thread
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():  # a bounded join keeps the main thread responsive to signals
+                thread.join(0.5)
+    finally:
+        restore()
+    return result
+
+
+def _scheduler_mode(spark: Any) -> str:
+    return str(spark.sparkContext.getConf().get("spark.scheduler.mode", "FIFO")).upper()
