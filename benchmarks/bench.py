@@ -48,7 +48,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from benchmarks import latency, machine, plot, report
+from benchmarks import latency, lineage, machine, plot, report
 from benchmarks.dataset import Dataset, delete_topics, produce_dataset
 from benchmarks.settings import (
     COPY,
@@ -56,6 +56,7 @@ from benchmarks.settings import (
     FOLLOWERS,
     FRESH,
     FULL,
+    LINEAGE,
     MEMORY,
     READERS,
     SCALE,
@@ -97,6 +98,7 @@ class Bench:
         self.latency: list[dict[str, Any]] = []
         self.scale_runs: list[dict[str, Any]] = []
         self.memory: dict[str, Any] = {}
+        self.lineage: dict[str, Any] = {}
         # the reader limits run once per topic, not per point
         self.swept = tuple(c for c in (*SPARK_CONTENDERS, UPSERT, COPY) if c in size.contenders)
         self.readers_run = tuple(c for c in READERS if c in size.contenders)
@@ -357,6 +359,8 @@ def measure(size: Size) -> dict[str, Any]:
             bench.scale()
         if MEMORY in size.phases:
             bench.memory_phase()
+        if LINEAGE in size.phases:
+            bench.lineage = lineage.phase(bench)
     finally:
         bench.close()
     small, large = size.headline(size.small_cap), size.headline(size.large_cap)
@@ -390,6 +394,7 @@ def measure(size: Size) -> dict[str, Any]:
         "latency": bench.latency,
         "scale": report.scale_summary(bench.scale_runs, size.scale_partitions, size.scale_batch_records),
         "memory": bench.memory,
+        "lineage": bench.lineage,
     }
     result["headline"] = report.headline(result)
     result["findings"] = report.findings(result)
@@ -408,6 +413,8 @@ def publish(result: dict[str, Any], out: Path, docs: bool) -> None:
     print(report.console_table(result))
     print()
     say(f"json {out}; plot {png}{'; docs/benchmarks.md updated' if docs else ''}")
+    if result.get("lineage"):
+        print(lineage.line(result["lineage"]), flush=True)
     print(report.findings_line(report.findings(result)), flush=True)
     print(report.final_line(report.headline(result)), flush=True)
 

@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from benchmarks import lineage
 from benchmarks.settings import (
     ALO,
     COPY,
@@ -432,6 +433,7 @@ def markdown(result: dict[str, Any], plot_name: str | None) -> str:
         "",
         *scale_markdown(result),
         *memory_markdown(result),
+        *lineage.markdown(result),
     ]
     if plot_name:
         out += [f"![throughput and latency]({plot_name})", ""]

@@ -60,9 +60,10 @@ FRESH = "fresh"  # the first run in a new process (JVM start excluded, reported 
 WARM = "warm"  # a later run in the same process and SparkSession (what a long-running job sees)
 
 # The phases of a run: the sweep (above), the per-batch cost at two partition counts and the same
-# records per batch ("scale"), and the Python workers' memory over many small batches ("memory").
-SWEEP, SCALE, MEMORY = "sweep", "scale", "memory"
-PHASES = (SWEEP, SCALE, MEMORY)
+# records per batch ("scale"), the Python workers' memory over many small batches ("memory"), and
+# the lineage's cost in records/s ("lineage", benchmarks/lineage.py; not in the smoke size).
+SWEEP, SCALE, MEMORY, LINEAGE = "sweep", "scale", "memory", "lineage"
+PHASES = (SWEEP, SCALE, MEMORY, LINEAGE)
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,7 @@ class Size:
     memory_every: int
     memory_from: int
     phases: tuple[str, ...] = PHASES
+    lineage_runs: int = 3  # lineage: warm runs with and without the commits rows, alternating
 
     @property
     def headline_partitions(self) -> int:
@@ -184,6 +186,7 @@ SMOKE = Size(
     memory_batch_records=40,
     memory_every=5,
     memory_from=5,
+    phases=(SWEEP, SCALE, MEMORY),  # BENCH_PHASES=lineage runs the lineage phase at this size
 )
 
 
@@ -191,7 +194,7 @@ def size_from_env(name: str | None = None) -> Size:
     """BENCH_SIZE (smoke|full), then the knobs: BENCH_MESSAGES, BENCH_PARTITIONS (e.g. "1,8"),
     BENCH_REPEAT, BENCH_WARM_RUNS, BENCH_HEADLINE_WARM_RUNS, BENCH_MAX_BATCHES, BENCH_CONTENDERS
     (e.g. "eo_partition,sss"), BENCH_LATENCY_SECONDS, BENCH_LATENCY_RATE, BENCH_PHASES (e.g. "scale,memory"),
-    BENCH_SCALE_RECORDS, BENCH_MEMORY_BATCHES."""
+    BENCH_SCALE_RECORDS, BENCH_MEMORY_BATCHES, BENCH_LINEAGE_RUNS."""
     chosen = (name or os.environ.get("BENCH_SIZE") or "full").strip().lower()
     sizes = {FULL.name: FULL, SMOKE.name: SMOKE}
     if chosen not in sizes:
@@ -235,4 +238,5 @@ def size_from_env(name: str | None = None) -> Size:
         memory_every=base.memory_every,
         memory_from=min(base.memory_from, int(env.get("BENCH_MEMORY_BATCHES", base.memory_batches))),
         phases=phases,
+        lineage_runs=int(env.get("BENCH_LINEAGE_RUNS", base.lineage_runs)),
     )
