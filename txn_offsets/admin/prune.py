@@ -46,9 +46,9 @@ def _check(keep: int | None, older_than_s: float | None) -> None:
         isinstance(older_than_s, bool)
         or not isinstance(older_than_s, int | float)
         or not math.isfinite(older_than_s)
-        or older_than_s <= 0
+        or not 0 < older_than_s <= 100 * 365 * 86400
     ):
-        raise ConfigError("--older-than", f"{older_than_s!r}: give a duration > 0 (e.g. 30d)")
+        raise ConfigError("--older-than", f"{older_than_s!r}: give a duration > 0 (e.g. 30d), <= 100 years")
 
 
 def retired_jobs(engine: sa.Engine, db: DatabaseSettings) -> list[str]:

@@ -74,6 +74,7 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+MAX_DURATION_S = 100 * 365 * 86400  # PostgreSQL's intervals hold more; no retention needs more
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
@@ -88,6 +89,8 @@ def duration(text: str) -> float:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a duration > 0 with a unit (e.g. 30d, 12h, 90m, 3600s)"
         )
+    if value > MAX_DURATION_S:
+        raise argparse.ArgumentTypeError(f"{text!r} is longer than 100 years")
     return value
 
 

@@ -105,6 +105,7 @@ def test_prune_refuses_bad_input(run_cli: Cli, migrated: DatabaseSettings, run: 
         ["--job", run.job, "--older-than", "-1d"],
         ["--job", run.job, "--older-than", "0d"],
         ["--job", run.job, "--older-than", "soon"],
+        ["--job", run.job, "--older-than", "1e300d"],
         ["--job", run.job, "--keep", "2", "--older-than", "1d"],
         ["--keep", "2"],
         ["--job", run.job, "--retired"],
