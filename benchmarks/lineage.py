@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import os
 import statistics
 import time
 from typing import TYPE_CHECKING, Any
@@ -95,6 +96,7 @@ def phase(bench: Bench) -> dict[str, Any]:
     data = bench.topic(point.partitions, point.messages)
     worker = Worker(bench.spec(EO_PARTITION))
     runs: list[dict[str, Any]] = []
+    load = [os.getloadavg()[0]]  # the machine's 1-minute load average, before and after
     try:
         for i, (on, label) in enumerate(order(size.lineage_runs)):
             numbers = worker.call("lineage", data=data, cap=point.cap, lineage=on)
@@ -107,6 +109,7 @@ def phase(bench: Bench) -> dict[str, Any]:
             )
     finally:
         worker.close()
+    load.append(os.getloadavg()[0])
     result = summary(runs)
     result |= {
         "point": point.name,
@@ -115,6 +118,8 @@ def phase(bench: Bench) -> dict[str, Any]:
         "messages": data.messages,
         "topic": data.topic,
         "finished_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "load_avg": load,
+        "cpus": os.cpu_count(),
     }
     print(line(result), flush=True)
     return result
@@ -152,8 +157,10 @@ def markdown(result: dict[str, Any]) -> list[str]:
 
     cost = lin["cost_pct"]
     shown = "nan" if cost is None else f"{cost:+.1f}"
+    load = lin.get("load_avg")
+    busy = f", load average {load[0]:.1f} -> {load[1]:.1f} on {lin['cpus']} cores" if load else ""
     return [
-        f"Lineage cost (measured {lin['finished_at']}): eo_partition at {lin['point']} "
+        f"Lineage cost (measured {lin['finished_at']}{busy}): eo_partition at {lin['point']} "
         f"({lin['messages']:,} records, {lin['cap']:,} per partition per batch), one session, "
         f"{lin['warm_runs']} warm runs each with and without the `commits` rows, alternating: median "
         f"{lin['on_rps']:,.0f} rec/s with, {lin['off_rps']:,.0f} without: **{shown} %** "
