@@ -49,7 +49,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from benchmarks import latency, machine, plot, report, scale
+from benchmarks import latency, lineage, machine, plot, report, scale
 from benchmarks.dataset import Dataset, delete_topics, produce_dataset
 from benchmarks.settings import (
     COPY,
@@ -58,6 +58,7 @@ from benchmarks.settings import (
     FRESH,
     FULL,
     LATENCY,
+    LINEAGE,
     MEMORY,
     READERS,
     RTM_FOLLOWERS,
@@ -102,6 +103,7 @@ class Bench:
         self.scale_runs: list[dict[str, Any]] = []
         self.memory: dict[str, Any] = {}
         self.scale_more: dict[str, Any] = {}
+        self.lineage: dict[str, Any] = {}
         # the reader limits run once per topic, not per point
         self.swept = tuple(c for c in (*SPARK_CONTENDERS, UPSERT, COPY) if c in size.contenders)
         self.readers_run = tuple(c for c in READERS if c in size.contenders)
@@ -377,6 +379,8 @@ def measure(size: Size) -> dict[str, Any]:
             bench.memory_phase()
         if LATENCY in size.phases:
             bench.latency_phase()
+        if LINEAGE in size.phases:
+            bench.lineage = lineage.phase(bench)
     finally:
         bench.close()
     small, large = size.headline(size.small_cap), size.headline(size.large_cap)
@@ -415,6 +419,7 @@ def measure(size: Size) -> dict[str, Any]:
         # (n/a until that mode exists: issue 25 part 1)
         "latency_phase": bench.latency_phase_runs,
         "low_latency_throughput_vs_batch": None,
+        "lineage": bench.lineage,
     }
     result["headline"] = report.headline(result)
     result["findings"] = report.findings(result)
@@ -436,6 +441,8 @@ def publish(result: dict[str, Any], out: Path, docs: bool) -> None:
     print(report.latency_line(report.latency_figures(result)), flush=True)
     if scale.line(result):
         print(scale.line(result), flush=True)
+    if result.get("lineage"):
+        print(lineage.line(result["lineage"]), flush=True)
     print(report.findings_line(report.findings(result)), flush=True)
     print(report.final_line(report.headline(result)), flush=True)
 

@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from benchmarks import lineage
 from benchmarks import scale as scale_more
 from benchmarks.settings import (
     ALO,
@@ -518,6 +519,7 @@ def markdown(result: dict[str, Any], plot_name: str | None) -> str:
         *latency_phase_markdown(result),
         *scale_markdown(result),
         *memory_markdown(result),
+        *lineage.markdown(result),
     ]
     if plot_name:
         out += [f"![throughput and latency]({plot_name})", ""]

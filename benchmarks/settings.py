@@ -75,9 +75,10 @@ WARM = "warm"  # a later run in the same process and SparkSession (what a long-r
 # The phases of a run: the sweep (above), the per-batch cost at two partition counts and the same
 # records per batch ("scale"), the Python workers' memory over many small batches ("memory"), and
 # the caught-up latency of every follower at LATENCY_RATE over LATENCY_PARTITIONS ("latency"; not in
-# the smoke size's default phases: BENCH_PHASES=latency runs it alone).
-SWEEP, SCALE, MEMORY, LATENCY = "sweep", "scale", "memory", "latency"
-PHASES = (SWEEP, SCALE, MEMORY, LATENCY)
+# the smoke size's default phases: BENCH_PHASES=latency runs it alone); the lineage's cost in
+# records/s ("lineage", benchmarks/lineage.py; not in the smoke size).
+SWEEP, SCALE, MEMORY, LATENCY, LINEAGE = "sweep", "scale", "memory", "latency", "lineage"
+PHASES = (SWEEP, SCALE, MEMORY, LATENCY, LINEAGE)
 
 
 @dataclass(frozen=True)
@@ -175,6 +176,7 @@ class Size:
     memory_from: int
     phases: tuple[str, ...] = PHASES
     scale_more: ScaleMore = FULL_MORE
+    lineage_runs: int = 3  # lineage: warm runs with and without the commits rows, alternating
 
     @property
     def headline_partitions(self) -> int:
@@ -251,8 +253,8 @@ def size_from_env(name: str | None = None) -> Size:
     """BENCH_SIZE (smoke|full), then the knobs: BENCH_MESSAGES, BENCH_PARTITIONS (e.g. "1,8"),
     BENCH_REPEAT, BENCH_WARM_RUNS, BENCH_HEADLINE_WARM_RUNS, BENCH_MAX_BATCHES, BENCH_CONTENDERS
     (e.g. "eo_partition,sss"), BENCH_LATENCY_SECONDS, BENCH_LATENCY_RATE, BENCH_PHASES (e.g.
-    "scale,memory" or "latency"), BENCH_SCALE_RECORDS, BENCH_SCALE_RUNS, BENCH_MEMORY_BATCHES; the scale
-    phase's extension: more_from_env."""
+    "scale,memory", "latency" or "lineage"), BENCH_SCALE_RECORDS, BENCH_SCALE_RUNS, BENCH_MEMORY_BATCHES,
+    BENCH_LINEAGE_RUNS; the scale phase's extension: more_from_env."""
     chosen = (name or os.environ.get("BENCH_SIZE") or "full").strip().lower()
     sizes = {FULL.name: FULL, SMOKE.name: SMOKE}
     if chosen not in sizes:
@@ -296,6 +298,7 @@ def size_from_env(name: str | None = None) -> Size:
         memory_every=base.memory_every,
         memory_from=min(base.memory_from, int(env.get("BENCH_MEMORY_BATCHES", base.memory_batches))),
         phases=phases,
+        lineage_runs=int(env.get("BENCH_LINEAGE_RUNS", base.lineage_runs)),
         scale_more=more_from_env(base.scale_more),
     )
 

@@ -22,6 +22,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from benchmarks import contenders, limits, resources, rtm, scale_jobs, sink, sss, stream
+from benchmarks import lineage as lineage_phase
 from benchmarks.contenders import Context, Outcome
 from benchmarks.dataset import Dataset, Expected, expected_of
 from benchmarks.resources import Sampler
@@ -291,6 +292,7 @@ def serve(conn: Connection, spec: Spec) -> None:
                 "jobs": service.jobs,
                 "follow": service.follow,
                 "unfollow": service.unfollow,
+                "lineage": lambda **c: lineage_phase.timed_run(service, **c),
             }[op]
             conn.send(_answer(lambda h=handler, c=cmd: h(**c)))
     finally:

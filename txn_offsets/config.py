@@ -1,8 +1,8 @@
 """Settings as frozen dataclasses, validated on construction; the environment is read only in `from_env`.
 
-Secrets (the database password, Kafka SASL/SSL passwords) are held in :class:`Secret`, whose repr
-and str never show the value, and URLs are shown through :func:`redact_url`, which masks the
-password and every query parameter whose name says it is a secret (``sslpassword=``, ``token=``).
+Secrets (the database password, Kafka SASL/SSL passwords) are held in :class:`Secret` (repr and str
+never show the value); URLs are shown through :func:`redact_url`, which masks the password and
+every query parameter whose name says it is a secret (``sslpassword=``, ``token=``).
 """
 
 from __future__ import annotations
@@ -33,8 +33,7 @@ __all__ = [
 ]
 
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")  # used with fullmatch: no "$" newline loophole
-# PostgreSQL's and libpq's millisecond settings are C ints
-_MAX_MS = 2**31 - 1
+_MAX_MS = 2**31 - 1  # PostgreSQL's and libpq's millisecond settings are C ints
 
 
 def validate_identifier(value: str, what: str) -> str:
@@ -110,8 +109,7 @@ class DatabaseSettings:
     the timeout off, negative values are refused:
 
     ``connect_timeout_s`` (10)
-        libpq ``connect_timeout``: give up connecting after this long (> 0, rounded to whole
-        seconds, at least 1).
+        libpq ``connect_timeout``: give up connecting after this long (> 0; whole seconds, >= 1).
     ``lock_timeout_s`` (30)
         PostgreSQL ``lock_timeout``: a statement waiting this long for a lock (a row locked
         ``FOR UPDATE`` by a stuck transaction, a table lock) fails with SQLSTATE 55P03
@@ -129,17 +127,17 @@ class DatabaseSettings:
         libpq ``tcp_user_timeout``: data left unacknowledged this long closes the connection.
     ``lineage_retention_days`` (30)
         days the lineage (``commits``) is kept; the planner prunes older rows (store.lineage).
+    ``lineage`` (True)
+        False: no ``commits`` rows; history/explain show nothing; for measuring its cost (make bench).
 
     The three PostgreSQL timeouts travel in the libpq ``options`` startup parameter, so the server
     applies them when the session starts (no extra round trip). ``options`` given in the URL's
     query are kept; ours are appended after them, so for the same setting ours win.
 
-    Settings are pickled to Spark executors: every field survives the trip (the URL, password
-    included, is a plain SQLAlchemy ``URL``).
+    Pickled to Spark executors, every field survives the trip (the URL, password included, as is).
     """
 
-    # the defaults, declared once: __init__'s keywords, from_env and callers (e.g.
-    # DatabaseSettings.lock_timeout_s) read these class attributes
+    # the defaults, declared once: __init__'s keywords, from_env and callers read these
     url: URL
     schema: str = "txn_offsets"
     connect_timeout_s: float = 10.0
@@ -151,9 +149,9 @@ class DatabaseSettings:
     tcp_keepalives_count: int = 3
     tcp_user_timeout_s: float = 60.0
     lineage_retention_days: float = 30.0
+    lineage: bool = True
 
-    # each default below is the class attribute of the same name above (a default is evaluated in
-    # the class body, where those names are bound)
+    # each default below is the class attribute of the same name above (bound in the class body)
     def __init__(
         self,
         url: str | URL | Secret,
@@ -168,6 +166,7 @@ class DatabaseSettings:
         tcp_keepalives_count: int = tcp_keepalives_count,
         tcp_user_timeout_s: float = tcp_user_timeout_s,
         lineage_retention_days: float = lineage_retention_days,
+        lineage: bool = lineage,
     ):
         object.__setattr__(self, "url", _parse_database_url(url))
         object.__setattr__(self, "schema", validate_identifier(schema, "schema"))
@@ -203,7 +202,10 @@ class DatabaseSettings:
         days = lineage_retention_days
         if isinstance(days, bool) or not isinstance(days, int | float) or not 0 < days < math.inf:
             raise ConfigError("lineage_retention_days", f"must be > 0 days (e.g. 30), got {days!r}")
+        if not isinstance(lineage, bool):
+            raise ConfigError("lineage", f"must be True or False, got {lineage!r}")
         object.__setattr__(self, "lineage_retention_days", days)
+        object.__setattr__(self, "lineage", lineage)
 
     def __repr__(self) -> str:  # every field but the URL as is; the URL without its password
         shown = "".join(f", {f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.name != "url")
@@ -214,16 +216,14 @@ class DatabaseSettings:
         return redact_url(self.url)
 
     def secret_values(self) -> tuple[str, ...]:
-        """Every secret string these settings hold: the URL's password and the values of its
-        secret query parameters (see :func:`redact_url`); empty ones left out. Longest first, so
-        scrubbing text with them in order never leaves part of a longer secret behind."""
+        """Every non-empty secret held (the URL's password, its secret query values: :func:`redact_url`),
+        longest first: scrubbing text with them in order never leaves part of a longer secret behind."""
         found = [self.url.password, *secret_query_values(self.url)]
         return tuple(sorted({str(v) for v in found if v}, key=lambda v: (-len(v), v)))
 
     def connect_args(self) -> dict[str, object]:
-        """The psycopg/libpq connect arguments for these settings (for ``create_engine``'s
-        ``connect_args``): connect timeout, TCP keepalives and user timeout, and ``options``
-        setting the PostgreSQL timeouts in milliseconds, after any ``options`` of the URL."""
+        """``create_engine``'s ``connect_args``: connect timeout, TCP keepalives and user timeout, and
+        ``options`` setting the PostgreSQL timeouts in milliseconds, after any ``options`` of the URL."""
         server = (
             f"-c lock_timeout={_ms(self.lock_timeout_s)} "
             f"-c statement_timeout={_ms(self.statement_timeout_s)} "

@@ -41,6 +41,7 @@ PLACEHOLDERS = {
     "COL=VAL": "app=j",
     "SCHEMA.TABLE": "legacy.kafka_offsets",
     "HOST:PORT": "127.0.0.1:9092",
+    "DUR": "30d",
 }
 SHELL_ENDS = {"|", "||", "&&", ";", ">", ">>", "2>&1"}
 

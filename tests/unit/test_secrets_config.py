@@ -374,6 +374,7 @@ def test_pickle_round_trip_keeps_every_field() -> None:
         tcp_keepalives_count=13,
         tcp_user_timeout_s=14.5,
         lineage_retention_days=7.5,
+        lineage=False,
     )
     copy = pickle.loads(pickle.dumps(db))  # noqa: S301 - our own data
     assert copy == db and hash(copy) == hash(db)

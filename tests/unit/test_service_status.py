@@ -91,3 +91,12 @@ def test_groups_from_env() -> None:
         with pytest.raises(ConfigError, match=message) as err:
             groups_from_env({env: value})
         assert str(err.value).startswith(env)
+
+
+def test_serve_flags_default_to_the_rules_defaults() -> None:
+    from txn_offsets.cli.main import build_parser
+
+    args = build_parser().parse_args(["serve"])
+    assert StatusRules(args.stall_after_s, args.trend_window_s, args.fenced_hold_s) == StatusRules()
+    args = build_parser().parse_args(["serve", "--stall-after-s", "1.5", "--fenced-hold-s", "60"])
+    assert (args.stall_after_s, args.trend_window_s, args.fenced_hold_s) == (1.5, 600.0, 60.0)

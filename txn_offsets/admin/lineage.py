@@ -24,6 +24,7 @@ __all__ = ["VERDICTS", "Explanation", "HistoryRow", "explain", "partition_histor
 
 #: What `explain` can say about an offset.
 VERDICTS = ("committed", "pending", "skipped", "before_start", "unknown")
+PRUNE = "lineage_prune"  # the audit action of `offsets prune`: no offset moved
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,8 @@ class Explanation:
     verdict: str  # one of VERDICTS
     stored: int | None  # the partition's stored offset (None: no row, e.g. dropped by retire)
     commits: list[HistoryRow] = field(default_factory=list)  # the commits holding it, newest first
-    moves: list[HistoryRow] = field(default_factory=list)  # audited moves over it, newest first
+    # audited moves over it, newest first (verdict unknown: the `offsets prune` that deleted its row)
+    moves: list[HistoryRow] = field(default_factory=list)
     oldest_kept: int | None = None  # from_off of the partition's oldest kept commit row
 
     def message(self) -> str:
@@ -150,6 +152,12 @@ class Explanation:
                 f" ({m.reason})"
             )
         oldest = "" if self.oldest_kept is None else f"; the oldest kept commit starts at {self.oldest_kept}"
+        if self.moves:  # an audited `offsets prune` deleted its commit row
+            m = self.moves[0]
+            return head + (
+                f"outside the known history: its commit row was pruned ({m.action} of [{m.old}, {m.new}) "
+                f"at {m.at.isoformat(timespec='seconds')} by {m.actor} ({m.reason})){oldest}"
+            )
         return head + (
             "outside the known history: no commit row holds it (pruned by the lineage retention, or "
             f"committed before lineage was recorded){oldest}"
@@ -209,9 +217,10 @@ def explain(
     if stored is not None and offset >= stored:
         return replace(explanation, verdict="pending")
     over = [m for m in audits if m.old is not None and m.old <= offset < m.new]
-    if over:
-        return replace(explanation, verdict="skipped", moves=over)
+    pruned = [m for m in over if m.action == PRUNE]  # its lineage deleted, the offset never moved
+    if len(pruned) < len(over):
+        return replace(explanation, verdict="skipped", moves=[m for m in over if m.action != PRUNE])
     seeds = [m for m in audits if m.old is None and offset < m.new]
     if seeds:
         return replace(explanation, verdict="before_start", moves=seeds)
-    return explanation
+    return replace(explanation, moves=pruned)

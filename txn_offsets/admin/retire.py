@@ -5,8 +5,9 @@ run unless ``force``, writes one ``retire`` audit row per offset row (its positi
 bumps the generation and releases the lease (a forced-out run is fenced: its claims fail from then
 on) and sets ``jobs.retired_at``. By default the rows stay: ``jobs list`` hides the job unless
 ``--all``, and a new run of the job brings it back from its offsets. ``drop_rows`` also deletes the
-job's offsets, statistics and stream plan and forgets its first plan, so a later run of the same
-name starts as a new job (its start policy); the job row itself stays, keeping the generation, so
+job's offsets, statistics, stream plan and lineage (``commits``) and forgets its first plan, so a
+later run of the same name starts as a new job (its start policy); the job row itself stays, keeping
+the generation, so
 no later run can reuse a generation an old run was fenced at. The audit rows and dead letters
 (records the job rejected) are kept either way.
 """
@@ -84,7 +85,7 @@ def retire_job(
         changes = [OffsetChange(r.topic, r.part, r.off, r.off) for r in rows]
         write_audit(conn, db, job, changes, action="retire", reason=reason, actor=who, generation=generation)
         if drop_rows:
-            for table in (t.stream_plans, o, t.stats):
+            for table in (t.stream_plans, o, t.stats, t.commits):
                 conn.execute(sa.delete(table).where(table.c.job == job))
         dead = conn.execute(
             sa.select(sa.func.count()).select_from(t.dead_letters).where(t.dead_letters.c.job == job)

@@ -50,7 +50,7 @@ def _retire(args: argparse.Namespace) -> int:
     fenced = f"; live run {done.fenced_run} fenced" if done.fenced_run else ""
     if done.dropped:
         kept = (
-            f"offsets, statistics and stream plan deleted, the audit and {done.dead_letters} dead "
+            f"offsets, statistics, stream plan and lineage deleted, the audit and {done.dead_letters} dead "
             "letter(s) kept; a new run starts it as a new job"
         )
     else:
@@ -81,7 +81,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     retire.add_argument(
         "--drop-rows",
         action="store_true",
-        help="also delete its offsets, statistics and stream plan (default: keep them)",
+        help="also delete its offsets, statistics, stream plan and lineage (default: keep them)",
     )
     retire.add_argument("--force", action="store_true", help="retire even while a live run holds the lease")
     retire.set_defaults(handler=_retire)

@@ -1,8 +1,9 @@
-"""``txn-offsets offsets``: show, reset, lag, import, history and explain of a job's stored offsets.
+"""``txn-offsets offsets``: show, reset, lag, import, history, explain and prune of a job's offsets.
 
-A thin layer over :mod:`txn_offsets.admin`: parse, call, print. ``offsets import`` has its own
-module (:mod:`txn_offsets.cli.imports`). A reset always shows its plan first
-(:func:`txn_offsets.admin.reset.plan_reset`), then applies it unless ``--dry-run``.
+A thin layer over :mod:`txn_offsets.admin`: parse, call, print. ``offsets import`` and ``offsets
+prune`` have their own modules (:mod:`txn_offsets.cli.imports`, :mod:`txn_offsets.cli.prune`). A
+reset always shows its plan first (:func:`txn_offsets.admin.reset.plan_reset`), then applies it
+unless ``--dry-run``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from txn_offsets.admin.lag import PartitionLag, offset_lag
 from txn_offsets.admin.lineage import explain, partition_history
 from txn_offsets.admin.reset import ResetTarget, apply_reset, plan_reset
 from txn_offsets.admin.views import audit_log, show_offsets
-from txn_offsets.cli import exits, imports, options, output
+from txn_offsets.cli import exits, imports, options, output, prune
 from txn_offsets.errors import ConfigError
 
 __all__ = ["register"]
@@ -267,6 +268,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     lag.set_defaults(handler=_lag)
 
     imports.register(offsets, common)
+    prune.register(offsets, common)
 
     history = offsets.add_parser(
         "history",

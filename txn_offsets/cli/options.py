@@ -24,9 +24,11 @@ __all__ = [
     "add_format",
     "add_kafka_bootstrap",
     "database",
+    "duration",
     "integer",
     "kafka",
     "opened",
+    "positive_seconds",
     "seconds",
     "store_options",
 ]
@@ -61,6 +63,34 @@ def seconds(text: str) -> float:
         value = math.nan
     if not (math.isfinite(value) and value >= 0):
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse ``type``: a finite number of seconds > 0."""
+    value = seconds(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0")
+    return value
+
+
+MAX_DURATION_S = 100 * 365 * 86400  # PostgreSQL's intervals hold more; no retention needs more
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def duration(text: str) -> float:
+    """An argparse ``type``: a duration > 0 with its unit (s, m, h, d, w: ``30d``), in seconds."""
+    number, unit = text.strip()[:-1], text.strip()[-1:].lower()
+    try:
+        value = float(number) * _UNITS[unit] if unit in _UNITS and number else math.nan
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration > 0 with a unit (e.g. 30d, 12h, 90m, 3600s)"
+        )
+    if value > MAX_DURATION_S:
+        raise argparse.ArgumentTypeError(f"{text!r} is longer than 100 years")
     return value
 
 

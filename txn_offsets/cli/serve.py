@@ -42,6 +42,7 @@ def _exit_past(before: set[threading.Thread]) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     from txn_offsets.service.server import serve, token_from_env
+    from txn_offsets.service.status import StatusRules
 
     db = database_from_env(schema=args.schema)
     kafka = options.kafka(args)
@@ -63,6 +64,7 @@ def _serve(args: argparse.Namespace) -> int:
         insecure_no_token=args.insecure_no_token,
         kafka_cache_s=args.kafka_cache_s,
         on_listening=listening,
+        rules=StatusRules(args.stall_after_s, args.trend_window_s, args.fenced_hold_s),
     )
     _exit_past(before)
     return 0
@@ -105,5 +107,24 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=options.seconds,
         default=5.0,
         help="seconds Kafka's offsets are cached between scrapes (default: 5)",
+    )
+    # the job status thresholds (txn_offsets.service.status.StatusRules), seconds > 0
+    serve.add_argument(
+        "--stall-after-s",
+        type=options.positive_seconds,
+        default=600.0,
+        help="STALLED: a live run's partition with lag has not moved for this long (default: 600)",
+    )
+    serve.add_argument(
+        "--trend-window-s",
+        type=options.positive_seconds,
+        default=600.0,
+        help="LAGGING: the total lag grew over every scrape of this window (default: 600)",
+    )
+    serve.add_argument(
+        "--fenced-hold-s",
+        type=options.positive_seconds,
+        default=900.0,
+        help="FENCED: shown this long after a fencing or conflict was counted (default: 900)",
     )
     serve.set_defaults(handler=_serve)

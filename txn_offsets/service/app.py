@@ -1,7 +1,8 @@
 """The HTTP app of ``txn-offsets serve`` (Starlette, served by uvicorn): read-only views of the store.
 
 * ``/metrics``: Prometheus exposition by prometheus-client (text or OpenMetrics, as the scraper asks)
-* ``/offsets``: JSON, every job with its status (``/offsets/{job}``: one job; unknown job: 404)
+* ``/offsets``: JSON, every job with its status (``/offsets/{job}``: one job; unknown or retired
+  job: 404); retired jobs are only named (``retired_jobs``), as they give no series in /metrics
 * ``/healthz``: liveness, ``/readyz``: readiness, both from the background checks of
   :class:`~txn_offsets.service.health.HealthMonitor` (what each means is documented there)
 
@@ -145,6 +146,10 @@ def create_app(service: Service) -> Starlette:
             for j in snap.jobs
             if wanted is None or j.job == wanted
         ]
+        if wanted is not None and not jobs and wanted in snap.retired:
+            return _error(
+                404, f"job {wanted!r} is retired (`txn-offsets jobs list --all`); a new run brings it back"
+            )
         if wanted is not None and not jobs:
             return _error(404, f"unknown job {wanted!r} (see /offsets for the jobs of this store)")
         kafka = snap.kafka
@@ -155,6 +160,7 @@ def create_app(service: Service) -> Starlette:
                 "kafka_error": None if kafka is None else kafka.error,
                 "kafka_facts_at": None if kafka is None else kafka.fetched_at,
                 "jobs": jobs if wanted is None else jobs[0],
+                **({"retired_jobs": list(snap.retired)} if wanted is None else {}),
             }
         )
 

@@ -20,6 +20,9 @@ job into one series. Two sets of names:
   (:mod:`~txn_offsets.service.status`) as ``txn_offsets_job_status{txn_job, status}``, 1 for the
   current state and 0 for the others.
 
+A retired job (``jobs retire``, not started since) gives no series: retired with lag it would read
+as STOPPED with lag and page through the shipped rules; ``txn_offsets_jobs_retired`` counts them.
+
 A database that cannot be read gives ``txn_offsets_up{target="database"} 0`` and no other series
 (the exporter convention: the scrape itself succeeds); Kafka trouble drops only the Kafka series.
 """
@@ -85,6 +88,11 @@ class StoreCollector(Collector):
         up.add_metric(["kafka"], 1.0 if kafka_ok else 0.0)
         yield up
         if snap.database_error is None:
+            yield GaugeMetricFamily(
+                "txn_offsets_jobs_retired",
+                "Jobs retired by `jobs retire` (and not started since): they give no other series",
+                value=len(snap.retired),
+            )
             yield from self._jobs(snap, self._statuses.observe(snap))
             yield from self._partitions(snap)
             yield from self._consumer_groups(snap)

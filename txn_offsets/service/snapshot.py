@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 
 from txn_offsets.admin.lag import PartitionLag, partition_lags
+from txn_offsets.admin.views import is_retired
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import TxnOffsetsError
 from txn_offsets.ranges import TopicPartition
@@ -94,6 +95,7 @@ class Snapshot:
     stats_error: str | None = None
     extra: dict[str, object] = field(default_factory=dict)
     store: StoreHealth | None = None
+    retired: tuple[str, ...] = ()  # jobs retired by `jobs retire` (not started since): not shown
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,7 @@ def _read_db(
     dict[str, JobStats],
     str | None,
     StoreHealth,
+    list[str],
 ]:
     t = tables_for(db.schema)
     j, o = t.jobs, t.offsets
@@ -121,6 +124,7 @@ def _read_db(
         j.c.run_id,
         sa.and_(j.c.run_id.is_not(None), j.c.lease_until > sa.func.now()).label("live"),
         sa.extract("epoch", sa.func.now() - j.c.heartbeat_at).label("age"),
+        is_retired(j).label("retired"),
     ).order_by(j.c.job)
     offsets_q = sa.select(
         o.c.job,
@@ -135,16 +139,20 @@ def _read_db(
     with translate_errors(db), engine.connect() as conn, conn.begin():
         conn.execute(sa.text("SET TRANSACTION READ ONLY"))
         conn.execute(_TIMEOUTS)
-        jobs = list(conn.execute(jobs_q))
+        every = list(conn.execute(jobs_q))
+        # a retired job gives no series: its lag, STOPPED, would page through the shipped rules
+        retired = [r.job for r in every if r.retired]
+        jobs = [r for r in every if not r.retired]
         for r in conn.execute(offsets_q):
-            stored.setdefault(r.job, {})[(r.topic, r.part)] = StoredRow(r.off, max(0.0, float(r.age)))
+            if r.job not in retired:
+                stored.setdefault(r.job, {})[(r.topic, r.part)] = StoredRow(r.off, max(0.0, float(r.age)))
         try:
             with conn.begin_nested():
                 stats = load_stats(conn, db)
         except sa.exc.ProgrammingError:  # job_stats missing: the schema is older than 0004
             stats_error = "job_stats table missing: run `txn-offsets db upgrade`"
         store = StoreHealth(health.offsets_table_stats(conn, db), health.oldest_transaction_age_s(conn))
-    return jobs, stored, stats, stats_error, store
+    return jobs, stored, stats, stats_error, store, retired
 
 
 def _proven_marks(
@@ -172,7 +180,7 @@ def read_snapshot(engine: sa.Engine, db: DatabaseSettings, kafka: KafkaView | No
     snapshot says what could not be read (``database_error``, ``kafka.error``)."""
     read_at = time.time()
     try:
-        jobs, stored, stats, stats_error, store = _read_db(engine, db)
+        jobs, stored, stats, stats_error, store, retired = _read_db(engine, db)
     except (TxnOffsetsError, sa.exc.SQLAlchemyError) as exc:
         detail = str(exc) if isinstance(exc, TxnOffsetsError) else type(exc).__name__
         logger.warning("scrape: database not read: %s", detail)
@@ -196,4 +204,4 @@ def read_snapshot(engine: sa.Engine, db: DatabaseSettings, kafka: KafkaView | No
             lags = partition_lags(offsets, facts.partitions, marks, own_ts)
         age = None if r.age is None else float(r.age)
         views.append(JobView(r.job, r.generation, r.run_id, bool(r.live), age, mine, lags, stats.get(r.job)))
-    return Snapshot(tuple(views), None, facts, stats_error, store=store)
+    return Snapshot(tuple(views), None, facts, stats_error, store=store, retired=tuple(retired))

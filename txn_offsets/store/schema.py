@@ -56,7 +56,16 @@ __all__ = [
 DEFAULT_SCHEMA = "txn_offsets"
 
 #: Why an offset moved outside a batch commit (a CHECK constraint keeps the column to these).
-AUDIT_ACTIONS = ("seed", "new_partition", "new_topic", "reset", "data_loss_skip", "import", "retire")
+AUDIT_ACTIONS = (
+    "seed",
+    "new_partition",
+    "new_topic",
+    "reset",
+    "data_loss_skip",
+    "import",
+    "retire",
+    "lineage_prune",
+)
 
 # Explicit constraint names: migrations and downgrades refer to them, and autogenerate compares them.
 NAMING_CONVENTION = {

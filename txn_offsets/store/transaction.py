@@ -177,7 +177,7 @@ def _attempt(
                 # part of this batch was committed by a different batch: never half-apply it
                 done = ordered[results.index(offset_rows.ClaimResult.ALREADY_COMMITTED)]
                 raise OffsetConflict(run.job, done.topic, done.partition, done.start, done.until)
-            if guard:
+            if guard and db.lineage:
                 with translate_errors(db):  # every claim succeeded: their lineage, one statement
                     lineage_rows.record(conn, db, run, ordered, lineage)
             if write is not None:

@@ -162,6 +162,7 @@ def test_bench_smoke(knobs: dict[str, str], services: Services, tmp_path: Path) 
     assert all(s["workers"] >= 1 and s["workers_mb"] > 0 and s["jvm_mb"] > 0 for s in memory["samples"])
     assert memory["sampled_from"] == 5 and memory["sampled_to"] == memory_batches
     assert math.isfinite(memory["workers_rss_growth_mb"])
+    assert not result["lineage"]  # the lineage phase is not in the smoke (test_bench_lineage.py, slow)
     assert set(result["findings"]) == {
         "per_batch_128_vs_8",
         "workers_rss_growth_mb",

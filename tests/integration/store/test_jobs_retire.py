@@ -11,9 +11,11 @@ import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import Fenced
+from txn_offsets.ranges import OffsetRange
 from txn_offsets.store import stats
 from txn_offsets.store.runs import heartbeat, lock_job, start_run
 from txn_offsets.store.schema import tables_for
+from txn_offsets.store.transaction import Outcome, commit_ranges
 
 from .helpers import Cli, offsets_of, seed
 
@@ -75,7 +77,8 @@ def test_retire_drop_rows(run_cli: Cli, engine: sa.Engine, migrated: DatabaseSet
     s = ["--schema", migrated.schema]
     t = tables_for(migrated.schema)
     run = start_run(engine, migrated, job_name)
-    seed(engine, migrated, job_name, {("t", 0): 3})
+    seed(engine, migrated, job_name, {("t", 0): 0})
+    assert commit_ranges(engine, migrated, run, [OffsetRange("t", 0, 0, 3)])[0].outcome is Outcome.COMMITTED
     with engine.begin() as conn:  # the job has planned: a later run would not apply its start policy
         conn.execute(sa.update(t.jobs).where(t.jobs.c.job == job_name).values(first_plan_at=sa.func.now()))
     assert stats.record_batch(engine, migrated, job_name, 0.5, {"committed": 1})
@@ -84,10 +87,11 @@ def test_retire_drop_rows(run_cli: Cli, engine: sa.Engine, migrated: DatabaseSet
             sa.insert(t.dead_letters).values(job=job_name, topic="t", part=0, off=1, value=b"x", error="bad")
         )
     run_cli("jobs", "retire", "--job", job_name, "--reason", "x", "--force", *s)  # keep first
+    assert _count(engine, t.commits, job_name) == 1  # the lineage kept with the offsets
     code, out, err = run_cli("jobs", "retire", "--job", job_name, "--reason", "gone", "--drop-rows", *s)
     assert code == 0, err
     assert "deleted" in out and "1 dead letter(s) kept" in out
-    for table in (t.offsets, t.stats, t.stream_plans):
+    for table in (t.offsets, t.stats, t.stream_plans, t.commits):
         assert _count(engine, table, job_name) == 0, table.name
     assert _count(engine, t.dead_letters, job_name) == 1
     assert _count(engine, t.audit, job_name) == 3  # seed, retire, retire (drop)

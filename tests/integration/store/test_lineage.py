@@ -232,3 +232,24 @@ def test_upgrade_grants_lineage_to_the_existing_run_roles(
         with admin_engine.begin() as conn:
             conn.execute(sa.text(f"DROP OWNED BY {role}"))
             conn.execute(sa.text(f"DROP ROLE {role}"))
+
+
+def test_lineage_off_commits_without_rows(
+    engine: sa.Engine, migrated: DatabaseSettings, run: Run, aggregate: Aggregate
+) -> None:
+    """``DatabaseSettings(lineage=False)`` (for measuring the lineage's cost in make bench): the
+    same guarded claim and write, no commits row; the default records them."""
+    assert DatabaseSettings(migrated.url).lineage is True
+    off = DatabaseSettings(migrated.url, schema=migrated.schema, lineage=False)
+    assert "lineage=False" in repr(off)
+    seed(engine, migrated, run.job, {("t", 0): 0})
+    out = commit_ranges(engine, off, run, [OffsetRange("t", 0, 0, 4)], aggregate.write)
+    assert out[0].outcome is Outcome.COMMITTED
+    again = commit_ranges(engine, off, run, [OffsetRange("t", 0, 0, 4)], aggregate.write)
+    assert again[0].outcome is Outcome.ALREADY_COMMITTED  # still guarded
+    assert commits(engine, migrated, run.job) == []
+    commit_ranges(engine, migrated, run, [OffsetRange("t", 0, 4, 6)], aggregate.write)
+    assert [row[2:4] for row in commits(engine, migrated, run.job)] == [(4, 6)]
+    assert aggregate.value() == 2
+    with pytest.raises(ConfigError, match="lineage"):
+        DatabaseSettings(migrated.url, lineage="no")  # type: ignore[arg-type]
