@@ -117,10 +117,12 @@ LEFT JOIN claimed c ON c.topic = w.topic AND c.part = w.part
 LEFT JOIN locked l ON l.topic = w.topic AND l.part = w.part
 ORDER BY w.i
 """  # noqa: S608 - identifiers from a validated schema name, values bound
-    typed = [sa.bindparam("ids", type_=pg.ARRAY(sa.Text))]
     stamp = pg.ARRAY(sa.DateTime(timezone=True))
-    for name in ("firsts", "lasts"):  # in `want`, with or without the lineage
-        typed.append(sa.bindparam(name, type_=stamp))
+    typed: list[sa.BindParameter[object]] = [
+        sa.bindparam("ids", type_=pg.ARRAY(sa.Text)),
+        sa.bindparam("firsts", type_=stamp),  # in `want`, with or without the lineage
+        sa.bindparam("lasts", type_=stamp),
+    ]
     if record:
         typed.append(sa.bindparam("batch", type_=sa.BigInteger))
     return sa.text(sql).bindparams(*typed)
