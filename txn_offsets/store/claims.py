@@ -89,8 +89,7 @@ def _statement(schema: str, *, record: bool) -> sa.TextClause:
     FROM want w JOIN claimed c ON c.topic = w.topic AND c.part = w.part
     WHERE (SELECT count(*) FROM claimed) = :n
 )"""  # noqa: S608 - identifiers from a validated schema name, values bound
-    sql = f"""
-WITH want AS (
+    sql = f"""WITH want AS (
     SELECT * FROM unnest(CAST(:topics AS text[]), CAST(:parts AS integer[]),
                          CAST(:froms AS bigint[]), CAST(:untils AS bigint[]),
                          CAST(:ids AS text[]), CAST(:firsts AS timestamptz[]),
