@@ -84,7 +84,7 @@ class Batch:
 
 def assign_ranges(spans: list[int], tasks: int) -> tuple[tuple[int, ...], ...]:
     """Spread range indexes over `tasks` groups: the largest span goes to the lightest group.
-    Placement only affects parallelism, never correctness (one transaction per range)."""
+    Placement only affects parallelism, never correctness (every range is claimed by its own guard)."""
     load = [0] * tasks
     groups: list[list[int]] = [[] for _ in range(tasks)]
     for i in sorted(range(len(spans)), key=lambda i: (-spans[i], i)):

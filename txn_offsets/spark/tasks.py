@@ -1,15 +1,17 @@
-"""What runs inside a Spark task: read each of its ranges, decode, aggregate, and commit each range
-with its results, one transaction per range.
+"""What runs inside a Spark task: read each of its ranges, decode, aggregate, and commit its ranges
+with their results, all in one transaction (or ``ReadOptions.ranges_per_transaction`` at a time).
 
 A task's input is the list of its range indexes (on the RDD path and the DataFrame path alike), so
 a task always knows its ranges, however many it was given. Records are read and reduced *before*
-the transaction opens, so the transaction only holds the claimed offset row for as long as the
-write takes. The SQLAlchemy engine is created once per Python worker (Spark reuses workers) and
+the transaction opens, so the transaction only holds the claimed offset rows for as long as the
+writes take. The SQLAlchemy engine is created once per Python worker (Spark reuses workers) and
 keyed by the database settings (:func:`txn_offsets.store.database.worker_engine`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -25,8 +27,8 @@ from txn_offsets.errors import (
     TxnOffsetsError,
 )
 from txn_offsets.kafka.metadata import check_incarnation
-from txn_offsets.kafka.reader import Record, read_range
-from txn_offsets.ranges import OffsetRange
+from txn_offsets.kafka.reader import Record, read_range, read_ranges
+from txn_offsets.ranges import OffsetRange, TopicPartition
 from txn_offsets.store.database import worker_engine
 from txn_offsets.store.dead_letters import DeadLetter, write_dead_letters
 from txn_offsets.store.lineage import Lineage
@@ -38,21 +40,38 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 A = TypeVar("A")
 
+#: Small ranges of a task are read together, up to this many offsets at a time (held in memory
+#: until each range is prepared); a larger range is streamed on its own.
+PREFETCH_MAX_OFFSETS = 50_000
+
 
 @dataclass(frozen=True)
 class ReadOptions:
-    """How tasks read: records per consume() call, the stall bound, and how many Spark tasks a
-    batch's ranges are spread over (None: one per core of the session, ``defaultParallelism``).
+    """How tasks read and commit: records per consume() call, the stall bound, how many Spark tasks
+    a batch's ranges are spread over (None: one per core of the session, ``defaultParallelism``),
+    and how many of a task's ranges one transaction commits.
+
     Fewer tasks than ranges is cheaper: each Spark task costs tens of milliseconds however small
-    its range, and a task commits its ranges one transaction each."""
+    its range. ``ranges_per_transaction=None`` (the default) commits all of a task's ranges in one
+    transaction: one claim statement, the write of each range, one COMMIT - a task first reads and
+    prepares every range it commits together, so their prepared results are held in memory at once.
+    ``1`` commits each range on its own as soon as it is prepared (the choice when one range's
+    prepared result is large); ``N`` commits N ranges at a time."""
 
     batch_size: int = 2000
     stall_timeout_s: float = 60.0
     max_tasks: int | None = None
+    ranges_per_transaction: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_tasks is not None and self.max_tasks < 1:
             raise ConfigError("max_tasks", f"must be >= 1 or None, got {self.max_tasks}")
+        n = self.ranges_per_transaction
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ConfigError(
+                "ranges_per_transaction",
+                f"must be an int >= 1, or None for all of a task's ranges in one transaction; got {n!r}",
+            )
 
 
 @dataclass(frozen=True)
@@ -159,24 +178,59 @@ class PartitionTask(Generic[A]):
     batch: int | None = None  # the runner's batch number, for the lineage rows
 
     def __call__(self, index: int, assigned: Iterable[Any]) -> Iterator[TaskReport]:
-        """Read and commit each range this task was given, one transaction per range. After a
-        range that failed (a conflict, fencing, a rejected record) the rest are left alone: the
-        driver raises that error and plans again from the stored offsets."""
-        for i in _range_indexes(assigned):
-            report = self._one(self.ranges[i])
-            yield report
-            if report.error is not None:
+        """Read and commit the ranges this task was given, ``read.ranges_per_transaction`` at a time
+        (None: all in one transaction). After a range that failed (a conflict, fencing, a rejected
+        record) the rest are left alone: the driver raises that error and plans again from the
+        stored offsets."""
+        ranges = [self.ranges[i] for i in _range_indexes(assigned)]
+        size = self.read.ranges_per_transaction or max(1, len(ranges))
+        for first in range(0, len(ranges), size):
+            reports = self._commit_group(ranges[first : first + size])
+            yield from reports
+            if any(r.error is not None for r in reports):
                 return
 
-    def _one(self, rng: OffsetRange) -> TaskReport:
+    def _commit_group(self, group: list[OffsetRange]) -> list[TaskReport]:
+        """Read and prepare each range of `group`, then commit them in one transaction. A range whose
+        records were rejected or not consumed stops the group: the ranges prepared before it are
+        committed (as they were when each range had its own transaction), then its report follows."""
+        prepared: list[_Prepared[A]] = []
+        stop: TaskReport | None = None
+        fetched: dict[TopicPartition, list[Record]] = {}
+        for i, rng in enumerate(group):
+            if rng.key not in fetched:
+                fetched = self._prefetch(group[i:])
+            item = self._prepare(rng, fetched.pop(rng.key, None))
+            if isinstance(item, TaskReport):
+                stop = item
+                break
+            prepared.append(item)
+        reports = self._commit(prepared) if prepared else []
+        if stop is None or any(r.error is not None for r in reports):
+            return reports
+        return [*reports, stop]
+
+    def _prefetch(self, rest: list[OffsetRange]) -> dict[TopicPartition, list[Record]]:
+        """The records of the small ranges at the head of `rest`, read together (one assignment:
+        no assign + fetch round trip per range), at most PREFETCH_MAX_OFFSETS offsets in all; {}
+        when fewer than two fit (the next range is streamed on its own)."""
+        spans = itertools.accumulate(r.span for r in rest)
+        head = [r for r, total in zip(rest, spans, strict=False) if total <= PREFETCH_MAX_OFFSETS]
+        if len(head) < 2:
+            return {}
+        opts = self.read
+        return read_ranges(self.kafka, head, batch_size=opts.batch_size, stall_timeout_s=opts.stall_timeout_s)
+
+    def _prepare(self, rng: OffsetRange, records: list[Record] | None) -> _Prepared[A] | TaskReport:
+        opts = self.read
+        source = iter(records) if records is not None else None
         counted = _Counting(
-            read_range(
-                self.kafka, rng, batch_size=self.read.batch_size, stall_timeout_s=self.read.stall_timeout_s
-            )
+            source
+            or read_range(self.kafka, rng, batch_size=opts.batch_size, stall_timeout_s=opts.stall_timeout_s)
         )
         try:
             dead: list[DeadLetter] | None = [] if self.dead_letters else None
-            prepared = self.prepare(counted, dead)
+            value = self.prepare(counted, dead)
         except RecordRejected as exc:
             counted.close()
             return TaskReport(rng, "rejected", counted.n, exc)
@@ -184,24 +238,34 @@ class PartitionTask(Generic[A]):
             # committing would move the offset past records the user's code never saw
             error = RecordsNotConsumed(rng.topic, rng.partition, rng.start, rng.until)
             return TaskReport(rng, "not_consumed", counted.n, error)
-        (report,) = commit_reporting(
+        return _Prepared(rng, value, dead, counted.n, (counted.first_ms, counted.last_ms))
+
+    def _commit(self, prepared: list[_Prepared[A]]) -> list[TaskReport]:
+        def write_all(conn: sa.Connection) -> None:
+            for p in prepared:  # the user's write stays per range, all in this transaction
+                self._write(conn, p.range, p.value, p.dead)
+
+        records = {p.range.key: p.records for p in prepared}
+        reports = commit_reporting(
             self.database,
             self.run,
-            [rng],
-            lambda conn: self._write(conn, rng, prepared, dead),
+            [p.range for p in prepared],
+            write_all,
             isolation_level=self.isolation_level,
-            records=counted.n,
-            kafka=self.kafka,
+            records=0,
+            kafka=self.kafka,  # one topic-id check for the group's ranges, after all were read
             guard=self.guard,
-            lineage=Lineage(self.batch, {rng.key: (counted.first_ms, counted.last_ms)}),
+            lineage=Lineage(self.batch, {p.range.key: p.stamps for p in prepared}),
         )
-        if report.error is not None:
-            return report  # conflict / fenced / ...: not retried into success, the driver raises it
+        reports = [dataclasses.replace(r, records=records[r.range.key]) for r in reports]
+        if any(r.error is not None for r in reports):
+            return reports  # conflict / fenced / ...: not retried into success, the driver raises it
         if self.after_commit is not None:
-            # runs after COMMIT, before the task reports: an exception here makes Spark retry a
-            # task whose range is already committed (fault injection, notifications)
-            self.after_commit(rng, report.outcome)
-        return TaskReport(rng, report.outcome, counted.n)
+            for r in reports:
+                # runs after COMMIT, before the task reports: an exception here makes Spark retry a
+                # task whose ranges are already committed (fault injection, notifications)
+                self.after_commit(r.range, r.outcome)
+        return reports
 
     def _write(
         self, conn: sa.Connection, rng: OffsetRange, prepared: A, dead: list[DeadLetter] | None
@@ -215,6 +279,17 @@ def _range_indexes(assigned: Iterable[Any]) -> list[int]:
     """The indexes of the ranges a task was given (its input: one tuple of indexes), read to the
     end first: PySpark only reuses a Python worker whose input stream was consumed completely."""
     return [int(i) for group in assigned for i in group]
+
+
+@dataclass(frozen=True)
+class _Prepared(Generic[A]):
+    """A range read and prepared, waiting for its transaction."""
+
+    range: OffsetRange
+    value: A
+    dead: list[DeadLetter] | None
+    records: int
+    stamps: tuple[int | None, int | None]  # the first and last record timestamp (lineage)
 
 
 class _Counting(Iterator[Record]):

@@ -9,11 +9,20 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from txn_offsets.errors import Fenced, OffsetConflict, OffsetsRolledBack, TopicChanged, UnknownJob
 from txn_offsets.ranges import OffsetRange, TopicPartition
 
-__all__ = ["ClaimResult", "Settled", "classify_claim", "classify_reread"]
+__all__ = [
+    "ClaimResult",
+    "FoundRow",
+    "Settled",
+    "classify_claim",
+    "classify_claims",
+    "classify_reread",
+    "transaction_outcome",
+]
 
 
 class ClaimResult(enum.StrEnum):
@@ -63,6 +72,48 @@ def classify_claim(
     if found_off is not None and found_off < rng.start:
         raise OffsetsRolledBack(job, rng.topic, rng.partition, rng.start, found_off)
     raise OffsetConflict(job, rng.topic, rng.partition, rng.start, found_off)
+
+
+class FoundRow(NamedTuple):
+    """What a multi-range claim found for one range: whether it moved the row, and the row's
+    offset and topic id (None: no row, or not locked because the run was fenced)."""
+
+    claimed: bool
+    off: int | None
+    topic_id: str | None
+
+
+def classify_claims(
+    job: str,
+    ranges: Sequence[OffsetRange],
+    found: Sequence[FoundRow],
+    found_generation: int | None,
+    my_generation: int,
+) -> list[ClaimResult]:
+    """:func:`classify_claim` of each range of a one-statement claim, in order: what claiming them
+    one after another would give (the first range that cannot be claimed raises)."""
+    if len(found) != len(ranges):
+        raise ValueError(f"{len(found)} claim results for {len(ranges)} ranges")
+    return [
+        ClaimResult.CLAIMED
+        if f.claimed
+        else classify_claim(job, r, f.off, found_generation, my_generation, found_topic_id=f.topic_id)
+        for r, f in zip(ranges, found, strict=True)
+    ]
+
+
+def transaction_outcome(
+    job: str, ranges: Sequence[OffsetRange], results: Sequence[ClaimResult]
+) -> ClaimResult:
+    """What the claims of one transaction's ranges come to: CLAIMED when every range was claimed
+    (write, then commit), ALREADY_COMMITTED when every range was (roll back, write nothing); some
+    of each is OffsetConflict on the first committed range: a transaction is never half-applied."""
+    if all(r is ClaimResult.CLAIMED for r in results):
+        return ClaimResult.CLAIMED
+    if all(r is ClaimResult.ALREADY_COMMITTED for r in results):
+        return ClaimResult.ALREADY_COMMITTED
+    done = ranges[list(results).index(ClaimResult.ALREADY_COMMITTED)]
+    raise OffsetConflict(job, done.topic, done.partition, done.start, done.until)
 
 
 def classify_reread(

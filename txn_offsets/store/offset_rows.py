@@ -18,6 +18,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import ConfigError, Fenced, OffsetConflict
 from txn_offsets.ranges import OffsetRange, TopicPartition
+from txn_offsets.store import claims
 from txn_offsets.store.audit import OffsetChange, check_audit, check_offsets, default_actor, write_audit
 from txn_offsets.store.classify import ClaimResult, Settled, classify_claim, classify_reread
 from txn_offsets.store.runs import JobState, Run, lock_job
@@ -166,43 +167,14 @@ def seed_offsets(
 
 
 def claim(conn: sa.Connection, db: DatabaseSettings, run: Run, rng: OffsetRange) -> ClaimResult:
-    """The guarded advance ``off: start -> until`` of one range, fenced by the run's generation.
+    """The guarded advance ``off: start -> until`` of one range, fenced by the run's generation
+    (:func:`txn_offsets.store.claims.claim_ranges` of one range, recording no lineage).
 
     The job row is locked FOR KEY SHARE until the transaction ends, so a new run or a reset (which
     lock it FOR UPDATE) waits for this transaction and can never be overtaken by it.
     """
-    t = tables_for(db.schema)
-    gen = (
-        sa.select(t.jobs.c.job, t.jobs.c.generation)
-        .where(t.jobs.c.job == run.job)
-        .with_for_update(read=True, key_share=True)
-        .cte("gen")
-    )
-    o = t.offsets
-    guard = [
-        o.c.job == run.job,
-        o.c.topic == rng.topic,
-        o.c.part == rng.partition,
-        o.c.off == rng.start,
-        o.c.job == gen.c.job,
-        gen.c.generation == run.generation,
-    ]
-    if rng.topic_id is not None:
-        # the offsets are of the incarnation the range was planned from, or the claim is not ours
-        guard.append(o.c.topic_id == rng.topic_id)
-    stmt = sa.update(o).where(*guard).values(off=rng.until, updated_at=sa.func.now())
-    if conn.execute(stmt).rowcount == 1:
-        return ClaimResult.CLAIMED
-    rows, generation = reread_rows(conn, db, run.job, [rng.key], lock=False)
-    row = rows.get(rng.key)
-    return classify_claim(
-        run.job,
-        rng,
-        None if row is None else row.off,
-        generation,
-        run.generation,
-        found_topic_id=None if row is None else row.topic_id,
-    )
+    (result,) = claims.claim_ranges(conn, db, run, [rng], record=False)
+    return result
 
 
 def reread(

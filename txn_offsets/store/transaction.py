@@ -1,9 +1,10 @@
 """The one owner of a batch's transaction: begin, claim every range, write, commit — or classify.
 
-Both writers (one partition per executor task, or one whole batch on the driver) call
-:func:`commit_ranges`. The ranges are claimed FIRST, in (topic, partition) order so that two
-batches touching the same partitions lock them in the same order and cannot deadlock; a duplicate
-attempt therefore blocks on the first row before it has written anything.
+Both writers (a task's ranges in the executor, or one whole batch on the driver) call
+:func:`commit_ranges`. The ranges are claimed FIRST, all in one statement that locks their rows in
+(topic, partition) order (:func:`txn_offsets.store.claims.claim_ranges`), so two transactions
+touching the same partitions cannot deadlock and a duplicate attempt blocks on its first row
+before it has written anything; the same statement inserts the ranges' lineage rows.
 
 When the transaction ends without a clear answer, the outcome is never guessed. A lost
 connection during COMMIT, a serialization failure (40001, REPEATABLE READ/SERIALIZABLE) or a
@@ -29,14 +30,13 @@ from txn_offsets.errors import (
     ClaimBlocked,
     CommitNotApplied,
     ConfigError,
-    OffsetConflict,
     ServiceUnavailable,
     TransactionAborted,
     WriteFailed,
 )
 from txn_offsets.ranges import OffsetRange
+from txn_offsets.store import claims, classify, offset_rows
 from txn_offsets.store import lineage as lineage_rows
-from txn_offsets.store import offset_rows
 from txn_offsets.store.database import (
     is_connection_lost,
     is_lock_timeout,
@@ -69,6 +69,9 @@ class Outcome(enum.StrEnum):
 class RangeOutcome:
     range: OffsetRange
     outcome: Outcome
+
+
+_ALREADY = classify.ClaimResult.ALREADY_COMMITTED
 
 
 class _Retry(Exception):
@@ -115,8 +118,9 @@ def commit_ranges(
 ) -> list[RangeOutcome]:
     """Claim `ranges`, run `write(conn)` in the same transaction, commit; outcomes in range order.
 
-    Once every claim succeeded, one ``commits`` row per range is inserted in the same transaction
-    (the lineage; `lineage` adds the batch number and record timestamps when the caller knows them).
+    One statement claims every range and, once all are claimed, inserts their ``commits`` rows
+    (the lineage; `lineage` adds the batch number and record timestamps when the caller knows
+    them): with the write and BEGIN/COMMIT, four round trips however many ranges there are.
 
     ``guard=False`` is for benchmarks only: the same transaction without the claim, so nothing
     protects or records the ranges (at-least-once). It measures what the guard costs.
@@ -167,19 +171,16 @@ def _attempt(
         with conn.begin() as tx:
             # our statements: a missing table or a dead server becomes one of our errors. The
             # caller's write is not translated: its errors are about its own tables.
-            with translate_errors(db):
-                results = [offset_rows.claim(conn, db, run, r) for r in ordered] if guard else []
-            if results and all(r is offset_rows.ClaimResult.ALREADY_COMMITTED for r in results):
+            with translate_errors(db):  # one statement: every claim, and their lineage rows
+                results = (
+                    claims.claim_ranges(conn, db, run, ordered, lineage=lineage, record=db.lineage)
+                    if guard
+                    else []
+                )
+            if results and classify.transaction_outcome(run.job, ordered, results) is _ALREADY:
                 tx.rollback()
                 logger.info("job %r: %s already committed; nothing written", run.job, _describe(ordered))
                 return Outcome.ALREADY_COMMITTED
-            if offset_rows.ClaimResult.ALREADY_COMMITTED in results:
-                # part of this batch was committed by a different batch: never half-apply it
-                done = ordered[results.index(offset_rows.ClaimResult.ALREADY_COMMITTED)]
-                raise OffsetConflict(run.job, done.topic, done.partition, done.start, done.until)
-            if guard and db.lineage:
-                with translate_errors(db):  # every claim succeeded: their lineage, one statement
-                    lineage_rows.record(conn, db, run, ordered, lineage)
             if write is not None:
                 stage = "write"
                 write(conn)

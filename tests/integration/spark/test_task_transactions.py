@@ -1,0 +1,95 @@
+"""How many transactions a task makes (ReadOptions.ranges_per_transaction): all of its ranges in one
+by default, one per range on request; either way each range is reported, recorded and counted once,
+and a task retried after its COMMIT finds all of its ranges already committed."""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from tests.fix_services import TopicFactory
+from tests.integration.spark.conftest import Produce, RunTestJob
+from tests.integration.spark.test_counting_job import counting_writer, stored_offsets, totals
+from tests.integration.spark.test_job_faults import fail_first_attempt
+from tests.kafka_ends import settled_ends
+from txn_offsets import PartitionWriter
+from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.errors import ConfigError
+from txn_offsets.planner import Limits
+from txn_offsets.spark.tasks import ReadOptions
+
+
+def transactions_per_batch(engine: sa.Engine, db: DatabaseSettings, job: str) -> dict[int, tuple[int, int]]:
+    """batch -> (ranges, transactions): the lineage rows of one transaction share its start time
+    (committed_at is the transaction's now())."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text(f'SELECT batch, committed_at FROM "{db.schema}".commits WHERE job = :j'), {"j": job}
+        ).all()
+    ranges = collections.Counter(r.batch for r in rows)
+    starts = collections.defaultdict(set)
+    for r in rows:
+        starts[r.batch].add(r.committed_at)
+    return {b: (n, len(starts[b])) for b, n in sorted(ranges.items())}
+
+
+@pytest.mark.parametrize(("per_transaction", "transactions"), [(None, 2), (1, 6), (2, 4)])
+def test_a_task_commits_its_ranges_in_as_many_transactions_as_asked(
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    counts_table: str,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    job_name: str,
+    run_test_job: RunTestJob,
+    per_transaction: int | None,
+    transactions: int,
+) -> None:
+    topic = topic_factory(partitions=6)
+    expected = produce(topic, 1_200, 6)
+    summary = run_test_job(
+        counting_writer(counts_table),
+        [topic],
+        limits=Limits(max_records_per_partition=100),  # 2 batches of 6 ranges, 3 per task
+        read=ReadOptions(max_tasks=2, ranges_per_transaction=per_transaction),
+    )
+    assert totals(engine, counts_table) == dict(expected)
+    assert stored_offsets(engine, db, job_name) == settled_ends(kafka, topic, 6)
+    assert summary.committed == 12 and summary.already_committed == 0
+    assert sorted(r.records for r in summary.outcomes) == [100] * 12  # each range's own count
+    # 2 tasks of 3 ranges: 2 transactions per batch (None), 6 (one per range), 4 (2 + 1 per task)
+    assert transactions_per_batch(engine, db, job_name) == {1: (6, transactions), 2: (6, transactions)}
+
+
+def test_a_task_retried_after_its_commit_finds_all_its_ranges_committed(
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    counts_table: str,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    job_name: str,
+    run_test_job: RunTestJob,
+) -> None:
+    topic = topic_factory(partitions=4)
+    expected = produce(topic, 2_000, 4)
+    base = counting_writer(counts_table)
+    writer: PartitionWriter[Any, Any] = PartitionWriter(
+        write=base.write, decode=base.decode, aggregate=base.aggregate, after_commit=fail_first_attempt
+    )
+    summary = run_test_job(writer, [topic], read=ReadOptions(max_tasks=2))  # 2 ranges per task
+    assert totals(engine, counts_table) == dict(expected)  # counted once despite the retries
+    assert summary.already_committed == 4 and summary.committed == 0
+    assert stored_offsets(engine, db, job_name) == settled_ends(kafka, topic, 4)
+    assert transactions_per_batch(engine, db, job_name) == {1: (4, 2)}
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5, "2"])
+def test_ranges_per_transaction_must_be_a_positive_int_or_none(bad: object) -> None:
+    with pytest.raises(ConfigError, match="ranges_per_transaction") as info:
+        ReadOptions(ranges_per_transaction=bad)  # type: ignore[arg-type]
+    assert "None for all of a task's ranges" in str(info.value)

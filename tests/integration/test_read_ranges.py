@@ -1,0 +1,99 @@
+"""Many small ranges read together (reader.read_ranges, one assignment) against the real broker:
+the same records as reading each range alone, marker-only and empty ranges, errors as read_range."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from tests.fix_services import TopicFactory
+from tests.kafka_ends import settled_ends
+from txn_offsets.config import KafkaSettings
+from txn_offsets.errors import ConfigError, KafkaReadError
+from txn_offsets.kafka.reader import read_range, read_ranges
+from txn_offsets.ranges import OffsetRange
+
+
+def test_ranges_read_together_are_the_ranges_read_alone(
+    kafka_bootstrap: str, topic_factory: TopicFactory
+) -> None:
+    topic = topic_factory(partitions=4)
+    kafka = KafkaSettings(kafka_bootstrap)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"tx-{uuid.uuid4().hex}"})
+    producer.init_transactions(30)
+    for commit in (
+        True,
+        False,
+        True,
+    ):  # per partition: 0-4, marker 5; 6-10 aborted, marker 11; 12-16, marker 17
+        producer.begin_transaction()
+        for part in range(3):
+            for i in range(5):
+                producer.produce(topic, key=f"k{i}".encode(), value=f"p{part}-{i}".encode(), partition=part)
+        producer.flush(30)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+    ends = settled_ends(kafka, topic, 4)
+    assert ends == {(topic, 0): 18, (topic, 1): 18, (topic, 2): 18, (topic, 3): 0}
+    cuts = [
+        [OffsetRange(topic, 0, 0, 18), OffsetRange(topic, 1, 0, 18), OffsetRange(topic, 2, 0, 18)],
+        [
+            OffsetRange(topic, 0, 3, 13),
+            OffsetRange(topic, 1, 5, 12),
+            OffsetRange(topic, 3, 0, 0),
+        ],  # 1: markers
+        [OffsetRange(topic, 2, 14, 18), OffsetRange(topic, 0, 17, 18), OffsetRange(topic, 1, 0, 1)],
+    ]
+    for ranges in cuts:
+        together = read_ranges(kafka, ranges, batch_size=7)
+        assert together == {r.key: list(read_range(kafka, r)) for r in ranges}
+    first = read_ranges(kafka, cuts[0])
+    assert [r.offset for r in first[(topic, 1)]] == [0, 1, 2, 3, 4, 12, 13, 14, 15, 16]
+    assert {r.value for r in first[(topic, 2)]} >= {b"p2-0", b"p2-4"}
+    assert read_ranges(kafka, cuts[1])[(topic, 1)] == [] and read_ranges(kafka, cuts[1])[(topic, 3)] == []
+
+
+def test_one_range_per_partition(kafka_bootstrap: str) -> None:
+    kafka = KafkaSettings(kafka_bootstrap)
+    with pytest.raises(ConfigError, match="one range per partition"):
+        read_ranges(kafka, [OffsetRange("t", 0, 0, 5), OffsetRange("t", 0, 5, 9)])
+
+
+def test_a_deleted_start_is_an_error_naming_its_range(
+    kafka_bootstrap: str, topic_factory: TopicFactory
+) -> None:
+    topic = topic_factory(partitions=2)
+    kafka = KafkaSettings(kafka_bootstrap)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for part in range(2):
+        for i in range(10):
+            producer.produce(topic, value=str(i).encode(), partition=part)
+    producer.flush(30)
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    for fut in admin.delete_records([TopicPartition(topic, 1, 5)]).values():
+        fut.result(30)
+    ranges = [OffsetRange(topic, 0, 0, 10), OffsetRange(topic, 1, 0, 10)]
+    with pytest.raises(KafkaReadError, match=r"offset 0 is no longer in the log") as info:
+        read_ranges(kafka, ranges, stall_timeout_s=20)
+    assert f"{topic}[1]" in str(info.value)
+    ok = read_ranges(kafka, [OffsetRange(topic, 0, 0, 10), OffsetRange(topic, 1, 5, 10)])
+    assert [len(v) for v in ok.values()] == [10, 5]
+
+
+def test_an_unreachable_broker_stalls_into_a_clear_error() -> None:
+    kafka = KafkaSettings("127.0.0.1:1", {"socket.connection.setup.timeout.ms": 1000})
+    t0 = time.monotonic()
+    with pytest.raises(KafkaReadError, match="no progress for 3s"):
+        read_ranges(
+            kafka,
+            [OffsetRange("nowhere", 0, 0, 10), OffsetRange("nowhere", 1, 0, 10)],
+            stall_timeout_s=3,
+            poll_timeout_s=0.5,
+        )
+    assert time.monotonic() - t0 < 30

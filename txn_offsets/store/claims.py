@@ -1,0 +1,127 @@
+"""The guarded claim of every range of a transaction, in one statement, with their lineage.
+
+One round trip claims all the ranges a transaction commits (a task's ranges, a batch's): the
+ranges travel as bound arrays, unnested in the statement, and the statement
+
+1. locks the job row ``FOR KEY SHARE`` first (an InitPlan, evaluated before any offset row is
+   touched), so a new run or a reset (which lock it ``FOR UPDATE``) waits for this transaction;
+2. locks the ranges' offset rows ``FOR UPDATE`` in (topic, partition) order - only when the run's
+   generation is the current one - so two transactions over overlapping partitions lock them in
+   the same order and cannot deadlock, and a duplicate attempt waits on its first row before it
+   has written anything. Under READ COMMITTED a row locked after a wait is its newest version;
+3. advances each locked row that is at its range's start (``off = from``) and of the topic
+   incarnation the range was planned from to the range's end;
+4. inserts one ``commits`` row per range (the lineage, :mod:`txn_offsets.store.lineage`) only when
+   every range was claimed: a transaction with any range not claimed is rolled back anyway;
+5. returns, per range in input order, whether it was claimed, the row it found (offset, topic id)
+   and the job's generation: a range that was not claimed is classified from these exactly as a
+   single-range claim's re-read is (:func:`txn_offsets.store.classify.classify_claims`), without a
+   second round trip.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg
+
+from txn_offsets.config import DatabaseSettings
+from txn_offsets.ranges import OffsetRange
+from txn_offsets.store.classify import ClaimResult, FoundRow, classify_claims
+from txn_offsets.store.lineage import Lineage, at
+from txn_offsets.store.runs import Run
+from txn_offsets.store.schema import tables_for
+
+__all__ = ["claim_ranges"]
+
+
+def claim_ranges(
+    conn: sa.Connection,
+    db: DatabaseSettings,
+    run: Run,
+    ranges: Sequence[OffsetRange],
+    *,
+    lineage: Lineage | None = None,
+    record: bool = True,
+) -> list[ClaimResult]:
+    """Claim `ranges` (one statement, in the caller's transaction); the result of each, in order.
+
+    Raises what a single-range claim raises for the first range (in the given order) that cannot
+    be claimed: Fenced, UnknownJob, TopicChanged, OffsetsRolledBack, OffsetConflict. With `record`
+    the ranges' ``commits`` rows are inserted by the same statement when every range was claimed.
+    """
+    lin = lineage or Lineage()
+    stamps = [lin.timestamps.get(r.key, (None, None)) for r in ranges]
+    params = {
+        "job": run.job,
+        "generation": run.generation,
+        "run_id": run.run_id,
+        "batch": lin.batch,
+        "n": len(ranges),
+        "topics": [r.topic for r in ranges],
+        "parts": [r.partition for r in ranges],
+        "froms": [r.start for r in ranges],
+        "untils": [r.until for r in ranges],
+        "ids": [r.topic_id for r in ranges],
+        "firsts": [at(first) for first, _ in stamps],
+        "lasts": [at(last) for _, last in stamps],
+    }
+    rows = conn.execute(_statement(db.schema, record=record), params).all()
+    found = [FoundRow(bool(r.claimed), r.off, r.topic_id) for r in rows]
+    generation = rows[0].generation if rows else None
+    return classify_claims(run.job, ranges, found, generation, run.generation)
+
+
+@functools.lru_cache(maxsize=64)
+def _statement(schema: str, *, record: bool) -> sa.TextClause:
+    """The claim as text, built once per schema (the number of ranges is in the arrays, not in
+    the SQL). The schema is a validated identifier (tables_for); every value is a bound parameter."""
+    t = tables_for(schema)
+    jobs, offsets, commits = (f'"{t.jobs.schema}".{x.name}' for x in (t.jobs, t.offsets, t.commits))
+    lineage = f"""
+, lineage AS (
+    INSERT INTO {commits} (job, topic, part, from_off, until_off, generation, run_id, batch,
+                           first_record_at, last_record_at)
+    SELECT :job, w.topic, w.part, w.from_off, w.until_off, :generation, :run_id, :batch,
+           w.first_at, w.last_at
+    FROM want w JOIN claimed c ON c.topic = w.topic AND c.part = w.part
+    WHERE (SELECT count(*) FROM claimed) = :n
+)"""  # noqa: S608 - identifiers from a validated schema name, values bound
+    sql = f"""WITH want AS (
+    SELECT * FROM unnest(CAST(:topics AS text[]), CAST(:parts AS integer[]),
+                         CAST(:froms AS bigint[]), CAST(:untils AS bigint[]),
+                         CAST(:ids AS text[]), CAST(:firsts AS timestamptz[]),
+                         CAST(:lasts AS timestamptz[]))
+        WITH ORDINALITY AS w(topic, part, from_off, until_off, topic_id, first_at, last_at, i)
+), gen AS (
+    SELECT job, generation FROM {jobs} WHERE job = :job FOR KEY SHARE
+), locked AS (
+    SELECT o.topic, o.part, o.off, o.topic_id FROM {offsets} o
+    WHERE o.job = (SELECT g.job FROM gen g WHERE g.generation = :generation)
+      AND (o.topic, o.part) IN (SELECT w.topic, w.part FROM want w)
+    ORDER BY o.topic, o.part
+    FOR UPDATE
+), claimed AS (
+    UPDATE {offsets} o SET off = w.until_off, updated_at = now()
+    FROM want w JOIN locked l ON l.topic = w.topic AND l.part = w.part
+    WHERE o.job = :job AND o.topic = w.topic AND o.part = w.part
+      AND l.off = w.from_off AND (w.topic_id IS NULL OR l.topic_id = w.topic_id)
+    RETURNING o.topic, o.part
+){lineage if record else ""}
+SELECT c.topic IS NOT NULL AS claimed, l.off, l.topic_id, (SELECT g.generation FROM gen g) AS generation
+FROM want w
+LEFT JOIN claimed c ON c.topic = w.topic AND c.part = w.part
+LEFT JOIN locked l ON l.topic = w.topic AND l.part = w.part
+ORDER BY w.i
+"""  # noqa: S608 - identifiers from a validated schema name, values bound
+    stamp = pg.ARRAY(sa.DateTime(timezone=True))
+    typed: list[sa.BindParameter[object]] = [
+        sa.bindparam("ids", type_=pg.ARRAY(sa.Text)),
+        sa.bindparam("firsts", type_=stamp),  # in `want`, with or without the lineage
+        sa.bindparam("lasts", type_=stamp),
+    ]
+    if record:
+        typed.append(sa.bindparam("batch", type_=sa.BigInteger))
+    return sa.text(sql).bindparams(*typed)
