@@ -281,7 +281,7 @@ def f13_frozen_claim(ctx: Context, messages: int, _n: int) -> ScenarioResult:
     producer_matches(result, log, oracle)
     run_dir = ctx.work_dir / "F13"
     plan = FaultPlan(seed=ctx.seed, freeze_after_claim_rate=0.25, freeze_limit=2, run_dir=str(run_dir))
-    timeouts = {"batch": 20.0, "lock": 3.0, "idle in transaction": 5.0}
+    timeouts = {"batch": 12.0, "lock": 3.0, "idle in transaction": 5.0}
     jp = ctx.job(
         run_dir,
         job=job,
