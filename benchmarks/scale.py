@@ -17,12 +17,14 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from benchmarks import scale_jobs, scale_store
+from benchmarks import scale_jobs, store_scale
 from benchmarks.dataset import Dataset, delete_topics, produce_dataset
 from benchmarks.settings import EO_PARTITION, SPARK_TASK_SLOTS, WARM, Size
 from benchmarks.stats import ratio
 from benchmarks.worker import Spec, Worker
 from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.planner import Limits
+from txn_offsets.store.database import engine_for
 
 
 def say(text: str) -> None:
@@ -51,13 +53,26 @@ def measure(
     out: dict[str, Any] = {"settings": dict(vars(more))}
     if more.many:
         n = max(more.many)
-        out["plan"] = scale_store.plan_times(db, kafka, topics[n].topic, more.plans)
+        engine = engine_for(db)
+        try:
+            out["plan"] = store_scale.time_planning(
+                engine,
+                db,
+                kafka,
+                (topics[n].topic,),
+                runs=more.plans,
+                limits=Limits(max_records_per_batch=size.scale_batch_records),
+            )
+        finally:
+            engine.dispose()
         p = out["plan"]
         say(f"scale plan p{n}: first {p['first_ms']:.0f} ms, then p50 {p['p50_ms']:.0f} ms")
-    out["hot"] = scale_store.claims_hot(db.url, more.hot_partitions, more.hot_batches)
-    for batches, at in out["hot"]["at"].items():
+    out["hot"] = store_scale.measure_offsets_table(
+        db, partitions=more.hot_partitions, checkpoints=more.hot_batches
+    )
+    for at in out["hot"]["checkpoints"]:
         say(
-            f"scale claims {batches:>6} batches x {more.hot_partitions} partitions: HOT "
+            f"scale claims {at['batches']:>6} batches x {more.hot_partitions} partitions: HOT "
             f"{at['hot_updates']:,}/{at['updates']:,} = {_x(at['hot_ratio'], '.3f')}, offsets table "
             f"{at['total_bytes'] / 1024:,.0f} kB ({at['seconds']:.0f}s)"
         )
@@ -143,7 +158,7 @@ def markdown(result: dict[str, Any]) -> list[str]:
     if not more:
         return []
     hot, j = more["hot"], more["jobs"]
-    first, last = (hot["at"][str(n)] for n in more["settings"]["hot_batches"])
+    first, last = hot["checkpoints"][0], hot["checkpoints"][-1]
     lines = [
         "Thousands of partitions and many jobs (`scale` phase, same session as the table above):",
         "",
@@ -158,9 +173,9 @@ def markdown(result: dict[str, Any]) -> list[str]:
     lines += [
         f"- The offsets table under batches of claims ({hot['partitions']} partitions, each batch one "
         f"transaction): HOT-update ratio **{_x(last['hot_ratio'], '.3f')}** after "
-        f"{more['settings']['hot_batches'][1]:,} batches ({_x(first['hot_ratio'], '.3f')} after "
-        f"{more['settings']['hot_batches'][0]:,}); size {last['total_bytes'] / 1024:,.0f} kB vs "
-        f"{first['total_bytes'] / 1024:,.0f} kB (**{_x(hot['size_growth'])}x**), heap + indexes.",
+        f"{last['batches']:,} batches ({_x(first['hot_ratio'], '.3f')} after "
+        f"{first['batches']:,}); size {last['total_bytes'] / 1024:,.0f} kB vs "
+        f"{first['total_bytes'] / 1024:,.0f} kB (**{_x(hot['total_ratio'])}x**), heap + indexes.",
         f"- {j['jobs']} jobs on threads of one Spark application (`run_jobs`, FAIR pools), a topic "
         f"each, vs one job over all {j['jobs']} topics: **{_x(j['many_vs_one'])}x** the records/s "
         f"(best of each), exact: {'yes' if j['exact'] else '**no**'}; lock waits of one job's "

@@ -1,8 +1,9 @@
-"""Store-side scale measurements the bench's ``scale`` phase calls (no Spark):
+"""Store-side scale measurements the bench's ``scale`` phase calls (``benchmarks/scale.py``; no
+Spark):
 
 * :func:`time_planning` - ``planner.plan_batch`` on one job over a topic (e.g. 4,096 partitions):
   the driver's whole plan (topic ids and partitions, Kafka's offsets, the stored rows, the lease),
-  after a first, untimed plan that seeds the rows;
+  after a first plan, timed apart, that seeds the rows;
 * :func:`measure_offsets_table` - the offsets table's HOT-update ratio and size after N batches of
   claims through the real commit path (``store.transaction.commit_ranges``), in a schema of its own.
 
@@ -42,17 +43,20 @@ def time_planning(
     *,
     runs: int = 15,
     job: str | None = None,
+    limits: Limits | None = None,
 ) -> dict[str, Any]:
     """Milliseconds per ``plan_batch`` of one run of a fresh job over `topics` (caught-up or not:
-    the plan's cost does not depend on the backlog). ``db`` must be migrated. Returns
-    ``{"p50_ms", "min_ms", "max_ms", "runs", "partitions", "first_plan_ms"}``."""
+    the plan's cost does not depend on the backlog), `runs` plans after the first, seeding one
+    (no commit in between: lease renewal, rows loaded, Kafka's metadata and offsets, ranges).
+    ``db`` must be migrated. Returns ``{"p50_ms", "min_ms", "max_ms", "plans", "partitions",
+    "first_ms"}`` (``plans``: `runs`; ``first_ms``: the seeding plan)."""
     job = job or f"plan-{uuid.uuid4().hex[:10]}"
     run = start_run(engine, db, job)
     kw: dict[str, Any] = {
         "job": job,
         "selection": TopicSelection(topics=tuple(topics)),
         "start": StartPolicy.earliest(),
-        "limits": Limits(),
+        "limits": limits or Limits(),
         "run": run,
     }
     try:
@@ -70,17 +74,17 @@ def time_planning(
         "p50_ms": round(statistics.median(times), 1),
         "min_ms": round(min(times), 1),
         "max_ms": round(max(times), 1),
-        "runs": runs,
+        "plans": runs,
         "partitions": len(plan.stored),
-        "first_plan_ms": round(first_ms, 1),
+        "first_ms": round(first_ms, 1),
     }
 
 
 def _stats_after(
     engine: sa.Engine, db: DatabaseSettings, updates: int, timeout_s: float = 20.0
-) -> health.TableStats:
+) -> tuple[health.TableStats, int]:
     """The offsets table's statistics once at least `updates` updates reached them (backends flush
-    their counters about once a second)."""
+    their counters about once a second), and its size with its indexes in bytes."""
     deadline = time.monotonic() + timeout_s
     while True:
         with engine.connect() as conn:
@@ -88,8 +92,12 @@ def _stats_after(
             conn.commit()
         with engine.connect() as conn:
             stats = health.offsets_table_stats(conn, db)
+            total = conn.execute(
+                sa.text("SELECT pg_total_relation_size(format('%I.offsets', CAST(:s AS text))::regclass)"),
+                {"s": db.schema},
+            ).scalar_one()
         if stats.updates >= updates or time.monotonic() > deadline:
-            return stats
+            return stats, int(total)
         time.sleep(0.25)
 
 
@@ -102,8 +110,10 @@ def measure_offsets_table(
 ) -> dict[str, Any]:
     """Batches of `partitions` ranges through ``commit_ranges`` (one transaction per batch, no user
     write), in a fresh schema dropped afterwards; at each checkpoint (batches done) the offsets
-    table's updates, HOT updates, HOT ratio and heap size. Returns ``{"checkpoints": [...],
-    "hot_ratio": <at the last>, "size_ratio": <last size / first size>}``."""
+    table's updates, HOT updates, HOT ratio, dead rows, heap size (``size_bytes``), size with its
+    indexes (``total_bytes``) and the seconds the batches took so far. Returns ``{"partitions",
+    "checkpoints": [...], "hot_ratio": <at the last>, "size_ratio": <last heap / first heap>,
+    "total_ratio": <the same with the indexes>}``."""
     scratch = dataclasses.replace(db, schema=f"hot_{uuid.uuid4().hex[:10]}")
     migrate.upgrade(scratch)
     engine = engine_for(scratch, pool_size=2, max_overflow=0)
@@ -120,22 +130,27 @@ def measure_offsets_table(
                 reason="measure",
                 actor="bench",
             )
-        out = []
-        done = 0
+        out: list[dict[str, Any]] = []
+        done, seconds = 0, 0.0
         for mark in sorted(checkpoints):
+            t0 = time.perf_counter()
             while done < mark:
                 start = done * records_per_range
                 ranges = [OffsetRange(topic, p, start, start + records_per_range) for p in range(partitions)]
                 commit_ranges(engine, scratch, run, ranges)
                 done += 1
-            stats = _stats_after(engine, scratch, done * partitions)
+            seconds += time.perf_counter() - t0  # the claims' time, not the statistics' wait
+            stats, total = _stats_after(engine, scratch, done * partitions)
             out.append(
                 {
                     "batches": done,
                     "updates": stats.updates,
                     "hot_updates": stats.hot_updates,
                     "hot_ratio": None if stats.hot_ratio is None else round(stats.hot_ratio, 4),
+                    "dead_rows": stats.dead_rows,
                     "size_bytes": stats.size_bytes,
+                    "total_bytes": total,
+                    "seconds": round(seconds, 2),
                 }
             )
         end_run(engine, scratch, run)
@@ -150,6 +165,7 @@ def measure_offsets_table(
         "checkpoints": out,
         "hot_ratio": out[-1]["hot_ratio"],
         "size_ratio": round(out[-1]["size_bytes"] / max(1, out[0]["size_bytes"]), 3),
+        "total_ratio": round(out[-1]["total_bytes"] / max(1, out[0]["total_bytes"]), 3),
     }
 
 

@@ -16,6 +16,7 @@ def _stats(p50: float) -> dict[str, Any]:
 
 def result(exact: bool = True) -> dict[str, Any]:
     at = {"updates": 80_000, "hot_updates": 79_000, "hot_ratio": 0.9875, "total_bytes": 65_536}
+    checkpoints = [{**at, "batches": 100}, {**at, "batches": 10_000}]
     jobs = {"jobs": 32, "many_vs_one": 0.93, "exact": exact, "peak_connections": 71, "budget": 104}
     return {
         "scale": {
@@ -33,9 +34,9 @@ def result(exact: bool = True) -> dict[str, Any]:
                 },
                 "hot": {
                     "partitions": 8,
-                    "at": {"100": at, "10000": at},
+                    "checkpoints": checkpoints,
                     "hot_ratio": 0.9875,
-                    "size_growth": 1.0,
+                    "total_ratio": 1.0,
                 },
                 "jobs": {**jobs, "runs": [], "lock_waits": 0},
             },

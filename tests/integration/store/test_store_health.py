@@ -178,6 +178,10 @@ def test_hot_ratio_measurement_through_the_commit_path(migrated: DatabaseSetting
     assert [c["updates"] for c in result["checkpoints"]] == [160, 480]
     assert 0 < result["hot_ratio"] <= 1
     assert result["checkpoints"][0]["size_bytes"] >= 8192
+    # the scale phase's figures: the size with the indexes, the claims' time, their growth
+    assert all(c["total_bytes"] > c["size_bytes"] for c in result["checkpoints"])
+    assert 0 < result["checkpoints"][0]["seconds"] < result["checkpoints"][1]["seconds"]
+    assert result["total_ratio"] >= 1
 
 
 def test_a_run_the_server_cannot_take_fails_at_start(engine: sa.Engine, migrated: DatabaseSettings) -> None:
