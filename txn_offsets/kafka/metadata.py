@@ -217,7 +217,9 @@ def topics_and_watermarks(
         guess = [(t, p) for t in topics for p in _seen.get((_key(kafka), t), ())]
     try:
         marks = watermarks(kafka, guess, timeout_s=timeout_s)
-    except TopicMissing:  # a partition seen before is gone (the topic re-created smaller)
+    except (TopicMissing, ServiceUnavailable):
+        # only a guess: a partition seen is gone (re-created smaller), or the topic is being
+        # re-created ("No leaders found"): the partitions described below answer
         marks = {}
     out = described()
     parts = [(t, p) for t in topics for p in out[t].partitions]
