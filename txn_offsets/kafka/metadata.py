@@ -217,9 +217,7 @@ def topics_and_watermarks(
         guess = [(t, p) for t in topics for p in _seen.get((_key(kafka), t), ())]
     try:
         marks = watermarks(kafka, guess, timeout_s=timeout_s)
-    except (TopicMissing, ServiceUnavailable):
-        # only a guess: a partition seen is gone (re-created smaller), or the topic is being
-        # re-created ("No leaders found"): the partitions described below answer
+    except (TopicMissing, ServiceUnavailable):  # a guess: gone, or re-created ("No leaders found")
         marks = {}
     out = described()
     parts = [(t, p) for t in topics for p in out[t].partitions]
