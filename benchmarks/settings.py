@@ -132,6 +132,9 @@ class Size:
     memory_every: int
     memory_from: int
     phases: tuple[str, ...] = PHASES
+    # the latency phase's throughput comparison: warm runs of the low-latency mode and of batch mode
+    # each (alternating, after a first run of each) on a topic of `messages` over LATENCY_PARTITIONS
+    low_latency_runs: int = 2
 
     @property
     def headline_partitions(self) -> int:
@@ -207,7 +210,7 @@ def size_from_env(name: str | None = None) -> Size:
     """BENCH_SIZE (smoke|full), then the knobs: BENCH_MESSAGES, BENCH_PARTITIONS (e.g. "1,8"),
     BENCH_REPEAT, BENCH_WARM_RUNS, BENCH_HEADLINE_WARM_RUNS, BENCH_MAX_BATCHES, BENCH_CONTENDERS
     (e.g. "eo_partition,sss"), BENCH_LATENCY_SECONDS, BENCH_LATENCY_RATE, BENCH_PHASES (e.g.
-    "scale,memory" or "latency"), BENCH_SCALE_RECORDS, BENCH_MEMORY_BATCHES."""
+    "scale,memory" or "latency"), BENCH_SCALE_RECORDS, BENCH_MEMORY_BATCHES, BENCH_LOW_LATENCY_RUNS."""
     chosen = (name or os.environ.get("BENCH_SIZE") or "full").strip().lower()
     sizes = {FULL.name: FULL, SMOKE.name: SMOKE}
     if chosen not in sizes:
@@ -251,4 +254,5 @@ def size_from_env(name: str | None = None) -> Size:
         memory_every=base.memory_every,
         memory_from=min(base.memory_from, int(env.get("BENCH_MEMORY_BATCHES", base.memory_batches))),
         phases=phases,
+        low_latency_runs=int(env.get("BENCH_LOW_LATENCY_RUNS", base.low_latency_runs)),
     )
