@@ -124,3 +124,17 @@ def test_the_throughput_ratio_is_best_warm_over_best_warm() -> None:
     assert throughput_ratio(runs[:2])["ratio"] is None
     assert throughput_ratio([r for r in runs if r["contender"] == EO_PARTITION])["ratio"] is None
     assert throughput_ratio([])["ratio"] is None
+
+
+def test_the_throughput_sentence_under_the_latency_table() -> None:
+    from benchmarks.lowlatency import throughput_ratio
+
+    runs = [_run(EO_PARTITION, "warm", 80_000.0), _run(EO_LOW_LATENCY, "warm", 76_000.0)]
+    result = {
+        "latency_phase": [_probe(EO_LOW_LATENCY, 21.0, 88.0)],
+        "low_latency_throughput": throughput_ratio(runs),
+    }
+    table = "\n".join(report.latency_phase_markdown(result))
+    assert "low-latency mode 76,000 records/s, batch mode 80,000 records/s (best runs): **0.95**" in table
+    result["low_latency_throughput"] = throughput_ratio([])
+    assert "records/s (best runs)" not in "\n".join(report.latency_phase_markdown(result))
