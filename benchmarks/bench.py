@@ -49,7 +49,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from benchmarks import latency, lineage, machine, plot, report, scale
+from benchmarks import latency, lineage, lowlatency, machine, plot, report, scale
 from benchmarks.dataset import Dataset, delete_topics, produce_dataset
 from benchmarks.settings import (
     COPY,
@@ -58,6 +58,7 @@ from benchmarks.settings import (
     FRESH,
     FULL,
     LATENCY,
+    LATENCY_PARTITIONS,
     LINEAGE,
     MEMORY,
     READERS,
@@ -100,6 +101,7 @@ class Bench:
         self.runs: list[dict[str, Any]] = []
         self.latency: list[dict[str, Any]] = []
         self.latency_phase_runs: list[dict[str, Any]] = []
+        self.throughput_runs: list[dict[str, Any]] = []
         self.scale_runs: list[dict[str, Any]] = []
         self.memory: dict[str, Any] = {}
         self.scale_more: dict[str, Any] = {}
@@ -253,10 +255,32 @@ class Bench:
         )
 
     def latency_phase(self) -> None:
-        """Every latency follower at LATENCY_RATE over LATENCY_PARTITIONS (latency.phase)."""
+        """Every latency follower at LATENCY_RATE over LATENCY_PARTITIONS (latency.phase), then the
+        low-latency mode's throughput beside batch mode's at the large cap."""
         self.latency_phase_runs = latency.phase(
             self.spec, self.kafka, self.engine, cap=self.size.large_cap, seconds=self.size.latency_seconds
         )
+        self.low_latency_throughput()
+
+    def low_latency_throughput(self) -> None:
+        """The low-latency mode and batch mode (eo_partition) over the same topic of `messages`
+        records on LATENCY_PARTITIONS at the large cap, in ONE worker (the same SparkSession),
+        alternating (lowlatency.order); every run checked against the oracle (Service.run)."""
+        data = self.topic(LATENCY_PARTITIONS, self.size.messages)
+        point = Point(LATENCY_PARTITIONS, self.size.large_cap, data.messages)
+        worker = Worker(self.spec(EO_PARTITION))
+        try:
+            for i, (contender, label) in enumerate(lowlatency.order(self.size.low_latency_runs)):
+                numbers = worker.call("run", point=point, data=data, label=label, contender=contender)
+                run = {"contender": contender, "label": label, "order": i, "topic": data.topic, **numbers}
+                self.throughput_runs.append(run)
+                say(
+                    f"throughput {point.name} {contender:14} {label:5} {numbers['seconds']:7.2f}s "
+                    f"{numbers['records_per_s']:>10,.0f} rec/s  batches/epochs {numbers['batches']:3d}  "
+                    f"cpu {numbers['cpu_s_per_1k']:.3f} s/1k"
+                )
+        finally:
+            worker.close()
 
     def scale(self) -> None:
         """eo_partition at the same records per batch on two partition counts: one session, a
@@ -416,9 +440,13 @@ def measure(size: Size) -> dict[str, Any]:
         | ({"more": bench.scale_more} if bench.scale_more else {}),
         "memory": bench.memory,
         # the latency phase; the low-latency mode's throughput at the large cap over batch mode's
-        # (n/a until that mode exists: issue 25 part 1)
+        # (best warm run of each, lowlatency.throughput_ratio; None without the phase)
         "latency_phase": bench.latency_phase_runs,
-        "low_latency_throughput_vs_batch": None,
+        "low_latency_throughput": {
+            "runs": bench.throughput_runs,
+            **lowlatency.throughput_ratio(bench.throughput_runs),
+        },
+        "low_latency_throughput_vs_batch": lowlatency.throughput_ratio(bench.throughput_runs)["ratio"],
         "lineage": bench.lineage,
     }
     result["headline"] = report.headline(result)

@@ -1,7 +1,8 @@
 """The caught-up latency probe: produce -> result committed, per producer batch.
 
-A worker follows a fresh topic (run_job with ``batch_interval_s``, SSS with a processingTime
-trigger of the same interval, or a real-time-mode query). This process - outside the system under
+A worker follows a fresh topic (run_job with ``batch_interval_s``, run_job in low-latency mode
+(benchmarks/lowlatency.py), SSS with a processingTime trigger of the same interval, or a
+real-time-mode query). This process - outside the system under
 test - produces page views at a steady rate, one Kafka transaction every ``every_s`` seconds, each
 transaction's records on its own page (``/lat/<k>``), and polls the result table every ``poll_s``
 (5 ms): transaction k's latency is from its ``commit_transaction()`` returning (the records are
@@ -28,6 +29,7 @@ from sqlalchemy.dialects import postgresql
 
 from benchmarks.dataset import create_topic, delete_topics
 from benchmarks.settings import (
+    EO_LOW_LATENCY,
     EO_PARTITION,
     LATENCY_FOLLOWERS,
     LATENCY_PARTITIONS,
@@ -44,9 +46,8 @@ from txn_offsets.config import KafkaSettings
 
 WARMUP = "/lat/warmup"
 FOLLOW_INTERVAL_S = 0.5  # run_job's batch_interval_s and SSS's trigger when following
-# the followers a worker can run (benchmarks/worker.py ``follow``); the low-latency mode of run_job
-# joins once its entry point exists (issue 25 part 1)
-RUNNABLE = (EO_PARTITION, SSS, RTM_ALO, RTM_EO)
+# the followers a worker can run (benchmarks/worker.py ``follow``)
+RUNNABLE = (EO_PARTITION, EO_LOW_LATENCY, SSS, RTM_ALO, RTM_EO)
 
 
 class _Observer(threading.Thread):
@@ -205,8 +206,8 @@ def phase(
     spec_of: Callable[[str], Spec], kafka: KafkaSettings, engine: sa.Engine, *, cap: int, seconds: float
 ) -> list[dict[str, Any]]:
     """The latency phase: every follower of LATENCY_FOLLOWERS on a fresh topic of LATENCY_PARTITIONS
-    partitions at LATENCY_RATE records/s, a worker each, one after the other. A follower with no
-    entry point yet (the low-latency mode, issue 25 part 1) is reported with None (n/a)."""
+    partitions at LATENCY_RATE records/s, a worker each, one after the other. A follower without
+    an entry point (none today: RUNNABLE) would be reported with None (n/a)."""
     runs: list[dict[str, Any]] = []
     for contender in LATENCY_FOLLOWERS:
         if contender not in RUNNABLE:

@@ -333,6 +333,21 @@ def latency_phase_markdown(result: dict[str, Any]) -> list[str]:
         "|---|---:|---:|---:|---:|---|",
         *("| " + " | ".join(row) + " |" for row in rows),
         "",
+        *_throughput_markdown(result.get("low_latency_throughput") or {}),
+    ]
+
+
+def _throughput_markdown(found: dict[str, Any]) -> list[str]:
+    """The low-latency mode's throughput beside batch mode's (benchmarks/lowlatency.py)."""
+    if found.get("ratio") is None:
+        return []
+    return [
+        f"Throughput at the large cap (one session, alternating, {found['runs']} warm runs after a first "
+        f"run of each, every run checked against the oracle): low-latency mode "
+        f"{found['low_latency_best_records_per_s']:,.0f} records/s, batch mode "
+        f"{found['batch_best_records_per_s']:,.0f} records/s (best runs): "
+        f"**{found['ratio']:.2f}** (median of the rounds' ratios {found['median_round_ratio']:.2f}).",
+        "",
     ]
 
 

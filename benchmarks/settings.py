@@ -177,6 +177,9 @@ class Size:
     phases: tuple[str, ...] = PHASES
     scale_more: ScaleMore = FULL_MORE
     lineage_runs: int = 3  # lineage: warm runs with and without the commits rows, alternating
+    # the latency phase's throughput comparison: warm runs of the low-latency mode and of batch mode
+    # each (alternating, after a first run of each) on a topic of `messages` over LATENCY_PARTITIONS
+    low_latency_runs: int = 2
 
     @property
     def headline_partitions(self) -> int:
@@ -254,7 +257,7 @@ def size_from_env(name: str | None = None) -> Size:
     BENCH_REPEAT, BENCH_WARM_RUNS, BENCH_HEADLINE_WARM_RUNS, BENCH_MAX_BATCHES, BENCH_CONTENDERS
     (e.g. "eo_partition,sss"), BENCH_LATENCY_SECONDS, BENCH_LATENCY_RATE, BENCH_PHASES (e.g.
     "scale,memory", "latency" or "lineage"), BENCH_SCALE_RECORDS, BENCH_SCALE_RUNS, BENCH_MEMORY_BATCHES,
-    BENCH_LINEAGE_RUNS; the scale phase's extension: more_from_env."""
+    BENCH_LINEAGE_RUNS, BENCH_LOW_LATENCY_RUNS; the scale phase's extension: more_from_env."""
     chosen = (name or os.environ.get("BENCH_SIZE") or "full").strip().lower()
     sizes = {FULL.name: FULL, SMOKE.name: SMOKE}
     if chosen not in sizes:
@@ -298,6 +301,7 @@ def size_from_env(name: str | None = None) -> Size:
         memory_every=base.memory_every,
         memory_from=min(base.memory_from, int(env.get("BENCH_MEMORY_BATCHES", base.memory_batches))),
         phases=phases,
+        low_latency_runs=int(env.get("BENCH_LOW_LATENCY_RUNS", base.low_latency_runs)),
         lineage_runs=int(env.get("BENCH_LINEAGE_RUNS", base.lineage_runs)),
         scale_more=more_from_env(base.scale_more),
     )

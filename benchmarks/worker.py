@@ -21,13 +21,14 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from benchmarks import contenders, limits, resources, rtm, scale_jobs, sink, sss, stream
+from benchmarks import contenders, limits, lowlatency, resources, rtm, scale_jobs, sink, sss, stream
 from benchmarks import lineage as lineage_phase
 from benchmarks.contenders import Context, Outcome
 from benchmarks.dataset import Dataset, Expected, expected_of
 from benchmarks.resources import Sampler
 from benchmarks.settings import (
     COPY,
+    EO_LOW_LATENCY,
     EO_PARTITION,
     EO_STREAM,
     READER,
@@ -77,7 +78,7 @@ class Service:
         self.follow_usage: Sampler | None = None
 
     def start(self) -> dict[str, Any]:
-        if self.spec.contender not in (*SPARK_CONTENDERS, *rtm.FOLLOWERS):
+        if self.spec.contender not in (*SPARK_CONTENDERS, *rtm.FOLLOWERS, EO_LOW_LATENCY):
             return {"startup_s": 0.0, "startup_cpu_s": 0.0}
         from txn_offsets import local_session
 
@@ -101,8 +102,8 @@ class Service:
     def context(self, topic: str, partitions: int, cap: int) -> Context:
         return Context(self.spec.db, self.spec.kafka, topic, partitions, cap)
 
-    def run(self, point: Point, data: Dataset, label: str) -> dict[str, Any]:
-        name = self.spec.contender
+    def run(self, point: Point, data: Dataset, label: str, contender: str | None = None) -> dict[str, Any]:
+        name = contender or self.spec.contender  # another contender in this session (the same Spark)
         ctx = self.context(data.topic, data.partitions, point.cap)
         if name in (UPSERT, COPY) and point.name not in self.prepared:
             self.prepared[point.name] = limits.range_writes(ctx)  # before the clock
@@ -117,6 +118,8 @@ class Service:
             with Sampler() as usage:
                 if name in contenders.RUNNERS:
                     out = contenders.RUNNERS[name](self.spark, ctx)
+                elif name == EO_LOW_LATENCY:
+                    out = lowlatency.run(self.spark, ctx)
                 elif name == SSS:
                     out = sss.run(self.spark, ctx)
                 elif name == EO_STREAM:
@@ -223,6 +226,9 @@ class Service:
         if self.spec.contender == EO_PARTITION:
             stop = threading.Event()
             self.following = (stop, contenders.follow_eo(self.spark, ctx, stop, interval_s))
+        elif self.spec.contender == EO_LOW_LATENCY:
+            stop = threading.Event()
+            self.following = (stop, lowlatency.follow(self.spark, ctx, stop))
         elif self.spec.contender == SSS:
             self.following = sss.Follower(self.spark, ctx, interval_s)
         elif self.spec.contender in rtm.FOLLOWERS:

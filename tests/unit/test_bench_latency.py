@@ -75,3 +75,66 @@ def test_the_latency_row_and_table() -> None:
     # a run without the phase (the smoke) says n/a everywhere and adds no table
     assert report.latency_line(report.latency_figures({})).count("=n/a") == 5
     assert report.latency_phase_markdown({}) == []
+
+
+def test_every_latency_follower_runs() -> None:
+    from benchmarks import latency, lowlatency
+
+    assert set(latency.RUNNABLE) == set(LATENCY_FOLLOWERS)  # the low-latency mode is no longer n/a
+    assert lowlatency.FOLLOW.commit_interval_ms <= 10
+    assert lowlatency.options(40_000).commit_max_records == 40_000
+
+
+def test_the_throughput_runs_alternate_after_a_first_run_of_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmarks.lowlatency import order
+
+    assert order(2) == [
+        (EO_PARTITION, "first"),
+        (EO_LOW_LATENCY, "first"),
+        (EO_LOW_LATENCY, "warm"),
+        (EO_PARTITION, "warm"),
+        (EO_PARTITION, "warm"),
+        (EO_LOW_LATENCY, "warm"),
+    ]
+    assert size_from_env("full").low_latency_runs == 2
+    monkeypatch.setenv("BENCH_LOW_LATENCY_RUNS", "3")
+    assert size_from_env("full").low_latency_runs == 3
+
+
+def _run(contender: str, label: str, rate: float) -> dict[str, object]:
+    return {"contender": contender, "label": label, "records_per_s": rate}
+
+
+def test_the_throughput_ratio_is_best_warm_over_best_warm() -> None:
+    from benchmarks.lowlatency import throughput_ratio
+
+    runs = [
+        _run(EO_PARTITION, "first", 10_000.0),  # the first runs never count
+        _run(EO_LOW_LATENCY, "first", 99_000.0),
+        _run(EO_LOW_LATENCY, "warm", 45_000.0),
+        _run(EO_PARTITION, "warm", 50_000.0),
+        _run(EO_PARTITION, "warm", 60_000.0),
+        _run(EO_LOW_LATENCY, "warm", 57_000.0),
+    ]
+    found = throughput_ratio(runs)
+    assert found["ratio"] == pytest.approx(57_000 / 60_000)
+    assert found["median_round_ratio"] == pytest.approx((45 / 50 + 57 / 60) / 2)
+    assert found["runs"] == 4
+    # only first runs, or only one side: no ratio (the row says n/a)
+    assert throughput_ratio(runs[:2])["ratio"] is None
+    assert throughput_ratio([r for r in runs if r["contender"] == EO_PARTITION])["ratio"] is None
+    assert throughput_ratio([])["ratio"] is None
+
+
+def test_the_throughput_sentence_under_the_latency_table() -> None:
+    from benchmarks.lowlatency import throughput_ratio
+
+    runs = [_run(EO_PARTITION, "warm", 80_000.0), _run(EO_LOW_LATENCY, "warm", 76_000.0)]
+    result = {
+        "latency_phase": [_probe(EO_LOW_LATENCY, 21.0, 88.0)],
+        "low_latency_throughput": throughput_ratio(runs),
+    }
+    table = "\n".join(report.latency_phase_markdown(result))
+    assert "low-latency mode 76,000 records/s, batch mode 80,000 records/s (best runs): **0.95**" in table
+    result["low_latency_throughput"] = throughput_ratio([])
+    assert "records/s (best runs)" not in "\n".join(report.latency_phase_markdown(result))

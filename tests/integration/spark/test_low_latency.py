@@ -299,3 +299,61 @@ def test_a_task_started_late_ends_with_its_epoch(
         took = time.monotonic() - t0
         assert report.stopped_by == "deadline"
         assert expected[0] <= took < expected[1], (epoch_s, ends_in, took)
+
+
+def test_a_commit_per_producer_transaction_over_the_tasks_partitions(
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    counts_table: str,
+    topic_factory: TopicFactory,
+    kafka_bootstrap: str,
+    job_name: str,
+) -> None:
+    """A producer transaction over the task's 4 partitions arrives within a millisecond: one commit
+    for all of it (the range that is due takes the others along), not one for the partition whose
+    record the poll's wait returned first and one for the rest after it. The task body in this
+    process: no Spark needed."""
+    from txn_offsets.spark.lowlatency.control import end_epoch
+
+    topic = topic_factory(partitions=4)
+    run = start_run(engine, db, job_name)
+    plan = plan_batch(
+        engine,
+        db,
+        kafka,
+        job=job_name,
+        selection=TopicSelection((topic,)),
+        start=StartPolicy.earliest(),
+        limits=Limits(),
+        run=run,
+    )
+    writer = counting_writer(counts_table)
+    task = FollowTask(
+        database=db,
+        kafka=kafka,
+        run=run,
+        partitions=tuple(sorted(plan.stored)),
+        ends={},
+        options=LowLatency(epoch_s=30, commit_interval_ms=5, check_interval_ms=100),
+        prepare=writer.prepare,
+        write=writer.write,
+    )
+    reports: list[Any] = []
+    thread = threading.Thread(target=lambda: reports.extend(task(0, [(0, 1, 2, 3)])), daemon=True)
+    thread.start()
+    producer = TransactionalProducer(kafka_bootstrap, topic, 4, size=8, abort_every=1000)
+    for _ in range(10):
+        producer.transaction()
+        time.sleep(0.2)
+    producer.close()
+    ends = settled_ends(kafka_bootstrap, topic, 4)
+    wait_for(lambda: stored_offsets(engine, db, job_name) == ends, 15, f"the stored offsets to reach {ends}")
+    end_epoch(engine, db, run)
+    thread.join(30)
+    (report,) = reports
+    assert report.error is None and report.stopped_by == "ended"
+    assert totals(engine, counts_table) == dict(producer.expected)
+    assert sum(s.records for s in report.spans) == 80
+    # 10 transactions of 2 records on each of 4 partitions, 200 ms apart: a commit each
+    assert report.commits <= producer.transactions, f"{report.commits} commits for 10 producer transactions"

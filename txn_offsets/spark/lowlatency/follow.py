@@ -5,8 +5,9 @@ retries continues where the table is: whatever its failed attempt committed stay
 and nothing after it is skipped. It then polls one consumer continuously and commits each of its
 partitions' new records as a range ``[committed, position)`` - once the first record has waited
 ``commit_interval_ms`` with nothing more buffered, or at ``commit_max_records`` - with the batch
-mode's guarded claim + ``PartitionWriter`` write + advance, all of one round's ranges in one
-transaction (:func:`txn_offsets.spark.tasks.commit_reporting`).
+mode's guarded claim + ``PartitionWriter`` write + advance. When one range is due, every range the
+task has read joins it: all of them in one transaction
+(:func:`txn_offsets.spark.tasks.commit_reporting`).
 
 It stops at the epoch's deadline, when the job row says the epoch ended (see :mod:`.control`), when
 ``until_caught_up`` and every partition reached the end the epoch was planned to, or at the first
@@ -158,17 +159,20 @@ class _Follow:
                     p = pending[key]
                     if pos > p.committed and p.since is None:
                         p.since = now
-                due = [
-                    k
-                    for k, p in pending.items()
-                    if p.since is not None
+                if any(
+                    p.since is not None
                     and (
                         len(p.records) >= opts.commit_max_records
                         or (now - p.since >= interval and not follower.full)
                         or now - p.since >= 1.0
                     )
-                ]
-                if due:
+                    for p in pending.values()
+                ):
+                    # every read range joins the one that is due: a producer transaction over several
+                    # of the task's partitions arrives within a millisecond, but its first record
+                    # (the one poll's wait returned) starts one partition's clock first - alone, that
+                    # range took a transaction of its own and the others waited for it
+                    due = [k for k, p in pending.items() if p.since is not None]
                     error = self._commit(due, pending, follower.positions)
                     if error is not None:
                         return self._stopped(error, pending)
