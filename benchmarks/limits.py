@@ -66,7 +66,7 @@ def scan(
             "enable.auto.offset.store": False,
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
-            # the value txn_offsets' reader uses (txn_offsets.kafka.reader.consumer_config), so that
+            # the value txn_offsets' reader uses (txn_offsets.kafka.consumers.consumer_config), so that
             # both wait the same on the broker: a fetch at the log's end waits this long for data
             # (the default is 500 ms); 0 would spin fetches while a batch is decoded
             "fetch.wait.max.ms": 2,

@@ -22,7 +22,8 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from txn_offsets.config import KafkaSettings
 from txn_offsets.errors import ConfigError, KafkaReadError
 from txn_offsets.kafka.clients import client_config
-from txn_offsets.kafka.reader import Record, _as_bytes, _headers, consumer_config
+from txn_offsets.kafka.consumers import consumer_config
+from txn_offsets.kafka.reader import Record, _as_bytes, _headers
 from txn_offsets.ranges import TopicPartition as Key
 
 __all__ = ["Follower"]

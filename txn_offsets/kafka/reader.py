@@ -5,19 +5,16 @@ offsets inside a range are not consecutive (transaction markers, records of abor
 under read_committed, compaction). librdkafka moves the position past trailing control markers
 (confluent-kafka >= 2.13.2 fixes an EOF position bug), so a range made only of markers ends too.
 
-Consumers are pooled per process (one idle consumer per Kafka settings): a Spark Python worker
-reads many ranges, and connecting a new consumer costs more than reading a small range. Many small
+Consumers come from the per-process pool of :mod:`txn_offsets.kafka.consumers` (one idle consumer
+per Kafka settings, with the metadata of the topics it reads fetched up front). Many small
 ranges (of different partitions) are read together by :func:`read_ranges`: one assignment, the
 partitions fetched side by side, instead of an assign + fetch round trip per range.
 """
 
 from __future__ import annotations
 
-import atexit
 import logging
-import threading
 import time
-import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
@@ -25,7 +22,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from txn_offsets.config import KafkaSettings
 from txn_offsets.errors import ConfigError, KafkaReadError
-from txn_offsets.kafka.clients import client_config
+from txn_offsets.kafka.consumers import pool
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.ranges import TopicPartition as TP
 
@@ -46,70 +43,6 @@ class Record(NamedTuple):
     value: bytes | None
     timestamp_ms: int | None
     headers: Headers = ()
-
-
-def consumer_config(kafka: KafkaSettings) -> dict[str, Any]:
-    """Consumer properties for range reads (the user's settings first; ours win)."""
-    return {
-        # a fetch at the log's end waits on the broker this long for new data, and a pooled
-        # consumer cannot start the next range's fetch before it returns: every range that follows
-        # one whose prefetch reached its partition's end (in a caught-up job, all) waits for it.
-        # Measured per 62-offset range (first record): 10 ms -> 10.6 ms, 2 ms -> 2.5 ms, 0 -> 0.5 ms;
-        # but 0 (and at times 1) spins fetches at the log end while a range is decoded, doubling
-        # the CPU per record of a large range. The default is 500 ms. The user's setting wins.
-        "fetch.wait.max.ms": 2,
-        **kafka.client_config(),  # secrets in clear (Secret values unwrapped)
-        "bootstrap.servers": kafka.bootstrap_servers,
-        # librdkafka requires a group id even for assign(); nothing is ever committed to it
-        "group.id": kafka.extra.get("group.id", f"txn-offsets-reader-{uuid.uuid4().hex[:8]}"),
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        # a start outside the log is an error, never a silent jump to earliest/latest
-        "auto.offset.reset": "error",
-        "isolation.level": kafka.isolation_level,
-        # an event at the end of the partition: a range ending there (every range of a caught-up
-        # job) finishes as soon as the end is reached instead of waiting out a poll timeout
-        "enable.partition.eof": True,
-    }
-
-
-class _ConsumerPool:
-    """One idle Consumer per Kafka settings in this process (a Spark Python worker runs one task at
-    a time and is reused across tasks): a range read assigns and seeks instead of connecting anew,
-    as Spark's own Kafka source pools its consumers. A consumer whose read did not finish cleanly
-    is closed, never reused."""
-
-    def __init__(self) -> None:
-        self._idle: dict[str, Consumer] = {}
-        self._lock = threading.Lock()
-
-    @staticmethod
-    def _key(kafka: KafkaSettings) -> str:
-        return repr((sorted(kafka.client_config().items()), kafka.isolation_level))  # passwords too
-
-    def take(self, kafka: KafkaSettings) -> Consumer:
-        with self._lock:
-            consumer = self._idle.pop(self._key(kafka), None)
-        return consumer if consumer is not None else Consumer(client_config(consumer_config(kafka)))
-
-    def give_back(self, kafka: KafkaSettings, consumer: Consumer) -> None:
-        consumer.unassign()
-        with self._lock:
-            old = self._idle.pop(self._key(kafka), None)
-            self._idle[self._key(kafka)] = consumer
-        if old is not None:
-            old.close()
-
-    def close_all(self) -> None:
-        with self._lock:
-            idle = list(self._idle.values())
-            self._idle.clear()
-        for consumer in idle:
-            consumer.close()
-
-
-_pool = _ConsumerPool()
-atexit.register(_pool.close_all)
 
 
 def _position(consumer: Consumer, rng: OffsetRange) -> int:
@@ -147,7 +80,7 @@ def read_range(
         raise ConfigError("stall_timeout_s", f"must be > 0 seconds, got {stall_timeout_s}")
     if rng.empty:
         return
-    consumer = _pool.take(kafka)
+    consumer = pool.take(kafka, (rng.topic,))
     clean = False
     # per record: no attribute lookups that can be made once, no call that can be avoided (the
     # topic and partition are the range's: one partition is assigned), a Record built with
@@ -230,9 +163,9 @@ def read_range(
         clean = True
     finally:
         if clean:
-            _pool.give_back(kafka, consumer)
+            pool.give_back(kafka, consumer)
         else:  # an error, or the caller stopped reading early: its state is unknown
-            consumer.close()
+            pool.discard(consumer)
 
 
 def read_ranges(
@@ -261,7 +194,7 @@ def read_ranges(
     position = {k: r.start for k, r in todo.items()}
     if not todo:
         return out
-    consumer = _pool.take(kafka)
+    consumer = pool.take(kafka, {r.topic for r in todo.values()})
     clean = False
     resume: list[TopicPartition] = []  # a pause outlives the assignment: resumed before pooling
     try:
@@ -326,9 +259,9 @@ def read_ranges(
         clean = True
     finally:
         if clean:
-            _pool.give_back(kafka, consumer)
+            pool.give_back(kafka, consumer)
         else:  # an error: the consumer's state is unknown
-            consumer.close()
+            pool.discard(consumer)
     return out
 
 

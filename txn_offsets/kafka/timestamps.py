@@ -18,7 +18,7 @@ from confluent_kafka import TopicPartition as KafkaTP
 from txn_offsets.config import KafkaSettings
 from txn_offsets.errors import ServiceUnavailable
 from txn_offsets.kafka.clients import client_config
-from txn_offsets.kafka.reader import consumer_config
+from txn_offsets.kafka.consumers import consumer_config
 from txn_offsets.ranges import TopicPartition
 
 __all__ = ["first_timestamps"]
