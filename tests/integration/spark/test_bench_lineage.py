@@ -18,7 +18,10 @@ import pytest
 
 from tests.fix_services import REPO, Services
 
-COST = re.compile(r"^bench: lineage_cost_pct=(?P<pct>\S+)$", re.MULTILINE)
+COST = re.compile(
+    r"^bench: lineage_cost_pct=(?P<pct>\S+) lineage_pair_iqr_pct=\S+ lineage_claim_cost_pct=(?P<claim>\S+)$",
+    re.MULTILINE,
+)
 
 
 @pytest.mark.slow
@@ -45,7 +48,8 @@ def test_bench_lineage_phase(services: Services, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     figures = COST.findall(done.stdout)
     assert len(figures) == 2, done.stdout[-3000:]  # after the phase, and again before the findings
-    assert figures[0] == figures[1] and math.isfinite(float(figures[0]))
+    assert figures[0] == figures[1] and math.isfinite(float(figures[0][0]))
+    assert math.isfinite(float(figures[0][1])) and float(figures[0][1]) >= 0  # the claims, measured
     lin = json.loads(out.read_text())["lineage"]
     assert lin["point"] == "p8-c100" and lin["warm_runs"] == 2
     assert [(r["lineage"], r["label"]) for r in lin["runs"]] == [
@@ -61,4 +65,7 @@ def test_bench_lineage_phase(services: Services, tmp_path: Path) -> None:
         # the switch worked: at least a row per batch with the lineage, none without
         assert run["commit_rows"] >= run["batches"] if run["lineage"] else run["commit_rows"] == 0
     assert lin["cost_pct"] == pytest.approx((1 - lin["on_rps"] / lin["off_rps"]) * 100)
-    assert f"{lin['cost_pct']:.2f}" == figures[0]
+    assert f"{lin['cost_pct']:.2f}" == figures[0][0]
+    claims = lin["claims"]
+    assert claims["ranges_per_transaction"] == 4 and len(claims["on_blocks"]) == len(claims["off_blocks"]) > 0
+    assert claims["on_ms_per_range"] > 0 and claims["off_ms_per_range"] > 0
