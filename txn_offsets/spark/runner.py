@@ -22,6 +22,7 @@ from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark.batch import Batch, batch_deadline, check_execution
 from txn_offsets.spark.lowlatency.options import LowLatency
 from txn_offsets.spark.publish import BatchPublisher
+from txn_offsets.spark.retry import TransientRetries
 from txn_offsets.spark.session import session_cores
 from txn_offsets.spark.signals import stop_on_signals
 from txn_offsets.spark.spec import JobSpec, job_run
@@ -208,8 +209,8 @@ def _loop(
     retry_backoff_s: float,
 ) -> None:
     """Plan and run batches until stopped; transient failures plan again from the stored offsets."""
-    summary, job = loop.summary, loop.run.job
-    failures = 0
+    summary = loop.summary
+    retry = TransientRetries(loop.run.job, retries, retry_backoff_s, stop)
     while True:
         if stop.is_set():
             summary.stopped_by = "signal"
@@ -217,22 +218,9 @@ def _loop(
         try:
             worked = _step(loop)
         except Transient as exc:  # planning again from the stored offsets may get past it
-            failures += 1
-            if failures > retries:
-                raise
-            delay = min(30.0, retry_backoff_s * 2 ** (failures - 1))
-            logger.warning(
-                "job=%r transient failure (%s); planning again from the stored offsets in %.1fs "
-                "(retry %d of %d)",
-                job,
-                exc,
-                delay,
-                failures,
-                retries,
-            )
-            stop.wait(delay)
+            retry.wait_after(exc)
             continue
-        failures = 0
+        retry.succeeded()
         if worked:
             if max_batches is not None and summary.batches >= max_batches:
                 summary.stopped_by = "max_batches"

@@ -28,6 +28,7 @@ from txn_offsets.spark.lowlatency.follow import FollowReport, FollowTask
 from txn_offsets.spark.lowlatency.options import LowLatency
 from txn_offsets.spark.lowlatency.watch import Epoch, mirror_offsets, run_tasks
 from txn_offsets.spark.publish import BatchPublisher
+from txn_offsets.spark.retry import TransientRetries
 from txn_offsets.spark.signals import stop_on_signals
 from txn_offsets.spark.spec import JobSpec, job_run
 from txn_offsets.spark.summary import KEPT_OUTCOMES, BatchReport, JobSummary
@@ -122,7 +123,9 @@ def run_epochs(
 
 
 def _loop(loop: Epoch, *, max_epochs: int | None, retries: int, retry_backoff_s: float) -> None:
-    summary, failures = loop.summary, 0
+    summary = loop.summary
+    then = "planning the next epoch from the stored offsets"
+    retry = TransientRetries(loop.run.job, retries, retry_backoff_s, loop.stop, then=then)
     while True:
         if loop.stop.is_set():
             summary.stopped_by = "signal"
@@ -130,22 +133,9 @@ def _loop(loop: Epoch, *, max_epochs: int | None, retries: int, retry_backoff_s:
         try:
             ran = _epoch(loop)
         except Transient as exc:
-            failures += 1
-            if failures > retries:
-                raise
-            delay = min(30.0, retry_backoff_s * 2 ** (failures - 1))
-            logger.warning(
-                "job=%r transient failure (%s); planning the next epoch from the stored offsets in %.1fs "
-                "(retry %d of %d)",
-                loop.run.job,
-                exc,
-                delay,
-                failures,
-                retries,
-            )
-            loop.stop.wait(delay)
+            retry.wait_after(exc)
             continue
-        failures = 0
+        retry.succeeded()
         if not ran:
             summary.stopped_by = "caught_up"
             return
