@@ -1,9 +1,10 @@
-"""The chaos smoke subset inside `make test`: F1 x3, F2, F3, F5, F11, F12 (topic re-created, a few
-thousand messages), F12b (re-created while a batch is in flight), F13 (a frozen claim holder), F15
-(primary killed -9, replica promoted), F16 (planned switchover) and F18 (low-latency mode: the
-driver and a long-running task killed -9) over >= 54,000 messages, with the real job in its own
-processes; it passes only if nothing was lost or duplicated and every invariant held (``make
-chaos`` runs the full suite)."""
+"""The chaos smoke subset inside `make test`: F1 x3, F2, F3, F5, F11, F15 (primary killed -9,
+replica promoted), F16 (planned switchover) and F18 (low-latency mode: the driver and a
+long-running task killed -9) over >= 54,000 messages, with the real job in its own processes; it
+passes only if nothing was lost or duplicated and every invariant held (``make chaos`` runs the full
+suite). F12/F12b (a topic re-created) and F13 (a frozen claim holder) run in the full suite only;
+make test covers their faults in tests/integration/spark/test_no_silent_exits.py and
+test_recreated_in_flight.py."""
 
 from __future__ import annotations
 
@@ -55,12 +56,6 @@ def test_chaos_smoke(services: Services, tmp_path: Path) -> None:
     assert by_name["F1"].faults == SMOKE_KILLS, details
     assert by_name["F3"].faults >= 6, details  # 3 mid-transaction + 3 during COMMIT (+ the restart)
     assert by_name["F11"].faults >= 9, details
-    assert by_name["F12"].faults == 2, details  # re-created with fewer records, then with more
-    assert by_name["F12"].messages < 10_000, details  # the smoke keeps F12 small
-    # the topic re-created while a batch is held between its plan and its read: default and skip
-    assert by_name["F12b"].faults == 2, details
-    assert by_name["F12b"].messages < 10_000, details
-    assert by_name["F13"].faults >= 1, details  # at least one worker stopped holding its claim
     # low-latency mode: the driver killed -9, then a long-running task's Python worker
     assert by_name["F18"].faults == 2, details
     # a PostgreSQL failover on a primary+replica pair of the scenario's own, a few thousand messages
