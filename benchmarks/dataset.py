@@ -32,11 +32,29 @@ class Dataset:
     produce_seconds: float
 
 
-def create_topic(kafka: KafkaSettings, partitions: int, prefix: str = "bench") -> str:
+def create_topic(
+    kafka: KafkaSettings, partitions: int, prefix: str = "bench", timeout_s: float = 120.0
+) -> str:
+    """A new topic, returned once the broker's metadata shows it with every partition led: the
+    creation's future resolves when the controller has it, and a job started at once on a busy
+    broker could find no such topic yet (the smoke's latency probe did, while a 4,096-partition
+    topic was being created beside it)."""
     topic = f"{prefix}-p{partitions}-{uuid.uuid4().hex[:8]}"
     admin = AdminClient(kafka.client_config())
     admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(60)
-    return topic
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = admin.list_topics(topic, timeout=10).topics.get(topic)
+        if (
+            found is not None
+            and found.error is None
+            and len(found.partitions) == partitions
+            and all(p.leader >= 0 for p in found.partitions.values())
+        ):
+            return topic
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"topic {topic}: not all {partitions} partitions led after {timeout_s:.0f}s")
+        time.sleep(0.2)
 
 
 def delete_topics(kafka: KafkaSettings, topics: list[str]) -> None:
