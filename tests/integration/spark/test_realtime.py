@@ -247,3 +247,56 @@ def test_the_sink_skips_a_replayed_epoch_and_commits_the_rest_in_groups(
             {"j": job_name},
         ).all()
     assert [tuple(r) for r in chain] == [(0, 4), (4, 8), (8, 10), (10, 14), (14, 15)]
+
+
+def test_the_sink_never_commits_rows_of_a_topic_created_again_under_the_same_name(
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    counts_table: str,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    job_name: str,
+    tmp_path: Path,
+) -> None:
+    """Spark's Kafka source, after a topic was deleted and created again under the same name, hands
+    the writer the NEW topic's rows at the stored offsets. Before, the sink claimed them against the
+    offset row's own topic id (always equal) and committed them as the old topic's. Now each group
+    checks the topic's current id after its rows were read: TopicChanged, nothing written, the
+    offset where it was."""
+    from tests.integration.spark.test_recreated_in_flight import RecreateOnce
+    from txn_offsets.errors import TopicChanged
+    from txn_offsets.planner import Limits, TopicSelection, plan_batch
+    from txn_offsets.spark.spec import JobSpec, job_run
+    from txn_offsets.spark.stream.realtime_sink import RealTimeSink
+
+    topic = topic_factory(partitions=1)
+    produce(topic, 6, 1)
+    spec = JobSpec.of(job=job_name, topics=[topic], start=StartPolicy.earliest())
+    write = functools.partial(write_rows, counts_table)
+    with job_run(spec, db, kafka) as (driver, run):
+        plan_batch(
+            driver,
+            db,
+            kafka,
+            job=job_name,
+            selection=TopicSelection((topic,)),
+            start=spec.start,
+            limits=Limits(),
+            run=run,
+        )  # seeds the partition at 0, with the topic's id
+
+        def epoch(offsets: range, number: int) -> None:
+            sink = RealTimeSink(run=run, database=db, write=write, max_rows=4, max_delay_s=60, kafka=kafka)
+            sink.open(0, number)
+            for offset in offsets:
+                sink.process(_row(topic, 0, offset))
+            sink.close(None)
+
+        epoch(range(3), 1)  # the topic the row was seeded from: committed
+        assert stored_offsets(engine, db, job_name)[(topic, 0)] == 3
+        RecreateOnce(kafka.bootstrap_servers, topic, str(tmp_path / "recreated"))()
+        with pytest.raises(TopicChanged, match=topic):
+            epoch(range(3, 6), 2)  # rows read from the new topic at the stored offsets
+        assert stored_offsets(engine, db, job_name)[(topic, 0)] == 3
+        assert sum(totals(engine, counts_table).values()) == 3

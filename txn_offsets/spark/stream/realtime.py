@@ -186,6 +186,7 @@ class RealTimeStream:
             max_rows=max_rows,
             max_delay_s=max_delay_s,
             isolation_level=isolation_level,
+            kafka=self.kafka,
         )
         writer = (
             frame.writeStream.outputMode("update")  # the only output mode real-time mode takes

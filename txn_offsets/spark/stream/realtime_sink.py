@@ -14,6 +14,12 @@ its position (the ``topic``, ``partition`` and ``offset`` columns, which the fra
 * A task reads its partitions' stored offsets when it first sees them. Rows below the stored
   offset were committed already (Spark replays an epoch from its checkpoint after a restart or a
   task retry; the table is ahead of Spark's checkpoint): they are skipped, not written again.
+* With ``kafka`` (open_realtime passes the stream's), every group checks, after its rows were
+  read and before they are committed, that the partition's topic still has the Kafka topic id its
+  offset row holds (:func:`txn_offsets.kafka.metadata.check_incarnation`): a topic deleted and
+  created again under the same name hands Spark's source the NEW topic's records at the stored
+  offsets, which must never be committed as the old topic's (TopicChanged fails the task,
+  nothing of that group is written).
 * A conflict that is not a replay (another writer moved the offset), a newer run (Fenced) or a
   failed write fails the task with the error: that group is not written, the earlier groups stay
   committed and the replay skips them. A partition with no offset row (added after the stream
@@ -32,8 +38,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from txn_offsets.config import DatabaseSettings
+from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError
+from txn_offsets.kafka.metadata import check_incarnation
 from txn_offsets.ranges import OffsetRange, TopicPartition
 from txn_offsets.store.database import translate_errors, worker_engine
 from txn_offsets.store.lineage import Lineage
@@ -61,6 +68,7 @@ class RealTimeSink:
         max_delay_s: float = 0.005,
         isolation_level: str = "READ COMMITTED",
         guard: bool = True,
+        kafka: KafkaSettings | None = None,
     ) -> None:
         if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows <= 0:
             raise ConfigError("max_rows", f"must be a positive whole number, got {max_rows!r}")
@@ -69,6 +77,7 @@ class RealTimeSink:
         self.run, self.database, self.write = run, database, write
         self.max_rows, self.max_delay_s, self.isolation_level = max_rows, max_delay_s, isolation_level
         self.guard = guard  # benchmarks only: False commits without the claim (at-least-once)
+        self.kafka = kafka  # where the rows were read: their topic's incarnation checked per group
         self._task: _Task | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -184,6 +193,8 @@ class _Task:
         until = int(rows[-1]["offset"]) + 1
         rng = OffsetRange(key[0], key[1], start, until, topic_id)
         sink = self.sink
+        if sink.kafka is not None:  # the rows were read: still the incarnation the offset row holds?
+            check_incarnation(sink.kafka, [rng])
         outcomes = commit_ranges(
             self.engine,
             sink.database,
