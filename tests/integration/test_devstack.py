@@ -33,7 +33,11 @@ def private_stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[S
 
 
 def test_up_twice_then_down(private_stack: Stack) -> None:
-    first = private_stack.up()
+    """A second `up` changes nothing: the same processes and ports, and the app role's password
+    verifier untouched - a plain `dev up` after `dev up --pooler pgbouncer` used to set the same
+    password again (a new SCRAM salt), and the running PgBouncer's userlist no longer let it log
+    in to the server: every pooled connection failed with 'password authentication failed'."""
+    first = private_stack.up(pooler="pgbouncer")
     second = private_stack.up()  # harmless: same processes, same ports
     assert (first.postgres_pid, first.kafka_pid) == (second.postgres_pid, second.kafka_pid)
     assert first.postgres_pid and first.kafka_pid
@@ -42,8 +46,11 @@ def test_up_twice_then_down(private_stack: Stack) -> None:
     url = env["TXN_OFFSETS_DATABASE_URL"].replace("postgresql+psycopg://", "postgresql://")
     with psycopg.connect(url) as conn:
         assert conn.execute("SELECT current_user").fetchone() == ("txn_offsets",)
+    pooled = env["TXN_OFFSETS_POOLED_DATABASE_URL"].replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(pooled) as conn:  # through PgBouncer, after the second up
+        assert conn.execute("SELECT current_user").fetchone() == ("txn_offsets",)
     assert oct(private_stack.env_file.stat().st_mode & 0o777) == "0o600"
-    assert sorted(private_stack.down()) == ["kafka", "postgres"]
+    assert sorted(private_stack.down()) == ["kafka", "pgbouncer", "postgres"]
     assert not pid_alive(first.postgres_pid)
     assert not pid_alive(first.kafka_pid)
     assert private_stack.down() == []  # nothing left to stop

@@ -1,8 +1,6 @@
-"""A PostgreSQL cluster for development and tests, run from the system's server binaries.
-
-The cluster lives in the stack directory, listens on 127.0.0.1 only (no unix socket) and uses
-scram-sha-256 for every connection. PostgreSQL refuses to run as root, so when we are root the
-server runs as the `postgres` OS user (or a system user we create).
+"""A PostgreSQL cluster for development and tests, run from the system's server binaries: in the
+stack directory, on 127.0.0.1 only (no unix socket), scram-sha-256 for every connection; as root,
+the server runs as the `postgres` OS user (or a system user we create: it refuses to run as root).
 """
 
 from __future__ import annotations
@@ -298,16 +296,25 @@ def _wait_ready(cluster: PgCluster, admin_password: str, timeout_s: float = 60) 
 
 
 def _ensure_app_role(cluster: PgCluster, admin_password: str, app_password: str) -> None:
+    """The app role and database. A role whose password works is left alone: the same password set
+    again is a new SCRAM verifier (new salt), and a PgBouncer holding the old one in its userlist
+    could no longer log in (a plain ``dev up`` after ``--pooler pgbouncer`` broke pooling)."""
     info = admin_conninfo(cluster, admin_password)
     with psycopg.connect(**info, autocommit=True) as conn:  # type: ignore[arg-type]
         exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (APP_USER,)).fetchone()
-        verb = "ALTER" if exists else "CREATE"
-        # Role passwords cannot be bound parameters; sql.Literal quotes it client-side.
-        conn.execute(
-            sql.SQL("{} ROLE {} LOGIN CREATEDB PASSWORD {}").format(
-                sql.SQL(verb), sql.Identifier(APP_USER), sql.Literal(app_password)
+        try:
+            psycopg.connect(**{**admin_conninfo(cluster, app_password), "user": APP_USER}).close()  # type: ignore[arg-type]
+            works = True
+        except psycopg.OperationalError:
+            works = False
+        if not exists or not works:
+            verb = "ALTER" if exists else "CREATE"
+            # Role passwords cannot be bound parameters; sql.Literal quotes it client-side.
+            conn.execute(
+                sql.SQL("{} ROLE {} LOGIN CREATEDB PASSWORD {}").format(
+                    sql.SQL(verb), sql.Identifier(APP_USER), sql.Literal(app_password)
+                )
             )
-        )
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (APP_DB,)).fetchone():
             conn.execute(
                 sql.SQL("CREATE DATABASE {} OWNER {}").format(
