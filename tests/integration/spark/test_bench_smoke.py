@@ -46,8 +46,15 @@ FINAL = re.compile(
 )
 
 
-# the smoke size at one point count, a short latency probe and 10 memory batches (sampled at 1, 5, 10)
-ONE_POINT = {"BENCH_PARTITIONS": "8", "BENCH_MEMORY_BATCHES": "10", "BENCH_LATENCY_SECONDS": "2"}
+# the smoke size at one point count, a short latency probe and 10 memory batches (sampled at 1, 5, 10),
+# with the contenders of the last line's ratios only (the DataFrame path, BatchWriter and the
+# streaming adapter have integration tests of their own; the slow variant runs every contender)
+ONE_POINT = {
+    "BENCH_PARTITIONS": "8",
+    "BENCH_MEMORY_BATCHES": "10",
+    "BENCH_LATENCY_SECONDS": "2",
+    "BENCH_CONTENDERS": "eo_partition,alo,sss,reader,reader_slots,upsert,copy_merge",
+}
 
 
 @pytest.mark.parametrize(
@@ -107,7 +114,10 @@ def test_bench_smoke(knobs: dict[str, str], services: Services, tmp_path: Path) 
     points = {p["name"] for p in result["meta"]["points"]}
     assert {p["partitions"] for p in result["meta"]["points"]} == partitions
     runs = result["runs"]
-    for contender in (*SPARK_CONTENDERS, *LIMIT_CONTENDERS):
+    every = (*SPARK_CONTENDERS, *LIMIT_CONTENDERS)
+    contenders = knobs["BENCH_CONTENDERS"].split(",") if "BENCH_CONTENDERS" in knobs else every
+    assert {r["contender"] for r in runs} == set(contenders)
+    for contender in contenders:
         mine = [r for r in runs if r["contender"] == contender]
         assert any(r["label"] == "fresh" for r in mine), contender
         warm_points = {r["point"] for r in mine if r["label"] == "warm"}
