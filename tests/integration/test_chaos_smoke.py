@@ -1,10 +1,10 @@
-"""The chaos smoke subset inside `make test`: F1 x3, F2, F3, F5, F11, F15 (primary killed -9,
-replica promoted), F16 (planned switchover) and F18 (low-latency mode: the driver and a
-long-running task killed -9) over >= 54,000 messages, with the real job in its own processes; it
-passes only if nothing was lost or duplicated and every invariant held (``make chaos`` runs the full
-suite). F12/F12b (a topic re-created) and F13 (a frozen claim holder) run in the full suite only;
-make test covers their faults in tests/integration/spark/test_no_silent_exits.py and
-test_recreated_in_flight.py."""
+"""The chaos smoke subset inside `make test`: F1 x3, F2, F3, F5, F11 and F18 (low-latency mode: the
+driver and a long-running task killed -9) over >= 54,000 messages, with the real job in its own
+processes; it passes only if nothing was lost or duplicated and every invariant held (``make
+chaos`` runs the full suite). F12/F12b (a topic re-created), F13 (a frozen claim holder) and
+F15/F16 (a failover, a switchover) run in the full suite only; make test covers their faults in
+tests/integration/spark/test_no_silent_exits.py, test_recreated_in_flight.py and
+tests/integration/test_replica.py."""
 
 from __future__ import annotations
 
@@ -58,12 +58,6 @@ def test_chaos_smoke(services: Services, tmp_path: Path) -> None:
     assert by_name["F11"].faults >= 9, details
     # low-latency mode: the driver killed -9, then a long-running task's Python worker
     assert by_name["F18"].faults == 2, details
-    # a PostgreSQL failover on a primary+replica pair of the scenario's own, a few thousand messages
-    for name in ("F15", "F16"):
-        assert by_name[name].faults == 1, details
-        assert by_name[name].messages < 10_000, details
-        recovery = "recovery (fault -> first commit on the new primary)"
-        assert any(n.startswith(recovery) for n in by_name[name].notes), details
 
 
 def test_missing_offsets_table_is_schema_missing(database_url: str, kafka_bootstrap: str) -> None:
