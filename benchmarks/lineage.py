@@ -38,15 +38,14 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from benchmarks import contenders, sink
+from benchmarks import contenders, sink, store_scale
 from benchmarks.contenders import Context
 from benchmarks.dataset import Dataset
 from benchmarks.resources import Sampler
 from benchmarks.settings import EO_PARTITION, SPARK_TASK_SLOTS
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.store import migrate, offset_rows
-from txn_offsets.store.database import engine_for
+from txn_offsets.store import offset_rows
 from txn_offsets.store.runs import end_run, start_run
 from txn_offsets.store.schema import tables_for
 from txn_offsets.store.transaction import commit_ranges
@@ -206,11 +205,9 @@ def claim_cost(
     `transactions` each per setting, alternating which goes first, in a schema of its own (dropped
     afterwards); the median block of each. Returns ``{"on_ms_per_range", "off_ms_per_range",
     "ranges_per_transaction", "transactions", "blocks", "on_blocks", "off_blocks"}``."""
-    scratch = dataclasses.replace(db, schema=f"lin_{uuid.uuid4().hex[:10]}")
-    migrate.upgrade(scratch)
-    engine = engine_for(scratch, pool_size=2, max_overflow=0)
     times: dict[bool, list[float]] = {True: [], False: []}
-    try:
+    per_transaction = ranges_per_transaction
+    with store_scale.scratch_schema(db, "lin") as (scratch, engine):
         for b in range(blocks):
             for on in (False, True) if b % 2 == 0 else (True, False):
                 settings = dataclasses.replace(scratch, lineage=on)
@@ -221,20 +218,12 @@ def claim_cost(
                     offset_rows.seed_offsets(conn, settings, job, keys, reason="bench", actor="bench")
                 t0 = time.perf_counter()
                 for i in range(transactions):
-                    ranges = [
-                        OffsetRange("lin-topic", p, i * 100, (i + 1) * 100)
-                        for p in range(ranges_per_transaction)
-                    ]
+                    start, until = i * 100, (i + 1) * 100
+                    ranges = [OffsetRange("lin-topic", p, start, until) for p in range(per_transaction)]
                     commit_ranges(engine, settings, run, ranges)
                 seconds = time.perf_counter() - t0
                 end_run(engine, settings, run)
                 times[on].append(seconds * 1000 / (transactions * ranges_per_transaction))
-    finally:
-        engine.dispose()
-        owner = engine_for(db, poolclass=sa.pool.NullPool)
-        with owner.begin() as conn:
-            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{scratch.schema}" CASCADE'))
-        owner.dispose()
     return {
         "on_ms_per_range": statistics.median(times[True]),
         "off_ms_per_range": statistics.median(times[False]),

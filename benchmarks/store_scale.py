@@ -13,12 +13,13 @@ Spark):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import statistics
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -32,7 +33,7 @@ from txn_offsets.store.database import engine_for
 from txn_offsets.store.runs import end_run, start_run
 from txn_offsets.store.transaction import commit_ranges
 
-__all__ = ["measure_offsets_table", "time_planning"]
+__all__ = ["measure_offsets_table", "scratch_schema", "time_planning"]
 
 
 def time_planning(
@@ -114,10 +115,7 @@ def measure_offsets_table(
     indexes (``total_bytes``) and the seconds the batches took so far. Returns ``{"partitions",
     "checkpoints": [...], "hot_ratio": <at the last>, "size_ratio": <last heap / first heap>,
     "total_ratio": <the same with the indexes>}``."""
-    scratch = dataclasses.replace(db, schema=f"hot_{uuid.uuid4().hex[:10]}")
-    migrate.upgrade(scratch)
-    engine = engine_for(scratch, pool_size=2, max_overflow=0)
-    try:
+    with scratch_schema(db, "hot") as (scratch, engine):
         job = f"hot-{uuid.uuid4().hex[:8]}"
         run = start_run(engine, scratch, job)
         topic = "hot-topic"
@@ -154,12 +152,6 @@ def measure_offsets_table(
                 }
             )
         end_run(engine, scratch, run)
-    finally:
-        engine.dispose()
-        owner = engine_for(db, poolclass=sa.pool.NullPool)
-        with owner.begin() as conn:
-            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{scratch.schema}" CASCADE'))
-        owner.dispose()
     return {
         "partitions": partitions,
         "checkpoints": out,
@@ -167,6 +159,23 @@ def measure_offsets_table(
         "size_ratio": round(out[-1]["size_bytes"] / max(1, out[0]["size_bytes"]), 3),
         "total_ratio": round(out[-1]["total_bytes"] / max(1, out[0]["total_bytes"]), 3),
     }
+
+
+@contextlib.contextmanager
+def scratch_schema(db: DatabaseSettings, prefix: str) -> Iterator[tuple[DatabaseSettings, sa.Engine]]:
+    """A fresh, migrated schema of its own (`<prefix>_<random>`) and an engine on it (2
+    connections); the schema is dropped afterwards, whatever happened."""
+    scratch = dataclasses.replace(db, schema=f"{prefix}_{uuid.uuid4().hex[:10]}")
+    migrate.upgrade(scratch)
+    engine = engine_for(scratch, pool_size=2, max_overflow=0)
+    try:
+        yield scratch, engine
+    finally:
+        engine.dispose()
+        owner = engine_for(db, poolclass=sa.pool.NullPool)
+        with owner.begin() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{scratch.schema}" CASCADE'))
+        owner.dispose()
 
 
 def main(argv: Sequence[str] | None = None) -> None:

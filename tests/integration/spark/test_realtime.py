@@ -7,10 +7,11 @@ new run (a new checkpoint, started from the table)."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +183,20 @@ def test_real_time_frames_must_keep_the_rows_positions(
         assert stream.query is None
 
 
+@contextlib.contextmanager
+def _seeded_run(db: DatabaseSettings, kafka: KafkaSettings, job: str, topic: str) -> Iterator[Any]:
+    """A run of `job` over `topic` whose first plan seeded its offset rows (at the log start, with
+    the topic's id), as open_realtime starts one; the lease is released afterwards."""
+    from txn_offsets.planner import Limits, TopicSelection, plan_batch
+    from txn_offsets.spark.spec import JobSpec, job_run
+
+    spec = JobSpec.of(job=job, topics=[topic], start=StartPolicy.earliest())
+    with job_run(spec, db, kafka) as (driver, run):
+        chosen = TopicSelection((topic,))
+        plan_batch(driver, db, kafka, job=job, selection=chosen, start=spec.start, limits=Limits(), run=run)
+        yield run
+
+
 def _row(topic: str, partition: int, offset: int) -> dict[str, Any]:
     return {"topic": topic, "partition": partition, "offset": offset, "key": f"k{offset % 3}".encode()}
 
@@ -197,24 +212,11 @@ def test_the_sink_skips_a_replayed_epoch_and_commits_the_rest_in_groups(
 ) -> None:
     """RealTimeSink as Spark's foreach calls it (open, process per row, close), without Spark: a
     second attempt of an epoch (Spark's replay after a restart) writes only the rows past the table."""
-    from txn_offsets.planner import Limits, TopicSelection, plan_batch
-    from txn_offsets.spark.spec import JobSpec, job_run
     from txn_offsets.spark.stream.realtime_sink import RealTimeSink
 
     topic = topic_factory(partitions=2)
     produce(topic, 1, 1)
-    spec = JobSpec.of(job=job_name, topics=[topic], start=StartPolicy.earliest())
-    with job_run(spec, db, kafka) as (driver, run):
-        plan_batch(
-            driver,
-            db,
-            kafka,
-            job=job_name,
-            selection=TopicSelection((topic,)),
-            start=spec.start,
-            limits=Limits(),
-            run=run,
-        )  # seeds both partitions at 0
+    with _seeded_run(db, kafka, job_name, topic) as run:  # both partitions at 0
         write = functools.partial(write_rows, counts_table)
 
         def epoch(offsets: range, partition: int = 0) -> None:
@@ -266,25 +268,12 @@ def test_the_sink_never_commits_rows_of_a_topic_created_again_under_the_same_nam
     offset where it was."""
     from tests.integration.spark.test_recreated_in_flight import RecreateOnce
     from txn_offsets.errors import TopicChanged
-    from txn_offsets.planner import Limits, TopicSelection, plan_batch
-    from txn_offsets.spark.spec import JobSpec, job_run
     from txn_offsets.spark.stream.realtime_sink import RealTimeSink
 
     topic = topic_factory(partitions=1)
     produce(topic, 6, 1)
-    spec = JobSpec.of(job=job_name, topics=[topic], start=StartPolicy.earliest())
     write = functools.partial(write_rows, counts_table)
-    with job_run(spec, db, kafka) as (driver, run):
-        plan_batch(
-            driver,
-            db,
-            kafka,
-            job=job_name,
-            selection=TopicSelection((topic,)),
-            start=spec.start,
-            limits=Limits(),
-            run=run,
-        )  # seeds the partition at 0, with the topic's id
+    with _seeded_run(db, kafka, job_name, topic) as run:  # the partition at 0, with the topic's id
 
         def epoch(offsets: range, number: int) -> None:
             sink = RealTimeSink(run=run, database=db, write=write, max_rows=4, max_delay_s=60, kafka=kafka)
