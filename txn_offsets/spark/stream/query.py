@@ -29,14 +29,11 @@ the same table, so a job can move between them.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import logging
 import re
 import threading
-import urllib.parse
 from collections.abc import Callable, Sequence
-from types import TracebackType
 from typing import Any
 
 import sqlalchemy as sa
@@ -48,6 +45,7 @@ from txn_offsets.planner import Limits
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark.session import session_cores, session_key
 from txn_offsets.spark.spec import JobSpec, job_run
+from txn_offsets.spark.stream.running import RunQuery, run_checkpoint
 from txn_offsets.spark.stream.sink import ExactlyOnceSink
 from txn_offsets.spark.stream.source import FORMAT, StreamConfig, bound_source
 from txn_offsets.spark.tasks import ReadOptions
@@ -128,7 +126,7 @@ def open_stream(
     return stream
 
 
-class TxnStream:
+class TxnStream(RunQuery):
     """One run of a job as a Structured Streaming query: its source, its sink, its checkpoint."""
 
     def __init__(
@@ -220,44 +218,13 @@ class TxnStream:
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=f"{int(interval_s * 1000)} milliseconds")
-        logger.info(
-            "job=%r generation=%d: starting the stream, checkpoint %s",
-            self.run.job,
-            self.run.generation,
-            self.checkpoint_location,
-        )
-        self.query = writer.start()
-        return self.query
+        return self._launch(writer, self.run, "stream", self.checkpoint_location)
 
-    def close(self) -> None:
-        """Stop the query (if running) and release the run's lease."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            if self.query is not None and self.query.isActive:
-                self.query.stop()
-        finally:
-            with _open_lock:
-                streams = _open.get(session_key(self.spark), {})
-                if streams.get(self.run.job) is self.config:  # not a newer stream of the same job
-                    del streams[self.run.job]
-            self._lifecycle.close()  # releases the lease (quietly) and closes the engine
-
-    def __enter__(self) -> TxnStream:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-
-def run_checkpoint(root: str, schema: str, run: Run) -> str:
-    """The checkpoint of one run of a stream: ``<root>/<schema>/<job>/generation-<g>-<run digest>``."""
-    job = urllib.parse.quote(run.job, safe="")
-    digest = hashlib.sha256(run.run_id.encode()).hexdigest()[:12]
-    return f"{root}/{schema}/{job}/generation-{run.generation}-{digest}"
+    def _forget(self) -> None:
+        with _open_lock:
+            streams = _open.get(session_key(self.spark), {})
+            if streams.get(self.run.job) is self.config:  # not a newer stream of the same job
+                del streams[self.run.job]
 
 
 def check_frame(frame: Any, job: str) -> None:

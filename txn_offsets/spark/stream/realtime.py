@@ -35,7 +35,6 @@ import contextlib
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 from typing import Any
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
@@ -43,8 +42,8 @@ from txn_offsets.errors import ConfigError
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits, plan_batch
 from txn_offsets.spark.spec import JobSpec, job_run
-from txn_offsets.spark.stream.query import run_checkpoint
 from txn_offsets.spark.stream.realtime_sink import RealTimeSink, RowsWrite
+from txn_offsets.spark.stream.running import RunQuery, run_checkpoint
 from txn_offsets.store.database import translate_errors
 from txn_offsets.store.lease import keep_lease
 from txn_offsets.store.offset_rows import load_offsets
@@ -114,7 +113,7 @@ def open_realtime(
     )
 
 
-class RealTimeStream:
+class RealTimeStream(RunQuery):
     """One run of a job as a real-time query: its source, its sink, its checkpoint."""
 
     def __init__(  # noqa: PLR0917 - built by open_realtime only
@@ -195,30 +194,4 @@ class RealTimeStream:
             .trigger(realTime=batch_duration)
         )
         writer = writer.queryName(query_name) if query_name else writer
-        logger.info(
-            "job=%r generation=%d: starting the real-time query, checkpoint %s",
-            self.run.job,
-            self.run.generation,
-            self.checkpoint_location,
-        )
-        self.query = writer.start()
-        return self.query
-
-    def close(self) -> None:
-        """Stop the query (if running) and release the run's lease."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            if self.query is not None and self.query.isActive:
-                self.query.stop()
-        finally:
-            self._lifecycle.close()
-
-    def __enter__(self) -> RealTimeStream:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
+        return self._launch(writer, self.run, "real-time query", self.checkpoint_location)
