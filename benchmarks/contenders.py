@@ -226,21 +226,28 @@ def alo(spark: Any, ctx: Context) -> Outcome:
 
 def follow_eo(spark: Any, ctx: Context, stop: threading.Event, interval_s: float) -> threading.Thread:
     """run_job following the topic (caught-up latency probe) until `stop` is set."""
+    return follow_thread(spark, ctx, stop, "follow", limits=ctx.limits, batch_interval_s=interval_s)
+
+
+def follow_thread(
+    spark: Any, ctx: Context, stop: threading.Event, label: str, **options: Any
+) -> threading.Thread:
+    """A started daemon thread running run_job over the topic from its start until `stop` is set
+    (windowed counts, a job named after `label`), with run_job's `options` on top."""
     thread = threading.Thread(
         target=run_job,
         kwargs={
             "spark": spark,
-            "job": _job("follow"),
+            "job": _job(label),
             "kafka": ctx.kafka,
             "database": ctx.db,
             "writer": windowed_counts.WRITER,
             "topics": [ctx.topic],
             "start": StartPolicy.earliest(),
-            "limits": ctx.limits,
-            "batch_interval_s": interval_s,
             "stop": stop,
+            **options,
         },
-        name="bench-follow-eo",
+        name=f"bench-{label}",
         daemon=True,
     )
     thread.start()

@@ -17,7 +17,7 @@ import statistics
 import threading
 from typing import Any
 
-from benchmarks import sink
+from benchmarks import contenders, sink
 from benchmarks.contenders import Context, Outcome, _job
 from benchmarks.settings import EO_LOW_LATENCY, EO_PARTITION
 from examples import windowed_counts
@@ -38,24 +38,7 @@ def options(cap: int) -> LowLatency:
 
 def follow(spark: Any, ctx: Context, stop: threading.Event) -> threading.Thread:
     """run_job in low-latency mode following the topic (the latency probe) until `stop` is set."""
-    thread = threading.Thread(
-        target=run_job,
-        kwargs={
-            "spark": spark,
-            "job": _job("lowlat-follow"),
-            "kafka": ctx.kafka,
-            "database": ctx.db,
-            "writer": windowed_counts.WRITER,
-            "topics": [ctx.topic],
-            "start": StartPolicy.earliest(),
-            "stop": stop,
-            "low_latency": FOLLOW,
-        },
-        name="bench-follow-lowlat",
-        daemon=True,
-    )
-    thread.start()
-    return thread
+    return contenders.follow_thread(spark, ctx, stop, "lowlat-follow", low_latency=FOLLOW)
 
 
 def run(spark: Any, ctx: Context) -> Outcome:
