@@ -9,6 +9,11 @@ in its own scheduler pool (``spark.scheduler.pool`` = the job's name, a thread-l
 instead of queueing behind one another's batches. Without FAIR the jobs are just as exact, only the
 batches of the others wait while one job's batch holds every slot (a warning says so).
 
+On a classic session the jobs with a PartitionWriter share their Spark jobs (``shared_rounds``, the
+default; :mod:`txn_offsets.spark.rounds`): the batches they have ready run as ONE Spark job, each
+job's ranges committed by its own task body under its own run, instead of one Spark job per job
+and batch, whose fixed cost dominates small batches.
+
 Every job is a separate run with its own generation, lease, engine and offset rows: the jobs share
 the offsets tables, not a row, so none waits on another's locks. A job that fails does not stop the
 others (unless ``stop_on_error``): :class:`JobsResult` holds each job's summary or error.
@@ -19,6 +24,7 @@ SIGTERM/SIGINT (when called from the main thread) stop every job between its bat
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Mapping
@@ -26,9 +32,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from txn_offsets.errors import ConfigError
-from txn_offsets.spark import session
+from txn_offsets.spark import rounds, session
+from txn_offsets.spark.rounds import Rounds
 from txn_offsets.spark.runner import JobSummary, run_job
 from txn_offsets.spark.signals import stop_on_signals
+from txn_offsets.spark.writers import PartitionWriter
 
 __all__ = ["POOL_PROPERTY", "JobsFailed", "JobsResult", "run_jobs"]
 
@@ -54,6 +62,8 @@ class JobsResult:
 
     summaries: dict[str, JobSummary] = field(default_factory=dict)
     errors: dict[str, BaseException] = field(default_factory=dict)
+    rounds: int = 0  # shared rounds run (one Spark job each; 0: none shared)
+    round_batches: int = 0  # the jobs' batches they carried
 
     def raise_for_errors(self) -> None:
         if self.errors:
@@ -67,10 +77,15 @@ def run_jobs(
     stop: threading.Event | None = None,
     stop_on_error: bool = False,
     pools: bool = True,
+    shared_rounds: bool = True,
 ) -> JobsResult:
     """Run every job of `jobs` (job name -> run_job's keyword arguments, without spark/job/stop) at
     once, each on its own thread of this process and in its own scheduler pool (named after the job;
     ``pools=False``: the default pool); return when all have returned.
+
+    With `shared_rounds` (classic Spark), the batches of the jobs with a PartitionWriter run in
+    shared rounds, one Spark job for the batches the jobs have ready (:mod:`txn_offsets.spark.rounds`):
+    the same commits, without a Spark job's fixed cost per job and batch.
 
     `stop` stops them all between batches (so do SIGTERM/SIGINT from the main thread); with
     `stop_on_error` the first job that fails stops the others too. Bad arguments of any job raise
@@ -94,12 +109,16 @@ def run_jobs(
     stop = stop or threading.Event()
     result = JobsResult()
     lock = threading.Lock()
+    members = {name for name, opts in jobs.items() if shared_rounds and not connect and _rounds_fit(opts)}
+    shared = Rounds(spark, timeout_s=_round_timeout([jobs[n] for n in members])) if members else None
 
     def one(name: str, options: Mapping[str, Any]) -> None:
         if pools and not connect:  # thread-local: this thread's Spark jobs go to this pool
             spark.sparkContext.setLocalProperty(POOL_PROPERTY, name)
         try:
-            summary = run_job(spark, job=name, stop=stop, **options)
+            member = shared is not None and name in members
+            with rounds.joined(shared) if member else contextlib.nullcontext():  # type: ignore[arg-type]
+                summary = run_job(spark, job=name, stop=stop, **options)
         except BaseException as exc:  # kept for the caller, who decides
             logger.error("job=%r failed: %s: %s", name, type(exc).__name__, exc)
             with lock:
@@ -126,7 +145,31 @@ def run_jobs(
                 thread.join(0.5)
     finally:
         restore()
+        if shared is not None:
+            shared.close()
+            result.rounds, result.round_batches = shared.count, shared.batches
+            logger.info(
+                "run_jobs: %d batches of %d jobs in %d shared rounds",
+                shared.batches,
+                len(members),
+                shared.count,
+            )
     return result
+
+
+def _rounds_fit(options: Mapping[str, Any]) -> bool:
+    """Whether a job's batches can go to shared rounds: a PartitionWriter on the RDD path, not low-latency."""
+    return (
+        isinstance(options.get("writer"), PartitionWriter)
+        and options.get("low_latency") is None
+        and options.get("execution", "auto") in ("auto", "rdd")
+    )
+
+
+def _round_timeout(members: list[Mapping[str, Any]]) -> float | None:
+    """The rounds' deadline: the smallest batch_timeout_s of the member jobs (run_job's default 600 s)."""
+    timeouts = [t for t in (options.get("batch_timeout_s", 600.0) for options in members) if t is not None]
+    return min(timeouts) if timeouts else None
 
 
 def _scheduler_mode(spark: Any) -> str:

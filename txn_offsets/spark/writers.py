@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from txn_offsets.errors import ConfigError
 from txn_offsets.kafka.reader import Record
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.spark import frames
+from txn_offsets.spark import frames, rounds
 from txn_offsets.spark.batch import Batch
 from txn_offsets.spark.tasks import PartitionTask, TaskReport, commit_reporting, decoded
 from txn_offsets.store.dead_letters import DeadLetter
@@ -86,6 +86,9 @@ class PartitionWriter(Generic[T, A]):
         )
         if batch.path == "dataframe":
             return frames.run_tasks(batch.spark, batch.groups(), task)
+        shared = rounds.current()  # run_jobs: this batch's Spark job is shared with the other jobs'
+        if shared is not None and shared.spark is batch.spark:
+            return shared.submit(task, batch.groups())
         with frames.worker_imports():
             reports: list[TaskReport] = batch.ranges_rdd().mapPartitionsWithIndex(task).collect()
         return reports

@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,10 +20,12 @@ from tests.integration.spark.test_counting_job import counting_writer, stored_of
 from tests.kafka_ends import settled_ends
 from txn_offsets import StartPolicy
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.errors import ConfigError
+from txn_offsets.errors import BatchFailed, ConfigError
 from txn_offsets.planner import Limits
+from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark.many import JobsFailed, run_jobs
 from txn_offsets.spark.runner import BatchReport
+from txn_offsets.spark.writers import PartitionWriter
 
 JOBS = 4
 PARTITIONS = 2
@@ -78,11 +81,65 @@ def test_four_jobs_on_threads_each_exact_and_concurrent(
         assert totals(engine, tables[i]) == dict(expected[i])
         ends = settled_ends(kafka.bootstrap_servers, topics[i], PARTITIONS)
         assert stored_offsets(engine, db, name) == ends
+    # their batches shared Spark jobs: one per round, carrying every batch, fewer than the batches
+    batches = sum(s.batches for s in result.summaries.values())
+    assert result.round_batches == batches and 1 <= result.rounds < batches, result
     # they ran at the same time: every job committed a batch before any job committed its last
     deadline = time.monotonic() + 10
     while any(len(c) < summary.batches for c in commits.values()) and time.monotonic() < deadline:
         time.sleep(0.05)  # on_batch runs on each run's publisher thread
     assert max(c[0] for c in commits.values()) < min(c[-1] for c in commits.values()), commits
+
+
+def _count(records: Iterator[object]) -> int:
+    return sum(1 for _ in records)
+
+
+def _refusing_write(conn: sa.Connection, rng: OffsetRange, counts: object) -> None:
+    raise RuntimeError(f"refused {rng.topic}[{rng.partition}]")
+
+
+def test_a_failing_job_fails_alone_in_shared_rounds(
+    spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    job_name: str,
+) -> None:
+    """A write that raises in a shared round's task fails its own job's batch only: the other job,
+    whose units share the round's Spark tasks, commits every batch, exact."""
+    good_topic, bad_topic = topic_factory(partitions=PARTITIONS), topic_factory(partitions=PARTITIONS)
+    expected = produce(good_topic, 400, PARTITIONS, keys=17)
+    produce(bad_topic, 400, PARTITIONS)
+    (table,) = _tables(engine, db, 1)
+    common = {
+        "kafka": kafka,
+        "database": db,
+        "start": StartPolicy.earliest(),
+        "limits": Limits(max_records_per_partition=100),
+        "until_caught_up": True,
+        "retries": 1,
+        "retry_backoff_s": 0.0,
+    }
+    good, bad = f"{job_name}-good", f"{job_name}-bad"
+    refusing = PartitionWriter(write=_refusing_write, aggregate=_count)
+    result = run_jobs(
+        spark,
+        {
+            good: {**common, "writer": counting_writer(table), "topics": [good_topic]},
+            bad: {**common, "writer": refusing, "topics": [bad_topic]},
+        },
+    )
+    assert sorted(result.summaries) == [good] and sorted(result.errors) == [bad]
+    error = result.errors[bad]
+    assert isinstance(error, BatchFailed) and error.job == bad
+    assert "RuntimeError: refused" in str(error), error
+    assert result.summaries[good].records == 400 and totals(engine, table) == dict(expected)
+    assert stored_offsets(engine, db, good) == settled_ends(kafka.bootstrap_servers, good_topic, PARTITIONS)
+    assert stored_offsets(engine, db, bad) == {(bad_topic, p): 0 for p in range(PARTITIONS)}
+    assert result.rounds >= 2  # both jobs' batches went to shared rounds
 
 
 def test_sigterm_stops_every_job_between_batches(

@@ -1,0 +1,205 @@
+"""Shared rounds: the batches of many ``run_job`` loops of one Spark application, ONE Spark job per round.
+
+A Spark job has a fixed cost however small its batch (scheduling, the task closures, a round trip
+to the Python workers: ~150-200 ms on a 2-core machine), so 32 small jobs that each run a Spark
+job per batch spend most of their time on it. With rounds (:func:`txn_offsets.spark.many.run_jobs`
+on a classic session, for jobs with a :class:`~txn_offsets.spark.writers.PartitionWriter`), each
+job's thread still plans, commits under its own run and generation and publishes on its own; only
+the Spark job is shared. The batches submitted while a round runs, or within a short gathering
+window, go into the next round, spread over at most one Spark task per core (``unit`` = one job's
+ranges of the round). Every unit is committed by its job's own :class:`PartitionTask`, in its own
+transaction(s) with the usual guard (``off = from`` and the job's generation), so a round changes
+how many Spark jobs carry the batches, never what is committed.
+
+A job's failure stays its own: an exception in one unit is caught in the task and returned to that
+job only (its batch fails as a transient BatchFailed: it plans again from its stored offsets), and
+the task goes on with the other units. A Spark task that fails as a whole (a lost worker) is retried
+by Spark, its units found ``already_committed`` where they had committed; a round whose Spark job
+fails (or outlives the round's deadline, the smallest ``batch_timeout_s`` of the jobs, and is
+cancelled) fails every batch in it, transiently: each job plans again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from txn_offsets.spark import frames
+from txn_offsets.spark.batch import assign_ranges, batch_deadline
+from txn_offsets.spark.session import session_cores
+from txn_offsets.spark.tasks import PartitionTask, TaskReport
+
+__all__ = ["Rounds", "UnitFailed", "current", "joined"]
+
+logger = logging.getLogger(__name__)
+
+#: the batches submitted while a round runs make the next round, at once (the jobs fall into cohorts
+#: whose planning overlaps the other cohort's round); on an idle round thread, a round starts when
+#: every member has submitted, no batch came for GATHER_QUIET_S, or the first has waited GATHER_MAX_S
+GATHER_QUIET_S = 0.05
+GATHER_MAX_S = 0.25
+
+_local = threading.local()
+
+
+class UnitFailed(Exception):
+    """One job's unit of a round raised in its Spark task: the exception's type and message (its
+    job's batch fails with them, as a transient BatchFailed, and plans again)."""
+
+
+@dataclass(frozen=True)
+class RoundTask:
+    """The picklable body of a round's Spark task: each unit with its own job's PartitionTask."""
+
+    tasks: tuple[PartitionTask[Any], ...]
+
+    def __call__(self, index: int, assigned: Iterable[Any]) -> Iterator[tuple[int, Any]]:
+        # the whole input first: PySpark reuses only a worker whose input was read to the end
+        units = [(int(job), tuple(group)) for part in assigned for job, group in part]
+        for job, group in units:
+            try:
+                reports = list(self.tasks[job](index, [group]))
+            except Exception as exc:  # this job's failure, not the round's: the others go on
+                logger.warning("round unit of job %r failed: %s", self.tasks[job].run.job, type(exc).__name__)
+                yield job, UnitFailed(f"{type(exc).__name__}: {str(exc)[:1000]}")
+                continue
+            for report in reports:
+                yield job, report
+
+
+@dataclass
+class _Submission:
+    task: PartitionTask[Any]
+    groups: tuple[tuple[int, ...], ...]
+    done: threading.Event = field(default_factory=threading.Event)
+    reports: list[TaskReport] = field(default_factory=list)
+    error: BaseException | None = None
+
+    def result(self) -> list[TaskReport]:
+        self.done.wait()
+        if self.error is not None:
+            raise self.error
+        return self.reports
+
+
+class Rounds:
+    """Gathers the members' batches and runs each gathering as one Spark job on its own thread.
+
+    Members are the threads inside :func:`joined`; :meth:`submit` blocks its caller until its
+    batch's round has run. ``close()`` ends the round thread once nothing is pending."""
+
+    def __init__(self, spark: Any, *, timeout_s: float | None = None) -> None:
+        self.spark = spark
+        self.timeout_s = timeout_s
+        self.count = 0  # rounds run
+        self.batches = 0  # batches carried
+        self._slots = max(1, session_cores(spark))
+        self._cond = threading.Condition()
+        self._pending: list[_Submission] = []
+        self._members = 0
+        self._closed = False
+        self._thread = threading.Thread(target=self._serve, name="txn-offsets-rounds", daemon=True)
+        self._thread.start()
+
+    def submit(self, task: PartitionTask[Any], groups: Sequence[tuple[int, ...]]) -> list[TaskReport]:
+        """Run `task` over `groups` (range indexes per group) in the next round; its reports, or the
+        round's (or this unit's) failure raised."""
+        sub = _Submission(task, tuple(groups))
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("txn_offsets rounds are closed: no round will run this batch")
+            self._pending.append(sub)
+            self._cond.notify_all()
+        return sub.result()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join()
+
+    def _member(self, delta: int) -> None:
+        with self._cond:
+            self._members += delta
+            self._cond.notify_all()
+
+    def _serve(self) -> None:
+        ran = False  # a round just ended: what came in while it ran goes next, without waiting
+        while True:
+            with self._cond:
+                if not (ran and self._pending):
+                    while not self._pending and not self._closed:
+                        self._cond.wait()
+                    if not self._pending:
+                        return
+                    self._gather()
+                batch, self._pending = self._pending, []
+            self._run(batch)
+            ran = True
+
+    def _gather(self) -> None:
+        """Wait (lock held, released while waiting) for the other members' batches of this round."""
+        first = last = time.monotonic()
+        seen = len(self._pending)
+        while len(self._pending) < self._members and not self._closed:
+            now = time.monotonic()
+            until = min(last + GATHER_QUIET_S, first + GATHER_MAX_S)
+            if now >= until:
+                return
+            self._cond.wait(until - now)
+            if len(self._pending) != seen:
+                seen, last = len(self._pending), time.monotonic()
+
+    def _run(self, batch: list[_Submission]) -> None:
+        self.count += 1
+        self.batches += len(batch)
+        units: list[tuple[int, tuple[int, ...]]] = []
+        for i, sub in enumerate(batch):
+            if len(batch) >= self._slots:  # enough jobs to fill the slots: one unit per job
+                units.append((i, tuple(sorted(j for g in sub.groups for j in g))))
+            else:
+                units.extend((i, g) for g in sub.groups)
+        spans = [sum(batch[i].task.ranges[j].span for j in group) for i, group in units]
+        parts = [[units[u] for u in slot] for slot in assign_ranges(spans, min(self._slots, len(units)))]
+        body = RoundTask(tuple(sub.task for sub in batch))
+        try:
+            group = f"txn-offsets-round-{self.count}"
+            with batch_deadline(self.spark, group, self.timeout_s), frames.worker_imports():
+                rdd = self.spark.sparkContext.parallelize(parts, len(parts))
+                out = rdd.mapPartitionsWithIndex(body).collect()
+        except BaseException as exc:  # the round's Spark job failed: every batch in it did
+            for sub in batch:
+                sub.error = exc
+                sub.done.set()
+            return
+        for i, item in out:
+            sub = batch[i]
+            if isinstance(item, UnitFailed):
+                sub.error = item
+            else:
+                sub.reports.append(item)
+        for sub in batch:
+            sub.done.set()
+
+
+def current() -> Rounds | None:
+    """The rounds this thread's batches go to (inside :func:`joined`), else None."""
+    rounds: Rounds | None = getattr(_local, "rounds", None)
+    return rounds
+
+
+@contextlib.contextmanager
+def joined(rounds: Rounds) -> Iterator[None]:
+    """This thread is a member of `rounds`: its PartitionWriter batches (RDD path) go to them."""
+    rounds._member(+1)
+    _local.rounds = rounds
+    try:
+        yield
+    finally:
+        _local.rounds = None
+        rounds._member(-1)
