@@ -27,16 +27,22 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import sqlalchemy as sa
+
+from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import ConfigError
 from txn_offsets.spark import rounds, session
 from txn_offsets.spark.rounds import Rounds
 from txn_offsets.spark.runner import JobSummary, run_job
 from txn_offsets.spark.signals import stop_on_signals
+from txn_offsets.spark.spec import shared_engines
 from txn_offsets.spark.writers import PartitionWriter
+from txn_offsets.store.database import DRIVER_POOL, engine_for
 
 __all__ = ["POOL_PROPERTY", "JobsFailed", "JobsResult", "run_jobs"]
 
@@ -111,13 +117,17 @@ def run_jobs(
     lock = threading.Lock()
     members = {name for name, opts in jobs.items() if shared_rounds and not connect and _rounds_fit(opts)}
     shared = Rounds(spark, timeout_s=_round_timeout([jobs[n] for n in members])) if members else None
+    engines = _driver_engines(jobs.values())
 
     def one(name: str, options: Mapping[str, Any]) -> None:
         if pools and not connect:  # thread-local: this thread's Spark jobs go to this pool
             spark.sparkContext.setLocalProperty(POOL_PROPERTY, name)
         try:
             member = shared is not None and name in members
-            with rounds.joined(shared) if member else contextlib.nullcontext():  # type: ignore[arg-type]
+            with (
+                shared_engines(engines),
+                rounds.joined(shared) if member else contextlib.nullcontext(),  # type: ignore[arg-type]
+            ):
                 summary = run_job(spark, job=name, stop=stop, **options)
         except BaseException as exc:  # kept for the caller, who decides
             logger.error("job=%r failed: %s: %s", name, type(exc).__name__, exc)
@@ -145,6 +155,8 @@ def run_jobs(
                 thread.join(0.5)
     finally:
         restore()
+        for engine in engines.values():
+            engine.dispose()
         if shared is not None:
             shared.close()
             result.rounds, result.round_batches = shared.count, shared.batches
@@ -155,6 +167,17 @@ def run_jobs(
                 shared.count,
             )
     return result
+
+
+def _driver_engines(jobs: Iterable[Mapping[str, Any]]) -> dict[DatabaseSettings, sa.Engine]:
+    """One driver engine per database the jobs use, sized for all of them: each job's own engine
+    would hold DRIVER_POOL connections, the shared one holds at most as many in all (so every
+    job's connection budget still holds), opened only as the jobs need them."""
+    users = Counter(o["database"] for o in jobs if isinstance(o.get("database"), DatabaseSettings))
+    return {
+        db: engine_for(db, pool_size=DRIVER_POOL[0] * n, max_overflow=DRIVER_POOL[1] * n)
+        for db, n in users.items()
+    }
 
 
 def _rounds_fit(options: Mapping[str, Any]) -> bool:

@@ -8,14 +8,17 @@ Both then live through the same lifecycle: an engine for the driver, the preflig
 topics there: a misconfigured run does not even bump the generation), the role check (a job the
 database role may not use is refused; a superuser or the schema owner is warned about), a new
 run (fencing every older one), and at the end the lease released and the engine closed - whatever
-happened between.
+happened between. Under :func:`shared_engines` (``run_jobs``: many jobs of one application) the
+runs of this thread take their driver engine from there instead, one for all the jobs on the same
+database, and leave it open.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import sqlalchemy as sa
@@ -31,9 +34,11 @@ from txn_offsets.store.database import engine_for
 from txn_offsets.store.roles import check_run_role
 from txn_offsets.store.runs import Run, end_run, start_run
 
-__all__ = ["JobSpec", "end_quietly", "job_run"]
+__all__ = ["JobSpec", "end_quietly", "job_run", "shared_engines"]
 
 logger = logging.getLogger(__name__)
+
+_local = threading.local()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,20 +120,37 @@ def job_run(
     """The driver's engine and a new run of ``spec.job`` (fencing older runs), after the
     preflight; at exit the lease is released (quietly, see :func:`end_quietly`) and the engine
     closed. A failed preflight or start changes nothing and leaves nothing open."""
-    engine = engine_for(database)
+    shared: Mapping[DatabaseSettings, sa.Engine] = getattr(_local, "engines", {})
+    engine = shared.get(database) or engine_for(database)
+    own = database not in shared
     try:
         preflight(engine, database, kafka, job=spec.job, selection=spec.selection)
         # a job the role may not use fails here; a superuser or the schema owner is warned about
         check_run_role(engine, database, spec.job)
         run = start_run(engine, database, spec.job, force=spec.force, lease_s=spec.lease_s)
     except BaseException:
-        engine.dispose()
+        if own:
+            engine.dispose()
         raise
     try:
         yield engine, run
     finally:
         end_quietly(engine, database, run)
-        engine.dispose()
+        if own:
+            engine.dispose()
+
+
+@contextlib.contextmanager
+def shared_engines(engines: Mapping[DatabaseSettings, sa.Engine]) -> Iterator[None]:
+    """The runs this thread starts inside the block use these driver engines (per database
+    settings) instead of one of their own each, and leave them open: their owner disposes of them.
+    One pool for many jobs opens connections as they are needed, up to the pool's size, and
+    compiles each statement once, not once per job."""
+    _local.engines = engines
+    try:
+        yield
+    finally:
+        _local.engines = {}
 
 
 def end_quietly(engine: sa.Engine, database: DatabaseSettings, run: Run) -> None:
