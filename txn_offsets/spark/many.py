@@ -28,11 +28,9 @@ import contextlib
 import logging
 import threading
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
-import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import ConfigError
@@ -42,6 +40,7 @@ from txn_offsets.spark.runner import JobSummary, run_job
 from txn_offsets.spark.signals import stop_on_signals
 from txn_offsets.spark.spec import shared_engines
 from txn_offsets.spark.writers import PartitionWriter
+from txn_offsets.store.budget import check_jobs_budget
 from txn_offsets.store.database import DRIVER_POOL, engine_for
 
 __all__ = ["POOL_PROPERTY", "JobsFailed", "JobsResult", "run_jobs"]
@@ -95,7 +94,8 @@ def run_jobs(
 
     `stop` stops them all between batches (so do SIGTERM/SIGINT from the main thread); with
     `stop_on_error` the first job that fails stops the others too. Bad arguments of any job raise
-    ConfigError before any job starts.
+    ConfigError before any job starts, and so do jobs that together need more PostgreSQL
+    connections than the server has free (:func:`~txn_offsets.store.budget.check_jobs_budget`).
     """
     if not jobs:
         raise ConfigError("jobs", "no job given: pass {job name: run_job keyword arguments}")
@@ -117,7 +117,14 @@ def run_jobs(
     lock = threading.Lock()
     members = {name for name, opts in jobs.items() if shared_rounds and not connect and _rounds_fit(opts)}
     shared = Rounds(spark, timeout_s=_round_timeout([jobs[n] for n in members])) if members else None
-    engines = _driver_engines(jobs.values())
+    slots = session.session_cores(spark)
+    users = Counter(o["database"] for o in jobs.values() if isinstance(o.get("database"), DatabaseSettings))
+    for db, n in users.items():  # all the jobs together, before any starts: each job checks its own share
+        check_jobs_budget(db, n, slots)
+    engines = {
+        db: engine_for(db, pool_size=DRIVER_POOL[0] * n, max_overflow=DRIVER_POOL[1] * n)
+        for db, n in users.items()
+    }  # one driver engine per database, as large as the jobs' own pools were: opened as needed
 
     def one(name: str, options: Mapping[str, Any]) -> None:
         if pools and not connect:  # thread-local: this thread's Spark jobs go to this pool
@@ -167,17 +174,6 @@ def run_jobs(
                 shared.count,
             )
     return result
-
-
-def _driver_engines(jobs: Iterable[Mapping[str, Any]]) -> dict[DatabaseSettings, sa.Engine]:
-    """One driver engine per database the jobs use, sized for all of them: each job's own engine
-    would hold DRIVER_POOL connections, the shared one holds at most as many in all (so every
-    job's connection budget still holds), opened only as the jobs need them."""
-    users = Counter(o["database"] for o in jobs if isinstance(o.get("database"), DatabaseSettings))
-    return {
-        db: engine_for(db, pool_size=DRIVER_POOL[0] * n, max_overflow=DRIVER_POOL[1] * n)
-        for db, n in users.items()
-    }
 
 
 def _rounds_fit(options: Mapping[str, Any]) -> bool:

@@ -37,6 +37,7 @@ __all__ = [
     "WORKER_CONNECTIONS",
     "ConnectionBudget",
     "check_budget",
+    "check_jobs_budget",
     "plan_budget",
 ]
 
@@ -80,24 +81,53 @@ def plan_budget(slots: int, max_store_connections: int | None) -> ConnectionBudg
     return plan
 
 
+def check_jobs_budget(db: DatabaseSettings, jobs: int, slots: int) -> int:
+    """Many jobs of one application on `db` (``run_jobs``: one driver engine sized for all of them,
+    and the workers' engines shared by every job's tasks) open at most ``jobs * DRIVER_CONNECTIONS +
+    slots * WORKER_CONNECTIONS``; returns that number, or fails now if the server has fewer free -
+    each job's own check at its start sees only its own share."""
+    needed = jobs * DRIVER_CONNECTIONS + max(1, int(slots)) * WORKER_CONNECTIONS
+    room = _headroom(db)
+    if needed > room.free + 1:
+        raise ConfigError(
+            "jobs",
+            f"these {jobs} jobs open up to {needed} connections to PostgreSQL ({DRIVER_CONNECTIONS} per "
+            f"job on the driver + {WORKER_CONNECTIONS} per task slot x {slots} slots), but "
+            f"{_short_of(db, room)}: run fewer jobs in this application, or raise PostgreSQL's "
+            f"max_connections (or put PgBouncer in front, docs/operations.md)",
+        )
+    return needed
+
+
+def _headroom(db: DatabaseSettings) -> ConnectionHeadroom:
+    """The server's free connections, read on a connection of its own (closed before any run opens one)."""
+    engine = engine_for(db, poolclass=sa.pool.NullPool)
+    try:
+        with translate_errors(db), engine.connect() as conn:
+            return connection_headroom(conn)
+    finally:
+        engine.dispose()
+
+
+def _short_of(db: DatabaseSettings, room: ConnectionHeadroom) -> str:
+    # the check's own connection is counted in use and closed before the run opens any
+    return (
+        f"{db.display_url} has {room.free + 1} free (max_connections {room.max_connections} - "
+        f"{room.reserved} reserved - {room.in_use - 1} in use)"
+    )
+
+
 def check_budget(db: DatabaseSettings, slots: int, max_store_connections: int | None) -> ConnectionBudget:
     """:func:`plan_budget`, then the server's free connections (one short read on a connection of
     its own): a run that could not open what it needs fails now, naming the setting and the numbers."""
     plan = plan_budget(slots, max_store_connections)
-    engine = engine_for(db, poolclass=sa.pool.NullPool)
-    try:
-        with translate_errors(db), engine.connect() as conn:
-            room: ConnectionHeadroom = connection_headroom(conn)
-    finally:
-        engine.dispose()
-    # this check's own connection is counted in use and closed before the run opens any
+    room = _headroom(db)
     if plan.needed > room.free + 1:
         raise ConfigError(
             "max_store_connections",
             f"this job opens up to {plan.needed} connections to PostgreSQL ({DRIVER_CONNECTIONS} on the "
-            f"driver + {WORKER_CONNECTIONS} per task slot x {plan.slots} slots), but {db.display_url} has "
-            f"{room.free + 1} free (max_connections {room.max_connections} - {room.reserved} reserved - "
-            f"{room.in_use - 1} in use): run on fewer executor cores, or raise PostgreSQL's "
+            f"driver + {WORKER_CONNECTIONS} per task slot x {plan.slots} slots), but "
+            f"{_short_of(db, room)}: run on fewer executor cores, or raise PostgreSQL's "
             f"max_connections (or put PgBouncer in front, docs/operations.md)",
         )
     logger.info(

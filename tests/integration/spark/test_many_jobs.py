@@ -26,6 +26,8 @@ from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark.many import JobsFailed, run_jobs
 from txn_offsets.spark.runner import BatchReport
 from txn_offsets.spark.writers import PartitionWriter
+from txn_offsets.store.budget import DRIVER_CONNECTIONS
+from txn_offsets.store.health import connection_headroom
 
 JOBS = 4
 PARTITIONS = 2
@@ -189,11 +191,22 @@ def test_sigterm_stops_every_job_between_batches(
         assert totals(engine, tables[i]) == dict(expected[i])  # whole batches only, all of them
 
 
-def test_bad_arguments_start_nothing(spark: Any, kafka: KafkaSettings, db: DatabaseSettings) -> None:
+def test_bad_arguments_start_nothing(
+    spark: Any, engine: sa.Engine, kafka: KafkaSettings, db: DatabaseSettings, job_name: str
+) -> None:
     with pytest.raises(ConfigError, match="no job given"):
         run_jobs(spark, {})
     with pytest.raises(ConfigError, match=r"jobs\['a'\].*stop is set by run_jobs"):
         run_jobs(spark, {"a": {"kafka": kafka, "database": db, "stop": threading.Event()}})
+    # jobs that each fit the server's connections but together do not: refused before any starts
+    with engine.connect() as conn:
+        free = connection_headroom(conn).free
+    many = {
+        f"{job_name}-{i}": {"kafka": kafka, "database": db, "writer": None, "topics": []}
+        for i in range(free // DRIVER_CONNECTIONS + 1)
+    }
+    with pytest.raises(ConfigError, match=rf"jobs: these {len(many)} jobs open up to"):
+        run_jobs(spark, many)
     # a job that fails does not stop the other; the error names the job
     result = run_jobs(spark, {"bad": {"kafka": kafka, "database": db, "writer": None, "topics": []}})
     assert not result.summaries and isinstance(result.errors["bad"], ConfigError)

@@ -201,3 +201,24 @@ def test_a_run_the_server_cannot_take_fails_at_start(engine: sa.Engine, migrated
     assert message.startswith("max_store_connections: this job opens up to")
     assert f"max_connections {room.max_connections} - {room.reserved} reserved" in message
     assert str(migrated.url.password) not in message
+
+
+def test_many_jobs_the_server_cannot_take_fail_together(
+    engine: sa.Engine, migrated: DatabaseSettings
+) -> None:
+    """check_jobs_budget: many jobs of one application are checked together (one driver engine for
+    all, the workers' shared), so jobs that each fit but together do not are refused, by number."""
+    assert (
+        budget.check_jobs_budget(migrated, 3, 2)
+        == 3 * budget.DRIVER_CONNECTIONS + 2 * budget.WORKER_CONNECTIONS
+    )
+    with engine.connect() as conn:
+        room = health.connection_headroom(conn)
+    jobs = room.free // budget.DRIVER_CONNECTIONS + 1  # each fits; together they do not
+    budget.check_budget(migrated, 2, None)  # one job alone passes
+    with pytest.raises(ConfigError) as caught:
+        budget.check_jobs_budget(migrated, jobs, 2)
+    message = str(caught.value)
+    assert message.startswith(f"jobs: these {jobs} jobs open up to")
+    assert f"max_connections {room.max_connections} - {room.reserved} reserved" in message
+    assert str(migrated.url.password) not in message
