@@ -13,12 +13,14 @@ echo values) and reported as False.
 from __future__ import annotations
 
 import bisect
+import functools
 import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from txn_offsets.config import DatabaseSettings
@@ -81,25 +83,56 @@ def _check(job: str, seconds: float | None, outcomes: Mapping[str, int]) -> None
             raise ConfigError("outcome", f"{name}={count!r}: counts are integers >= 0")
 
 
+@functools.lru_cache(maxsize=16)
+def _upsert(schema: str) -> sa.Insert:
+    """The one statement that counts a batch or a failure (built once per schema, its values
+    bound): a new job's row with these counts, or these counts added to its row - the buckets
+    element by element, so the batch's bucket is a bound vector, not part of the statement."""
+    t = tables_for(schema).stats
+    ins = pg_insert(t).values(
+        job=sa.bindparam("job"),
+        batches=sa.bindparam("batches", type_=sa.BigInteger),
+        batch_seconds_sum=sa.bindparam("seconds", type_=sa.Double),
+        batch_buckets=sa.bindparam("buckets", type_=sa.ARRAY(sa.BigInteger)),
+        last_batch_at=sa.case((sa.bindparam("batches", type_=sa.BigInteger) > 0, sa.func.now())),
+        updated_at=sa.func.now(),
+        **{name: sa.bindparam(name, type_=sa.BigInteger) for name in STAT_OUTCOMES},
+    )
+    new = ins.excluded
+    dialect: sa.Dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
+    target = dialect.identifier_preparer.format_table(t)
+    summed = sa.literal_column(
+        "ARRAY(SELECT coalesce(x.a, 0) + coalesce(x.b, 0) "  # noqa: S608 - a quoted identifier of a validated schema
+        f"FROM unnest({target}.batch_buckets, excluded.batch_buckets) WITH ORDINALITY AS x(a, b, n) "
+        "ORDER BY x.n)",
+        sa.ARRAY(sa.BigInteger),
+    )
+    return ins.on_conflict_do_update(
+        index_elements=[t.c.job],
+        set_={
+            "batches": t.c.batches + new.batches,
+            "batch_seconds_sum": t.c.batch_seconds_sum + new.batch_seconds_sum,
+            "batch_buckets": summed,
+            "last_batch_at": sa.func.coalesce(new.last_batch_at, t.c.last_batch_at),
+            "updated_at": sa.func.now(),
+            **{name: getattr(t.c, name) + getattr(new, name) for name in STAT_OUTCOMES},
+        },
+    )
+
+
 def _apply(
     engine: sa.Engine, db: DatabaseSettings, job: str, seconds: float | None, outcomes: Mapping[str, int]
 ) -> bool:
-    t = tables_for(db.schema).stats
-    empty = [0] * (len(BATCH_SECONDS_BUCKETS) + 1)
-    values: dict[sa.ColumnElement[object] | str, object] = {
-        name: getattr(t.c, name) + count for name, count in outcomes.items() if count
-    }
-    values["updated_at"] = sa.func.now()
+    buckets = [0] * (len(BATCH_SECONDS_BUCKETS) + 1)
     if seconds is not None:
-        slot = bucket_index(seconds) + 1  # PostgreSQL arrays count from 1
-        values.update(
-            {
-                "batches": t.c.batches + 1,
-                "batch_seconds_sum": t.c.batch_seconds_sum + float(seconds),
-                t.c.batch_buckets[slot]: t.c.batch_buckets[slot] + 1,
-                "last_batch_at": sa.func.now(),
-            }
-        )
+        buckets[bucket_index(seconds)] = 1
+    values = {
+        "job": job,
+        "batches": 0 if seconds is None else 1,
+        "seconds": 0.0 if seconds is None else float(seconds),
+        "buckets": buckets,
+        **{name: int(outcomes.get(name, 0)) for name in STAT_OUTCOMES},
+    }
     try:
         with translate_errors(db), engine.begin() as conn:
             # bound, transaction-local: a stuck holder of the stats row costs seconds, not the job
@@ -109,12 +142,7 @@ def _apply(
                     sa.func.set_config("statement_timeout", _STATEMENT_TIMEOUT, True),
                 )
             )
-            conn.execute(
-                pg_insert(t)
-                .values(job=job, batch_buckets=empty)
-                .on_conflict_do_nothing(index_elements=["job"])
-            )
-            conn.execute(sa.update(t).where(t.c.job == job).values(values))
+            conn.execute(_upsert(db.schema), values)
     except (TxnOffsetsError, sa.exc.SQLAlchemyError) as exc:
         state = sqlstate(exc)
         logger.warning(
