@@ -115,6 +115,7 @@ class ScaleMore:
     job_partitions: int
     job_records: int  # records per job's topic
     job_batches: int  # batches per job (each capped at job_records / job_batches offsets)
+    job_small_records: int  # the same again with this many records per topic (0: not run)
     job_rounds: int  # rounds of (N jobs, one job over the N topics), alternating
 
 
@@ -126,8 +127,9 @@ FULL_MORE = ScaleMore(
     hot_batches=(100, 10_000),
     jobs=32,
     job_partitions=2,
-    job_records=2_000,
+    job_records=20_000,  # batches of 5,000 records per job
     job_batches=4,
+    job_small_records=2_000,  # batches of 500: the per-batch costs alone
     job_rounds=2,
 )
 SMOKE_MORE = ScaleMore(
@@ -140,6 +142,7 @@ SMOKE_MORE = ScaleMore(
     job_partitions=2,
     job_records=300,
     job_batches=2,
+    job_small_records=0,
     job_rounds=1,
 )
 

@@ -14,10 +14,19 @@ def _stats(p50: float) -> dict[str, Any]:
     return {"interval_p50_s": p50}
 
 
-def result(exact: bool = True) -> dict[str, Any]:
+def result(exact: bool = True, small_exact: bool = True) -> dict[str, Any]:
     at = {"updates": 80_000, "hot_updates": 79_000, "hot_ratio": 0.9875, "total_bytes": 65_536}
     checkpoints = [{**at, "batches": 100}, {**at, "batches": 10_000}]
-    jobs = {"jobs": 32, "many_vs_one": 0.93, "exact": exact, "peak_connections": 71, "budget": 104}
+    jobs: dict[str, Any] = {
+        "jobs": 32,
+        "many_vs_one": 0.93,
+        "exact": exact,
+        "peak_connections": 71,
+        "budget": 104,
+    }
+    jobs.update(records=20_000, batch_records=5_000, runs=[], lock_waits=0)
+    small = {**jobs, "many_vs_one": 0.41, "exact": small_exact, "peak_connections": 80}
+    small.update(records=2_000, batch_records=500)
     return {
         "scale": {
             "partitions": [8, 128],
@@ -38,7 +47,7 @@ def result(exact: bool = True) -> dict[str, Any]:
                     "hot_ratio": 0.9875,
                     "total_ratio": 1.0,
                 },
-                "jobs": {**jobs, "runs": [], "lock_waits": 0},
+                "jobs": {**jobs, "small": small},
             },
         }
     }
@@ -47,9 +56,10 @@ def result(exact: bool = True) -> dict[str, Any]:
 def test_the_row_names_every_figure_of_the_issue() -> None:
     assert scale.line(result()) == (
         "bench: per_batch_1024_vs_8=2.50 per_batch_4096_vs_8=4.75 plan_4096_p50_ms=123 hot_ratio=0.99 "
-        "jobs32_vs_1=0.93 jobs32_exact=yes peak_connections=71/104"
-    )
+        "jobs32_vs_1=0.93 jobs32_exact=yes peak_connections=80/104"
+    )  # exact and peak connections over both workloads; the ratio is the main one's
     assert "jobs32_exact=no" in (scale.line(result(exact=False)) or "")
+    assert "jobs32_exact=no" in (scale.line(result(small_exact=False)) or "")
 
 
 def test_no_row_without_the_extension_and_nan_for_a_count_not_timed() -> None:
@@ -62,4 +72,6 @@ def test_no_row_without_the_extension_and_nan_for_a_count_not_timed() -> None:
 def test_the_markdown_shows_the_figures() -> None:
     text = "\n".join(scale.markdown(result()))
     assert "p50 **123 ms**" in text and "**0.988**" in text and "**0.93x**" in text
+    assert "20,000 records each in batches of 5,000" in text and "(batches of 160,000)" in text
+    assert "2,000 records each in batches of 500" in text and "**0.41x**" in text
     assert scale.markdown({"scale": {}}) == [] and report.scale_rows({"scale": {}}) == []
