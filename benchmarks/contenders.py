@@ -193,7 +193,7 @@ def _unguarded(batch: Batch) -> list[TaskReport]:
         run=batch.run,
         ranges=batch.ranges,
         prepare=windowed_counts.WRITER.prepare,
-        write=windowed_counts.WRITER.write,
+        write=windowed_counts.WRITER.write_ranges,
         read=batch.read,
         guard=False,
     )

@@ -120,7 +120,7 @@ def one_topic(  # noqa: PLR0917 - a script's one call
                 run=run,
                 ranges=plan.ranges,
                 prepare=windowed_counts.WRITER.prepare,
-                write=windowed_counts.WRITER.write,
+                write=windowed_counts.WRITER.write_ranges,
             )
             if prof is not None and number > 0:
                 prof.enable()

@@ -1,10 +1,11 @@
 """Event-time tumbling-window counts and duration sums per page, exactly once.
 
-Each Spark task reads one offset range, decodes the page views, and reduces them to partial
+Each Spark task reads its offset ranges, decodes the page views, and reduces each range to partial
 aggregates per (1-minute window, page) *before* the transaction. The transaction then claims the
-range and adds the partials into ``txn_examples.window_counts`` with one additive upsert
-(``ON CONFLICT ... DO UPDATE SET views = t.views + excluded.views``, arrays through unnest, never
-row by row). A retried or duplicated task finds its range already committed and adds nothing.
+task's ranges and adds their partials, merged, into ``txn_examples.window_counts`` with one additive
+upsert (``PartitionWriter(write_all=...)``; ``ON CONFLICT ... DO UPDATE SET views = t.views +
+excluded.views``, arrays through unnest, never row by row). A retried or duplicated task finds its
+ranges already committed and adds nothing.
 
     python examples/windowed_counts.py --topic pageviews
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 import collections
 import datetime as dt
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import sqlalchemy as sa
 
@@ -35,23 +36,38 @@ def aggregate(views: Iterator[PageView]) -> Partials:
     return dict(out)
 
 
-def write(conn: sa.Connection, rng: OffsetRange, partials: Partials) -> None:
+def write_all(conn: sa.Connection, items: Sequence[tuple[OffsetRange, Partials]]) -> None:
+    """The partials of every range the transaction commits, merged per (topic, window, page): ranges
+    of one topic's partitions share keys, and one upsert may not name a key twice."""
+    merged: dict[tuple[str, int, str], list[int]] = {}
+    for rng, partials in items:
+        for (start, page), (views, duration) in partials.items():
+            acc = merged.setdefault((rng.topic, start, page), [0, 0])
+            acc[0] += views
+            acc[1] += duration
     rows = [
         {
-            "topic": rng.topic,
+            "topic": topic,
             "window_start": dt.datetime.fromtimestamp(start / 1000, tz=dt.UTC),
             "page": page,
             "views": views,
             "duration_ms": duration,
         }
-        for (start, page), (views, duration) in partials.items()
+        for (topic, start, page), (views, duration) in merged.items()
     ]
     upsert_add(
         conn, window_counts, rows, keys=["topic", "window_start", "page"], add=["views", "duration_ms"]
     )
 
 
-WRITER: PartitionWriter[PageView, Partials] = PartitionWriter(write=write, decode=decode, aggregate=aggregate)
+def write(conn: sa.Connection, rng: OffsetRange, partials: Partials) -> None:
+    """One range's partials (as a per-range ``PartitionWriter(write=...)`` would write them)."""
+    write_all(conn, [(rng, partials)])
+
+
+WRITER: PartitionWriter[PageView, Partials] = PartitionWriter(
+    write_all=write_all, decode=decode, aggregate=aggregate
+)
 
 
 def main() -> int:

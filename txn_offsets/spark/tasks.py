@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -169,7 +169,7 @@ class PartitionTask(Generic[A]):
     run: Run
     ranges: tuple[OffsetRange, ...]
     prepare: Callable[[Iterator[Record], list[DeadLetter] | None], A]
-    write: Callable[[sa.Connection, OffsetRange, A], None]
+    write: Callable[[sa.Connection, Sequence[tuple[OffsetRange, A]]], None]  # the ranges of a transaction
     read: ReadOptions = field(default_factory=ReadOptions)
     isolation_level: str = "READ COMMITTED"
     after_commit: Callable[[OffsetRange, str], None] | None = None
@@ -242,8 +242,10 @@ class PartitionTask(Generic[A]):
 
     def _commit(self, prepared: list[_Prepared[A]]) -> list[TaskReport]:
         def write_all(conn: sa.Connection) -> None:
-            for p in prepared:  # the user's write stays per range, all in this transaction
-                self._write(conn, p.range, p.value, p.dead)
+            self.write(conn, [(p.range, p.value) for p in prepared])  # the writer's, all in this transaction
+            for p in prepared:
+                if p.dead:
+                    write_dead_letters(conn, self.database, self.run.job, p.dead)
 
         records = {p.range.key: p.records for p in prepared}
         reports = commit_reporting(
@@ -266,13 +268,6 @@ class PartitionTask(Generic[A]):
                 # task whose ranges are already committed (fault injection, notifications)
                 self.after_commit(r.range, r.outcome)
         return reports
-
-    def _write(
-        self, conn: sa.Connection, rng: OffsetRange, prepared: A, dead: list[DeadLetter] | None
-    ) -> None:
-        self.write(conn, rng, prepared)
-        if dead:
-            write_dead_letters(conn, self.database, self.run.job, dead)
 
 
 def _range_indexes(assigned: Iterable[Any]) -> list[int]:

@@ -42,6 +42,11 @@ class Writer(Protocol):
 class PartitionWriter(Generic[T, A]):
     """Commit each range in its own task: ``write(conn, range, aggregate(decode(records)))``.
 
+    Or ``write_all(conn, [(range, aggregate(...)), ...])``: called once per transaction with every
+    range it commits (a task's ranges, ``ReadOptions.ranges_per_transaction`` at a time), so the
+    results of many small ranges go to the database in one statement (merge them first: ranges of
+    one topic can share a key). Give exactly one of ``write`` and ``write_all``.
+
     ``decode`` (default: the Record itself) turns a record into the user's value; a failure rejects
     the batch with the record's topic/partition/offset. ``aggregate`` (default: ``list``) reduces a
     range's values to what ``write`` needs, before the transaction opens; it must read its input
@@ -51,12 +56,30 @@ class PartitionWriter(Generic[T, A]):
     ``dead_letters`` table in the same transaction as the range's results and offset.
     """
 
-    write: Callable[[sa.Connection, OffsetRange, A], None]
+    write: Callable[[sa.Connection, OffsetRange, A], None] | None = None
     decode: Callable[[Record], T] | None = None
     aggregate: Callable[[Iterator[T]], A] | None = None
     isolation_level: str = "READ COMMITTED"
     after_commit: Callable[[OffsetRange, str], None] | None = None
     dead_letters: bool = False
+    write_all: Callable[[sa.Connection, Sequence[tuple[OffsetRange, A]]], None] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.write is None) == (self.write_all is None):
+            raise ConfigError(
+                "write",
+                "give exactly one of write(conn, range, result) (per range) or write_all(conn, "
+                "[(range, result), ...]) (every range of a transaction at once)",
+            )
+
+    def write_ranges(self, conn: sa.Connection, items: Sequence[tuple[OffsetRange, A]]) -> None:
+        """Write the prepared results of the ranges one transaction commits: ``write_all`` once,
+        or ``write`` per range."""
+        if self.write_all is not None:
+            self.write_all(conn, items)
+        elif self.write is not None:  # one of the two: checked on construction
+            for rng, value in items:
+                self.write(conn, rng, value)
 
     def prepare(self, records: Iterator[Record], dead: list[DeadLetter] | None = None) -> A:
         values: Iterator[Any] = decoded(records, self.decode, dead) if self.decode is not None else records
@@ -77,7 +100,7 @@ class PartitionWriter(Generic[T, A]):
             run=batch.run,
             ranges=batch.ranges,
             prepare=self.prepare,
-            write=self.write,
+            write=self.write_ranges,
             read=batch.read,
             isolation_level=self.isolation_level,
             after_commit=self.after_commit,

@@ -291,7 +291,7 @@ def test_a_task_started_late_ends_with_its_epoch(
             ends={},
             options=LowLatency(epoch_s=epoch_s, check_interval_ms=100),
             prepare=writer.prepare,
-            write=writer.write,
+            write=writer.write_ranges,
             ends_at=time.time() + ends_in,
         )
         t0 = time.monotonic()
@@ -337,7 +337,7 @@ def test_a_commit_per_producer_transaction_over_the_tasks_partitions(
         ends={},
         options=LowLatency(epoch_s=30, commit_interval_ms=5, check_interval_ms=100),
         prepare=writer.prepare,
-        write=writer.write,
+        write=writer.write_ranges,
     )
     reports: list[Any] = []
     thread = threading.Thread(target=lambda: reports.extend(task(0, [(0, 1, 2, 3)])), daemon=True)

@@ -173,7 +173,7 @@ def _epoch(loop: Epoch) -> bool:
         ends=dict(plan.ends),
         options=loop.options,
         prepare=loop.writer.prepare,
-        write=loop.writer.write,
+        write=loop.writer.write_ranges,
         isolation_level=loop.writer.isolation_level,
         dead_letters=loop.writer.dead_letters,
         epoch=number,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,7 +82,7 @@ class FollowTask:
     ends: dict[TopicPartition, int]  # the ends the epoch was planned to (until_caught_up)
     options: LowLatency
     prepare: Callable[[Iterator[Record], list[DeadLetter] | None], Any]
-    write: Callable[[sa.Connection, OffsetRange, Any], None]
+    write: Callable[[sa.Connection, Sequence[tuple[OffsetRange, Any]]], None]  # PartitionWriter.write_ranges
     isolation_level: str = "READ COMMITTED"
     dead_letters: bool = False
     epoch: int = 1
@@ -217,8 +217,8 @@ class _Follow:
             ranges.append(rng)
 
         def write(conn: sa.Connection) -> None:
+            t.write(conn, [(rng, prepared[rng.key]) for rng in ranges])
             for rng in ranges:
-                t.write(conn, rng, prepared[rng.key])
                 letters = dead[rng.key]
                 if letters:
                     write_dead_letters(conn, t.database, t.run.job, letters)
