@@ -139,7 +139,13 @@ class Rounds:
                         return
                     self._gather()
                 batch, self._pending = self._pending, []
-            self._run(batch)
+            try:
+                self._run(batch)
+            except BaseException as exc:  # never leave a member waiting on a round that will not end
+                for sub in batch:
+                    if not sub.done.is_set():
+                        sub.error = exc
+                        sub.done.set()
             ran = True
 
     def _gather(self) -> None:
@@ -167,16 +173,10 @@ class Rounds:
         spans = [sum(batch[i].task.ranges[j].span for j in group) for i, group in units]
         parts = [[units[u] for u in slot] for slot in assign_ranges(spans, min(self._slots, len(units)))]
         body = RoundTask(tuple(sub.task for sub in batch))
-        try:
-            group = f"txn-offsets-round-{self.count}"
-            with batch_deadline(self.spark, group, self.timeout_s), frames.worker_imports():
-                rdd = self.spark.sparkContext.parallelize(parts, len(parts))
-                out = rdd.mapPartitionsWithIndex(body).collect()
-        except BaseException as exc:  # the round's Spark job failed: every batch in it did
-            for sub in batch:
-                sub.error = exc
-                sub.done.set()
-            return
+        group = f"txn-offsets-round-{self.count}"
+        with batch_deadline(self.spark, group, self.timeout_s), frames.worker_imports():
+            rdd = self.spark.sparkContext.parallelize(parts, len(parts))
+            out = rdd.mapPartitionsWithIndex(body).collect()  # failing: every batch in it fails
         for i, item in out:
             sub = batch[i]
             if isinstance(item, UnitFailed):
