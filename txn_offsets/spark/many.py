@@ -106,31 +106,33 @@ def run_jobs(
         if clash:
             raise ConfigError(f"jobs[{name!r}]", f"{', '.join(clash)} is set by run_jobs: leave it out")
     connect = session.is_connect(spark)
-    if pools and not connect and _scheduler_mode(spark) != "FAIR":
+    members = {name for name, opts in jobs.items() if shared_rounds and not connect and _rounds_fit(opts)}
+    apart = len(jobs) - len(members)  # jobs with Spark jobs of their own
+    if pools and not connect and apart > 1 and _scheduler_mode(spark) != "FAIR":
         logger.warning(
             "run_jobs: spark.scheduler.mode is not FAIR: the %d jobs' batches queue behind one another "
             "(FIFO); build the session with spark.scheduler.mode=FAIR to share the slots",
-            len(jobs),
+            apart,
         )
-    stop = stop or threading.Event()
-    result = JobsResult()
-    lock = threading.Lock()
-    members = {name for name, opts in jobs.items() if shared_rounds and not connect and _rounds_fit(opts)}
-    shared = Rounds(spark, timeout_s=_round_timeout([jobs[n] for n in members])) if members else None
     slots = session.session_cores(spark)
     users = Counter(o["database"] for o in jobs.values() if isinstance(o.get("database"), DatabaseSettings))
     for db, n in users.items():  # all the jobs together, before any starts: each job checks its own share
         check_jobs_budget(db, n, slots)
+    stop = stop or threading.Event()
+    result = JobsResult()
+    lock = threading.Lock()
+    shared = Rounds(spark, timeout_s=_round_timeout([jobs[n] for n in members])) if members else None
     engines = {
         db: engine_for(db, pool_size=DRIVER_POOL[0] * n, max_overflow=DRIVER_POOL[1] * n)
         for db, n in users.items()
     }  # one driver engine per database, as large as the jobs' own pools were: opened as needed
 
     def one(name: str, options: Mapping[str, Any]) -> None:
-        if pools and not connect:  # thread-local: this thread's Spark jobs go to this pool
+        member = shared is not None and name in members  # its Spark jobs are the rounds'
+        pool = pools and not connect and not member
+        if pool:  # thread-local: this thread's Spark jobs go to this pool
             spark.sparkContext.setLocalProperty(POOL_PROPERTY, name)
         try:
-            member = shared is not None and name in members
             with (
                 shared_engines(engines),
                 rounds.joined(shared) if member else contextlib.nullcontext(),  # type: ignore[arg-type]
@@ -146,7 +148,7 @@ def run_jobs(
             with lock:
                 result.summaries[name] = summary
         finally:
-            if pools and not connect:
+            if pool:
                 spark.sparkContext.setLocalProperty(POOL_PROPERTY, None)
 
     threads = [
@@ -192,4 +194,4 @@ def _round_timeout(members: list[Mapping[str, Any]]) -> float | None:
 
 
 def _scheduler_mode(spark: Any) -> str:
-    return str(spark.sparkContext.getConf().get("spark.scheduler.mode", "FIFO")).upper()
+    return str(spark.conf.get("spark.scheduler.mode", "FIFO")).upper()  # one call, not a copy of the conf

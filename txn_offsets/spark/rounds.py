@@ -25,7 +25,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,7 +75,6 @@ class RoundTask:
 @dataclass
 class _Submission:
     task: PartitionTask[Any]
-    groups: tuple[tuple[int, ...], ...]
     done: threading.Event = field(default_factory=threading.Event)
     reports: list[TaskReport] = field(default_factory=list)
     error: BaseException | None = None
@@ -106,10 +105,10 @@ class Rounds:
         self._thread = threading.Thread(target=self._serve, name="txn-offsets-rounds", daemon=True)
         self._thread.start()
 
-    def submit(self, task: PartitionTask[Any], groups: Sequence[tuple[int, ...]]) -> list[TaskReport]:
-        """Run `task` over `groups` (range indexes per group) in the next round; its reports, or the
-        round's (or this unit's) failure raised."""
-        sub = _Submission(task, tuple(groups))
+    def submit(self, task: PartitionTask[Any]) -> list[TaskReport]:
+        """Run `task` over all of its ranges in the next round; its reports, or the round's (or this
+        unit's) failure raised."""
+        sub = _Submission(task)
         with self._cond:
             if self._closed:
                 raise RuntimeError("txn_offsets rounds are closed: no round will run this batch")
@@ -166,10 +165,15 @@ class Rounds:
         self.batches += len(batch)
         units: list[tuple[int, tuple[int, ...]]] = []
         for i, sub in enumerate(batch):
-            if len(batch) >= self._slots:  # enough jobs to fill the slots: one unit per job
-                units.append((i, tuple(sorted(j for g in sub.groups for j in g))))
-            else:
-                units.extend((i, g) for g in sub.groups)
+            ranges = sub.task.ranges
+            # enough jobs to fill the slots: one unit per job; else each job's ranges over the
+            # slots, as its own batch would spread them (at most its read.max_tasks)
+            split = (
+                1 if len(batch) >= self._slots else min(self._slots, sub.task.read.max_tasks or self._slots)
+            )
+            units.extend(
+                (i, g) for g in assign_ranges([r.span for r in ranges], max(1, min(len(ranges), split)))
+            )
         spans = [sum(batch[i].task.ranges[j].span for j in group) for i, group in units]
         parts = [[units[u] for u in slot] for slot in assign_ranges(spans, min(self._slots, len(units)))]
         body = RoundTask(tuple(sub.task for sub in batch))

@@ -7,6 +7,7 @@ One log line per batch: ranges, records, outcomes, duration and the lag left.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -19,13 +20,14 @@ from txn_offsets.errors import BatchFailed, ConfigError, Transient, TxnOffsetsEr
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits, plan_batch
 from txn_offsets.ranges import OffsetRange
+from txn_offsets.spark import rounds
 from txn_offsets.spark.batch import Batch, batch_deadline, check_execution
 from txn_offsets.spark.lowlatency.options import LowLatency
 from txn_offsets.spark.publish import BatchPublisher
 from txn_offsets.spark.retry import TransientRetries
 from txn_offsets.spark.session import session_cores
 from txn_offsets.spark.signals import stop_on_signals
-from txn_offsets.spark.spec import JobSpec, job_run
+from txn_offsets.spark.spec import JobSpec, in_shared_engines, job_run
 from txn_offsets.spark.summary import KEPT_OUTCOMES, BatchReport, JobSummary
 from txn_offsets.spark.tasks import ReadOptions
 from txn_offsets.spark.writers import Writer
@@ -117,7 +119,10 @@ def run_job(
             "retries", f"retries ({retries}) and retry_backoff_s ({retry_backoff_s}) must be >= 0"
         )
     check_execution(execution, spark)
-    budget = check_budget(database, session_cores(spark), max_store_connections)
+    # under run_jobs the server's free connections were checked for all the jobs at once
+    budget = check_budget(
+        database, session_cores(spark), max_store_connections, server=not in_shared_engines(database)
+    )
     stop = stop or threading.Event()
     if low_latency is not None:
         from txn_offsets.spark.lowlatency.epochs import check_low_latency, run_epochs
@@ -259,8 +264,14 @@ def _run_batch(loop: _Loop, ranges: tuple[OffsetRange, ...], *, lag_after: int) 
     batch = Batch(number, ranges, loop.spark, loop.database, loop.kafka, run, spec.read, spec.execution)
     t0 = time.monotonic()
     timeout_s = spec.batch_timeout_s
+    # in shared rounds (run_jobs) the round's Spark job has the deadline: no job group of our own
+    deadline = (
+        batch_deadline(loop.spark, f"txn-offsets-{run.run_id}-{number}", timeout_s)
+        if rounds.current() is None
+        else contextlib.nullcontext(threading.Event())
+    )
     try:
-        with batch_deadline(loop.spark, f"txn-offsets-{run.run_id}-{number}", timeout_s) as expired:
+        with deadline as expired:
             reports = loop.writer.commit(batch)
     except TxnOffsetsError:
         raise

@@ -34,7 +34,7 @@ from txn_offsets.store.database import engine_for
 from txn_offsets.store.roles import check_run_role
 from txn_offsets.store.runs import Run, end_run, start_run
 
-__all__ = ["JobSpec", "end_quietly", "job_run", "shared_engines"]
+__all__ = ["JobSpec", "end_quietly", "in_shared_engines", "job_run", "shared_engines"]
 
 logger = logging.getLogger(__name__)
 
@@ -138,6 +138,11 @@ def job_run(
         end_quietly(engine, database, run)
         if own:
             engine.dispose()
+
+
+def in_shared_engines(database: DatabaseSettings) -> bool:
+    """Whether this thread's runs on `database` use a shared engine (:func:`shared_engines`)."""
+    return database in getattr(_local, "engines", {})
 
 
 @contextlib.contextmanager

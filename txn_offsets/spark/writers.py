@@ -111,7 +111,7 @@ class PartitionWriter(Generic[T, A]):
             return frames.run_tasks(batch.spark, batch.groups(), task)
         shared = rounds.current()  # run_jobs: this batch's Spark job is shared with the other jobs'
         if shared is not None and shared.spark is batch.spark:
-            return shared.submit(task, batch.groups())
+            return shared.submit(task)
         with frames.worker_imports():
             reports: list[TaskReport] = batch.ranges_rdd().mapPartitionsWithIndex(task).collect()
         return reports

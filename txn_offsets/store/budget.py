@@ -117,10 +117,15 @@ def _short_of(db: DatabaseSettings, room: ConnectionHeadroom) -> str:
     )
 
 
-def check_budget(db: DatabaseSettings, slots: int, max_store_connections: int | None) -> ConnectionBudget:
+def check_budget(
+    db: DatabaseSettings, slots: int, max_store_connections: int | None, *, server: bool = True
+) -> ConnectionBudget:
     """:func:`plan_budget`, then the server's free connections (one short read on a connection of
-    its own): a run that could not open what it needs fails now, naming the setting and the numbers."""
+    its own): a run that could not open what it needs fails now, naming the setting and the numbers.
+    ``server=False``: the setting only (``run_jobs`` has read the server for all its jobs at once)."""
     plan = plan_budget(slots, max_store_connections)
+    if not server:
+        return plan
     room = _headroom(db)
     if plan.needed > room.free + 1:
         raise ConfigError(
