@@ -187,7 +187,14 @@ def markdown(result: dict[str, Any]) -> list[str]:
         f"transaction): HOT-update ratio **{_x(last['hot_ratio'], '.3f')}** after "
         f"{last['batches']:,} batches ({_x(first['hot_ratio'], '.3f')} after "
         f"{first['batches']:,}); size {last['total_bytes'] / 1024:,.0f} kB vs "
-        f"{first['total_bytes'] / 1024:,.0f} kB (**{_x(hot['total_ratio'])}x**), heap + indexes.",
+        f"{first['total_bytes'] / 1024:,.0f} kB (**{_x(hot['total_ratio'])}x**), heap + indexes"
+        + (
+            f"; the oldest other open transaction during the batches: {hot['oldest_transaction_max_s']:g} s "
+            f"(one holds every dead row version; waited {hot.get('waited_s', 0):g} s for none older than 1 s "
+            f"before starting)."
+            if "oldest_transaction_max_s" in hot
+            else "."
+        ),
     ]
     for w in (j, *([j["small"]] if "small" in j else [])):
         lines += [

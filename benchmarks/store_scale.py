@@ -130,6 +130,8 @@ def measure_offsets_table(
             )
         out: list[dict[str, Any]] = []
         done, seconds = 0, 0.0
+        waited = _wait_for_no_old_transaction(engine)
+        oldest = 0.0  # the oldest other transaction seen during the batches (it stops the pruning)
         for mark in sorted(checkpoints):
             t0 = time.perf_counter()
             while done < mark:
@@ -137,7 +139,12 @@ def measure_offsets_table(
                 ranges = [OffsetRange(topic, p, start, start + records_per_range) for p in range(partitions)]
                 commit_ranges(engine, scratch, run, ranges)
                 done += 1
+                if done % HORIZON_EVERY == 0:
+                    with engine.connect() as conn:
+                        oldest = max(oldest, health.oldest_transaction_age_s(conn))
             seconds += time.perf_counter() - t0  # the claims' time, not the statistics' wait
+            with engine.connect() as conn:
+                oldest = max(oldest, health.oldest_transaction_age_s(conn))
             stats, total = _stats_after(engine, scratch, done * partitions)
             out.append(
                 {
@@ -158,7 +165,28 @@ def measure_offsets_table(
         "hot_ratio": out[-1]["hot_ratio"],
         "size_ratio": round(out[-1]["size_bytes"] / max(1, out[0]["size_bytes"]), 3),
         "total_ratio": round(out[-1]["total_bytes"] / max(1, out[0]["total_bytes"]), 3),
+        "waited_s": round(waited, 1),
+        "oldest_transaction_max_s": round(oldest, 1),
     }
+
+
+#: batches between two looks at the oldest other open transaction
+HORIZON_EVERY = 100
+QUIET_WAIT_S = 30.0
+
+
+def _wait_for_no_old_transaction(engine: sa.Engine) -> float:
+    """Wait (at most QUIET_WAIT_S) until no other transaction of this database is older than a
+    second - an ANALYZE or a report holding a snapshot keeps every dead row version and the
+    table grows whatever the claims do; returns the seconds waited. What the role may not see
+    (other roles' sessions without pg_read_all_stats) is not waited for."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < QUIET_WAIT_S:
+        with engine.connect() as conn:
+            if health.oldest_transaction_age_s(conn) < 1.0:
+                break
+        time.sleep(0.5)
+    return time.monotonic() - t0
 
 
 @contextlib.contextmanager

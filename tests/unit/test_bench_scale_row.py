@@ -46,6 +46,8 @@ def result(exact: bool = True, small_exact: bool = True) -> dict[str, Any]:
                     "checkpoints": checkpoints,
                     "hot_ratio": 0.9875,
                     "total_ratio": 1.0,
+                    "waited_s": 0.5,
+                    "oldest_transaction_max_s": 2.5,
                 },
                 "jobs": {**jobs, "small": small},
             },
@@ -72,6 +74,7 @@ def test_no_row_without_the_extension_and_nan_for_a_count_not_timed() -> None:
 def test_the_markdown_shows_the_figures() -> None:
     text = "\n".join(scale.markdown(result()))
     assert "p50 **123 ms**" in text and "**0.988**" in text and "**0.93x**" in text
+    assert "oldest other open transaction during the batches: 2.5 s" in text and "waited 0.5 s" in text
     assert "20,000 records each in batches of 5,000" in text and "(batches of 160,000)" in text
     assert "2,000 records each in batches of 500" in text and "**0.41x**" in text
     assert scale.markdown({"scale": {}}) == [] and report.scale_rows({"scale": {}}) == []

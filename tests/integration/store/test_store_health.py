@@ -20,6 +20,7 @@ from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import ConfigError
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.store import budget, health
+from txn_offsets.store.database import engine_for
 from txn_offsets.store.runs import Run, start_run
 from txn_offsets.store.transaction import commit_ranges
 
@@ -224,3 +225,30 @@ def test_many_jobs_the_server_cannot_take_fail_together(
     assert message.startswith(f"jobs: these {jobs} jobs open up to")
     assert f"max_connections {room.max_connections} - {room.reserved} reserved" in message
     assert str(migrated.url.password) not in message
+
+
+def test_the_table_measurement_waits_for_an_old_transaction_and_reports_the_oldest(
+    migrated: DatabaseSettings,
+) -> None:
+    """measure_offsets_table (the bench's HOT figure) starts once no other transaction is older than
+    a second - a held snapshot keeps every dead row version, whatever the claims do - and reports
+    how long it waited and the oldest other transaction it saw during the batches."""
+    held = engine_for(migrated, poolclass=sa.pool.NullPool)
+    released = threading.Event()
+
+    def hold() -> None:
+        with held.connect() as conn:
+            conn.execute(sa.text("BEGIN ISOLATION LEVEL REPEATABLE READ"))
+            conn.execute(sa.text("SELECT 1"))
+            time.sleep(3.0)
+            conn.execute(sa.text("COMMIT"))
+        released.set()
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    time.sleep(1.5)  # older than a second when the measurement starts
+    result = measure_offsets_table(migrated, checkpoints=(20, 40))
+    holder.join(10)
+    held.dispose()
+    assert released.is_set() and result["waited_s"] >= 1.0, result
+    assert result["oldest_transaction_max_s"] >= 0.0 and result["checkpoints"][-1]["batches"] == 40
