@@ -234,18 +234,20 @@ def test_the_table_measurement_waits_for_an_old_transaction_and_reports_the_olde
     a second - a held snapshot keeps every dead row version, whatever the claims do - and reports
     how long it waited and the oldest other transaction it saw during the batches."""
     held = engine_for(migrated, poolclass=sa.pool.NullPool)
-    released = threading.Event()
+    opened, released = threading.Event(), threading.Event()
 
     def hold() -> None:
         with held.connect() as conn:
             conn.execute(sa.text("BEGIN ISOLATION LEVEL REPEATABLE READ"))
             conn.execute(sa.text("SELECT 1"))
+            opened.set()
             time.sleep(3.0)
             conn.execute(sa.text("COMMIT"))
         released.set()
 
     holder = threading.Thread(target=hold, daemon=True)
     holder.start()
+    assert opened.wait(30)  # however slow the connection on a loaded machine
     time.sleep(1.5)  # older than a second when the measurement starts
     result = measure_offsets_table(migrated, checkpoints=(20, 40))
     holder.join(10)
