@@ -33,17 +33,18 @@ from txn_offsets.upserts import upsert_add
 
 
 def transactions_per_batch(engine: sa.Engine, db: DatabaseSettings, job: str) -> dict[int, tuple[int, int]]:
-    """batch -> (ranges, transactions): the lineage rows of one transaction share its start time
-    (committed_at is the transaction's now())."""
+    """batch -> (ranges, transactions): lineage rows are only ever inserted, so a row's xmin is the
+    id of the transaction that committed its range (the start time, committed_at, is not: two
+    tasks' transactions can start in the same microsecond, which made this count flaky)."""
     with engine.connect() as conn:
         rows = conn.execute(
-            sa.text(f'SELECT batch, committed_at FROM "{db.schema}".commits WHERE job = :j'), {"j": job}
+            sa.text(f'SELECT batch, xmin::text AS txid FROM "{db.schema}".commits WHERE job = :j'), {"j": job}
         ).all()
     ranges = collections.Counter(r.batch for r in rows)
-    starts = collections.defaultdict(set)
+    txids = collections.defaultdict(set)
     for r in rows:
-        starts[r.batch].add(r.committed_at)
-    return {b: (n, len(starts[b])) for b, n in sorted(ranges.items())}
+        txids[r.batch].add(r.txid)
+    return {b: (n, len(txids[b])) for b, n in sorted(ranges.items())}
 
 
 @pytest.mark.parametrize(("per_transaction", "transactions"), [(None, 2), (1, 6), (2, 4)])
