@@ -1,13 +1,14 @@
 """Driver-side Kafka metadata: partitions of topics, watermarks (at the readers' isolation level),
 offsets for a timestamp. Every call is bounded by a timeout and fails with one of our errors.
 
-The first call on a new client is bounded tighter (:func:`connected_admin`): bootstrap servers
-that answer nothing (a closed port, a listener that never replies) fail within
-:data:`FIRST_CONTACT_S` seconds (or the Kafka settings' ``socket.connection.setup.timeout.ms``),
-not after every request's own timeout."""
+The clients come from :mod:`txn_offsets.kafka.admins`, whose first contact is bounded tighter
+(bootstrap servers that answer nothing fail within seconds, not after every request's timeout);
+a client is retired only when Kafka did not answer."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import re
 import threading
@@ -23,16 +24,20 @@ from confluent_kafka.cimpl import _AdminClientImpl
 
 from txn_offsets.config import KafkaSettings
 from txn_offsets.errors import ConfigError, ServiceUnavailable, TopicChanged, TopicMissing
-from txn_offsets.kafka import auth
-from txn_offsets.kafka.clients import client_config, serve_logs
+from txn_offsets.kafka.admins import (
+    NO_ANSWER,
+    client_key,
+    connected_admin,
+    describe_error,
+    forget_admin_client,
+    issued,
+)
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.ranges import TopicPartition as TP
 
 __all__ = [
-    "FIRST_CONTACT_S",
     "TopicInfo",
     "check_incarnation",
-    "connected_admin",
     "describe_topics",
     "offsets_for_time",
     "partitions_for",
@@ -42,100 +47,34 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-_admins: dict[str, AdminClient] = {}
-_contacted: set[str] = set()  # keys of the cached clients whose bootstrap servers answered
-_admins_lock = threading.Lock()
 _seen: dict[tuple[str, str], tuple[int, ...]] = {}  # (client key, topic) -> its partitions, last described
-
-FIRST_CONTACT_S = 4.0
-# the errors of a first contact that mean nobody answered (any other error is an answer)
-_NO_ANSWER = {
-    KafkaError._TRANSPORT,
-    KafkaError._TIMED_OUT,
-    KafkaError._ALL_BROKERS_DOWN,
-    KafkaError._RESOLVE,
-    KafkaError._AUTHENTICATION,
-    KafkaError._SSL,
+_seen_lock = threading.Lock()
+# a ListOffsets answer that means the offsets client's cached metadata is out of date (a partition
+# added, a leader moved): it looks leaders up in that cache, refreshed only every few minutes
+_STALE = {
+    KafkaError._UNKNOWN_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError._UNKNOWN_TOPIC,
+    KafkaError._NOENT,  # "Failed to query partition leaders: No leaders found"
 }
 
 
-def _key(kafka: KafkaSettings) -> str:
-    return repr((kafka.bootstrap_servers, sorted(kafka.client_config().items())))  # passwords too
-
-
-def forget_admin_client(kafka: KafkaSettings) -> None:
-    """Drop the cached client after Kafka was unreachable: a client kept for an address that does
-    not answer reconnects (and logs) forever; the next call makes a fresh one."""
-    with _admins_lock:
-        admin = _admins.pop(_key(kafka), None)
-        _contacted.discard(_key(kafka))
-    if admin is not None:
-        serve_logs(admin)  # its lines say why (refused, TLS, SASL): logged once, de-duplicated
-
-
-def admin_client(kafka: KafkaSettings) -> AdminClient:
-    """One AdminClient per Kafka settings in this process: a plan makes three metadata calls, and a
-    new client per call costs a connection and a bootstrap round trip each time (and stalls of a
-    second or more on a busy machine). AdminClient is thread-safe."""
-    key = _key(kafka)
-    with _admins_lock:
-        admin = _admins.get(key)
-        if admin is None:
-            config = {**kafka.client_config(), "error_cb": auth.error_cb(key)}  # SASL/TLS refusals
-            admin = _admins[key] = AdminClient(client_config(config))
-    serve_logs(admin)
-    return admin
-
-
-def first_contact_s(kafka: KafkaSettings) -> float:
-    """How long a new client waits for the bootstrap servers' first answer."""
-    setup_ms = kafka.extra.get("socket.connection.setup.timeout.ms")
-    return FIRST_CONTACT_S if setup_ms is None else float(setup_ms) / 1000.0
-
-
-def connected_admin(kafka: KafkaSettings, timeout_s: float) -> AdminClient:
-    """The cached client, after its bootstrap servers answered once: the first call on a new
-    client asks for the cluster's brokers bounded by :func:`first_contact_s` (at most
-    `timeout_s`), so a Kafka that answers nothing is ServiceUnavailable in seconds."""
-    admin = admin_client(kafka)
-    if _key(kafka) in _contacted:
-        return admin
-    bound = max(0.1, min(timeout_s, first_contact_s(kafka)))
-    try:
-        admin.describe_cluster(request_timeout=bound).result(timeout=bound + 0.5)
-    except KafkaException as exc:
-        err = exc.args[0] if exc.args else None
-        if not isinstance(err, KafkaError) or err.code() in _NO_ANSWER:
-            forget_admin_client(kafka)
-            auth.raise_if_refused(kafka, _key(kafka))  # a refused login or certificate: named
-            said = (
-                "" if isinstance(err, KafkaError) and err.code() == KafkaError._TIMED_OUT else _describe(exc)
-            )
-            detail = f"no answer in {bound:g}s" + (f" ({said})" if said else "")
-            raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, detail) from None
-    except TimeoutError:
+def _forget_unless_answered(kafka: KafkaSettings, exc: BaseException) -> None:
+    """A fresh client next time when Kafka did not answer; not for an answer (no leader for a topic
+    being re-created, say): the cached client is fine, and retiring clients for answers made one
+    per plan while a topic was re-created."""
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    if not isinstance(err, KafkaError) or err.code() in NO_ANSWER:
         forget_admin_client(kafka)
-        auth.raise_if_refused(kafka, _key(kafka))
-        raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, f"no answer in {bound:g}s") from None
-    with _admins_lock:
-        if _admins.get(_key(kafka)) is admin:
-            _contacted.add(_key(kafka))
-    return admin
 
 
 def _topics_metadata(kafka: KafkaSettings, timeout_s: float, topic: str | None = None) -> Any:
     try:
         return connected_admin(kafka, timeout_s).list_topics(topic=topic, timeout=timeout_s)
     except KafkaException as exc:
-        forget_admin_client(kafka)
-        raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, _describe(exc)) from None
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
-        err: KafkaError = exc.args[0]
-        return f"{err.name()}: {err.str()}"
-    return str(exc)
+        _forget_unless_answered(kafka, exc)
+        raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, describe_error(exc)) from None
 
 
 def partitions_for(kafka: KafkaSettings, topic: str, *, timeout_s: float = 10.0) -> list[int]:
@@ -146,7 +85,6 @@ def partitions_for(kafka: KafkaSettings, topic: str, *, timeout_s: float = 10.0)
         code = info.error.code() if info is not None and info.error is not None else None
         if code in (None, KafkaError.UNKNOWN_TOPIC_OR_PART):
             raise ConfigError("topics", f"topic {topic!r} does not exist on {kafka.bootstrap_servers}")
-        forget_admin_client(kafka)
         raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, f"metadata for {topic!r}: {info.error}")
     return sorted(info.partitions)
 
@@ -161,18 +99,28 @@ class TopicInfo:
     partitions: tuple[int, ...]
 
 
-def _result(kafka: KafkaSettings, fut: Future[Any], timeout_s: float, what: str, topic: str) -> Any:
+def _result(
+    kafka: KafkaSettings,
+    fut: Future[Any],
+    timeout_s: float,
+    what: str,
+    topic: str,
+    *,
+    stale: Callable[[], None] | None = None,
+) -> Any:
     """One admin future's answer: an unknown topic or partition is a ConfigError naming `what`;
     anything else that fails, or no answer in time, is ServiceUnavailable (and the cached client is
-    dropped)."""
+    retired if Kafka did not answer)."""
     try:
         return fut.result(timeout=timeout_s + 5)
     except KafkaException as exc:
         err = exc.args[0] if exc.args else None
         if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
             raise TopicMissing(topic, f"{what} does not exist on {kafka.bootstrap_servers}") from None
-        forget_admin_client(kafka)
-        raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, _describe(exc)) from None
+        if stale is not None and isinstance(err, KafkaError) and err.code() in _STALE:
+            stale()
+        _forget_unless_answered(kafka, exc)
+        raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, describe_error(exc)) from None
     except TimeoutError:
         forget_admin_client(kafka)
         raise ServiceUnavailable(
@@ -191,17 +139,19 @@ def _describing(
     kafka: KafkaSettings, topics: Sequence[str], timeout_s: float
 ) -> Callable[[], dict[str, TopicInfo]]:
     """Ask Kafka to describe `topics` now; the function returned waits for the answer."""
-    admin = connected_admin(kafka, timeout_s) if topics else None  # referenced until answered
-    asked = TopicCollection(list(topics))  # (an AdminClient is falsy: len() of its queue)
-    futures = {} if admin is None else admin.describe_topics(asked, request_timeout=timeout_s)
+    futures: dict[str, Future[Any]] = {}
+    if topics:
+        admin = connected_admin(kafka, timeout_s)
+        futures = admin.describe_topics(TopicCollection(list(topics)), request_timeout=timeout_s)
+        issued(admin, futures.values())
 
     def answer() -> dict[str, TopicInfo]:
         out: dict[str, TopicInfo] = {}
         for topic, fut in futures.items():
             desc = _result(kafka, fut, timeout_s, f"topic {topic!r}", topic)
             out[topic] = TopicInfo(topic, str(desc.topic_id), tuple(sorted(p.id for p in desc.partitions)))
-        with _admins_lock:
-            _seen.update({(_key(kafka), topic): info.partitions for topic, info in out.items()})
+        with _seen_lock:
+            _seen.update({(client_key(kafka), topic): info.partitions for topic, info in out.items()})
         return out
 
     return answer
@@ -213,8 +163,8 @@ def topics_and_watermarks(
     """:func:`describe_topics` and :func:`watermarks` in one wait: the partitions last seen (the previous
     plan) are asked for while the topics are described; only new ones after."""
     described = _describing(kafka, topics, timeout_s)
-    with _admins_lock:
-        guess = [(t, p) for t in topics for p in _seen.get((_key(kafka), t), ())]
+    with _seen_lock:
+        guess = [(t, p) for t in topics for p in _seen.get((client_key(kafka), t), ())]
     try:
         marks = watermarks(kafka, guess, timeout_s=timeout_s)
     except (TopicMissing, ServiceUnavailable):  # a guess: gone, or re-created ("No leaders found")
@@ -277,6 +227,7 @@ def _ask(
     _AdminClientImpl.list_offsets(
         admin, tps, fut, isolation_level_value=level.value, request_timeout=timeout_s
     )
+    issued(admin, [fut])
     return fut
 
 
@@ -292,8 +243,7 @@ def _list_offsets(
         if kafka.isolation_level == "read_committed"
         else IsolationLevel.READ_UNCOMMITTED
     )
-    # keep the client referenced until the futures resolve: a collected client never answers
-    admin = connected_admin(kafka, timeout_s)
+    admin = connected_admin(kafka, timeout_s, "offsets")  # never the describing client (admins)
     asked: list[list[tuple[Future[Any], str]]] = []
     for spec in specs:
         tps = [TopicPartition(tp.topic, tp.partition, int(at._value)) for tp, at in spec.items()]
@@ -303,16 +253,30 @@ def _list_offsets(
     for futures in asked:
         out: dict[TP, ListOffsetsResultInfo] = {}
         for fut, topic in futures:
-            for tp, info in _result(kafka, fut, timeout_s, f"the offsets of {topic!r}", topic).items():
+            refresh = functools.partial(_refresh, admin, topic, timeout_s)
+            answer = _result(kafka, fut, timeout_s, f"the offsets of {topic!r}", topic, stale=refresh)
+            for tp, info in answer.items():
                 if isinstance(info, KafkaError):  # as _result reports a failed future
                     what = f"{tp.topic}[{tp.partition}]"
                     if info.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                         raise TopicMissing(tp.topic, f"{what} does not exist on {kafka.bootstrap_servers}")
-                    forget_admin_client(kafka)
+                    if info.code() in NO_ANSWER:
+                        forget_admin_client(kafka)
+                    elif info.code() in _STALE:
+                        refresh()
                     raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, f"{what}: {info.name()}")
                 out[(tp.topic, tp.partition)] = info
         answers.append(out)
     return answers
+
+
+def _refresh(admin: AdminClient, topic: str, timeout_s: float) -> None:
+    """Bring the offsets client's cached metadata of `topic` up to date for the next call (a
+    partition added, a leader moved): it looks leaders up in that cache, which it refreshes on its
+    own only every few minutes. A refresh, not a new client: new clients asking for offsets from
+    several threads while the topic was re-created crashed librdkafka in the stress test."""
+    with contextlib.suppress(KafkaException):  # the error at hand is reported either way
+        admin.list_topics(topic=topic, timeout=timeout_s)
 
 
 def watermarks(

@@ -35,7 +35,7 @@ from confluent_kafka import TopicPartition as KafkaTP
 
 from txn_offsets.config import KafkaSettings
 from txn_offsets.errors import ConfigError, ServiceUnavailable
-from txn_offsets.kafka.metadata import admin_client, connected_admin, forget_admin_client
+from txn_offsets.kafka.admins import admin_client, connected_admin, forget_admin_client, issued
 from txn_offsets.ranges import TopicPartition
 
 __all__ = ["GroupMirror", "group_offsets", "mirror_generation", "mirror_metadata", "validate_group"]
@@ -86,6 +86,7 @@ def validate_group(group: str) -> str:
 
 
 def _describe(exc: BaseException) -> str:
+    """The error's name only (the mirror's lines and errors say which error, not the broker's text)."""
     err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
     name = getattr(err, "name", None)
     return str(name()) if callable(name) else type(exc).__name__
@@ -206,7 +207,7 @@ class GroupMirror:
         if not latest:
             return True
         deadline = time.monotonic() + self.timeout_s
-        admin = admin_client(self.kafka)
+        admin = admin_client(self.kafka, "groups")
         checked = self._not_superseded(admin, latest) if self.generation is not None else latest
         if checked is None:
             return False
@@ -221,6 +222,7 @@ class GroupMirror:
         request = ConsumerGroupTopicPartitions(self.group, entries)
         remaining = max(0.1, deadline - time.monotonic())
         futures = admin.alter_consumer_group_offsets([request], request_timeout=remaining)
+        issued(admin, futures.values())
         try:
             result = futures[self.group].result(timeout=remaining + 1)
         except (KafkaException, FutureTimeout, TimeoutError) as exc:
@@ -245,6 +247,7 @@ class GroupMirror:
         (halt()): then nothing is sent."""
         request = ConsumerGroupTopicPartitions(self.group, [KafkaTP(t, p) for (t, p) in sorted(latest)])
         futures = admin.list_consumer_group_offsets([request], request_timeout=self.timeout_s)
+        issued(admin, futures.values())
         try:
             result = futures[self.group].result(timeout=self.timeout_s + 1)
         except (KafkaException, FutureTimeout, TimeoutError) as exc:
@@ -314,9 +317,11 @@ def group_offsets(kafka: KafkaSettings, group: str, *, timeout_s: float = 10.0) 
     """The committed offset of every partition of consumer group `group` (partitions without one are
     left out). An empty answer means the group has no committed offsets (or does not exist)."""
     validate_group(group)
-    futures = connected_admin(kafka, timeout_s).list_consumer_group_offsets(
+    admin = connected_admin(kafka, timeout_s, "groups")
+    futures = admin.list_consumer_group_offsets(
         [ConsumerGroupTopicPartitions(group)], request_timeout=timeout_s
     )
+    issued(admin, futures.values())
     try:
         result = futures[group].result(timeout=timeout_s + 5)
     except KafkaException as exc:

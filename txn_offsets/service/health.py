@@ -77,13 +77,15 @@ def _postgres_check(engine: sa.Engine, db: DatabaseSettings) -> str | None:
 
 
 def _kafka_check(kafka: KafkaSettings, timeout_s: float) -> None:
-    from txn_offsets.kafka import metadata
+    from txn_offsets.kafka import admins
 
     try:
-        admin = metadata.admin_client(kafka)
-        admin.describe_cluster(request_timeout=timeout_s).result(timeout=timeout_s + 1.0)
+        admin = admins.admin_client(kafka)
+        fut = admin.describe_cluster(request_timeout=timeout_s)
+        admins.issued(admin, [fut])
+        fut.result(timeout=timeout_s + 1.0)
     except Exception:
-        metadata.forget_admin_client(kafka)  # a fresh client next time, not one retrying forever
+        admins.forget_admin_client(kafka)  # a fresh client next time, not one retrying forever
         raise
 
 
