@@ -38,6 +38,7 @@ __all__ = [
     "TopicSelection",
     "check_on_data_loss",
     "plan_batch",
+    "plan_from",
     "preflight",
 ]
 
@@ -231,6 +232,18 @@ def plan_batch(
                 resume,
             )
             stored[tp] = resume
+    return plan_from(stored, marks, partitions, limits, topic_ids)
+
+
+def plan_from(
+    stored: Mapping[TopicPartition, int],
+    marks: Mapping[TopicPartition, tuple[int, int]],
+    partitions: Sequence[TopicPartition],
+    limits: Limits,
+    topic_ids: Mapping[str, str],
+) -> Plan:
+    """The batch's ranges from the stored offsets to Kafka's ends (`marks`: log start, end), within
+    `limits` (pure: what plan_batch and the joint plans of many jobs share)."""
     ends = {tp: marks[tp][1] for tp in partitions}
     ranges = plan_ranges(
         stored,

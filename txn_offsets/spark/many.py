@@ -34,7 +34,8 @@ from typing import Any
 
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import ConfigError
-from txn_offsets.spark import rounds, session
+from txn_offsets.spark import joint_plans, rounds, session
+from txn_offsets.spark.joint_plans import JointPlans
 from txn_offsets.spark.rounds import Rounds
 from txn_offsets.spark.runner import JobSummary, run_job
 from txn_offsets.spark.signals import stop_on_signals
@@ -69,6 +70,8 @@ class JobsResult:
     errors: dict[str, BaseException] = field(default_factory=dict)
     rounds: int = 0  # shared rounds run (one Spark job each; 0: none shared)
     round_batches: int = 0  # the jobs' batches they carried
+    plans: int = 0  # plans asked for jointly (a job's first plan and those after are)
+    joint_plans: int = 0  # the joint plans that made them (one Kafka request and transaction each)
 
     def raise_for_errors(self) -> None:
         if self.errors:
@@ -122,6 +125,9 @@ def run_jobs(
     result = JobsResult()
     lock = threading.Lock()
     shared = Rounds(spark, timeout_s=_round_timeout([jobs[n] for n in members])) if members else None
+    planning = (
+        JointPlans()
+    )  # the jobs' plans of the moment made together (one Kafka request, one transaction)
     engines = {
         db: engine_for(db, pool_size=DRIVER_POOL[0] * n, max_overflow=DRIVER_POOL[1] * n)
         for db, n in users.items()
@@ -135,6 +141,7 @@ def run_jobs(
         try:
             with (
                 shared_engines(engines),
+                joint_plans.joined(planning),
                 rounds.joined(shared) if member else contextlib.nullcontext(),  # type: ignore[arg-type]
             ):
                 summary = run_job(spark, job=name, stop=stop, **options)
@@ -166,6 +173,7 @@ def run_jobs(
         restore()
         for engine in engines.values():
             engine.dispose()
+        result.plans, result.joint_plans = planning.plans, planning.gatherings
         if shared is not None:
             shared.close()
             result.rounds, result.round_batches = shared.count, shared.batches

@@ -128,15 +128,13 @@ class Rounds:
             self._cond.notify_all()
 
     def _serve(self) -> None:
-        ran = False  # a round just ended: what came in while it ran goes next, without waiting
         while True:
             with self._cond:
-                if not (ran and self._pending):
-                    while not self._pending and not self._closed:
-                        self._cond.wait()
-                    if not self._pending:
-                        return
-                    self._gather()
+                while not self._pending and not self._closed:
+                    self._cond.wait()
+                if not self._pending:
+                    return
+                self._gather()
                 batch, self._pending = self._pending, []
             try:
                 self._run(batch)
@@ -145,7 +143,6 @@ class Rounds:
                     if not sub.done.is_set():
                         sub.error = exc
                         sub.done.set()
-            ran = True
 
     def _gather(self) -> None:
         """Wait (lock held, released while waiting) for the other members' batches of this round."""

@@ -20,8 +20,9 @@ from txn_offsets.errors import BatchFailed, ConfigError, Transient, TxnOffsetsEr
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits, plan_batch
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.spark import rounds
+from txn_offsets.spark import joint_plans, rounds
 from txn_offsets.spark.batch import Batch, batch_deadline, check_execution
+from txn_offsets.spark.joint_plans import JobPlanRequest
 from txn_offsets.spark.lowlatency.options import LowLatency
 from txn_offsets.spark.publish import BatchPublisher
 from txn_offsets.spark.retry import TransientRetries
@@ -240,17 +241,22 @@ def _loop(
 def _step(loop: _Loop) -> bool:
     """Plan (renewing the lease), and run one batch if there is anything to read; True if a batch ran."""
     spec = loop.spec
-    plan = plan_batch(
-        loop.engine,
-        loop.database,
-        loop.kafka,
-        job=loop.run.job,
-        selection=spec.selection,
-        start=spec.start,
-        limits=spec.limits,
-        on_data_loss=spec.on_data_loss,
-        run=loop.run,  # renews the lease in the plan's transaction; Fenced if a newer run started
-    )
+    # run_jobs: made with the other jobs' plans of the moment; a run's first plan is its own (it may seed)
+    joint = joint_plans.current() if loop.summary.batches else None
+    request = JobPlanRequest(loop.run, spec.selection, spec.limits)
+    plan = joint.plan(loop.engine, loop.database, loop.kafka, request) if joint is not None else None
+    if plan is None:  # alone, or what a joint plan does not do (seed, skip, raise): plan_batch's
+        plan = plan_batch(
+            loop.engine,
+            loop.database,
+            loop.kafka,
+            job=loop.run.job,
+            selection=spec.selection,
+            start=spec.start,
+            limits=spec.limits,
+            on_data_loss=spec.on_data_loss,
+            run=loop.run,  # renews the lease in the plan's transaction; Fenced if a newer run started
+        )
     if not plan.ranges:
         return False
     with loop.lease.during(spec.batch_timeout_s):

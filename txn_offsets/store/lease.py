@@ -1,4 +1,5 @@
-"""The lease of a live run kept while its batches run: a background thread renews it.
+"""The lease of a live run kept while its batches run: a background thread renews it; and the
+leases of many runs renewed by one statement, when their plans are made together.
 
 A batch longer than the lease must not let a second run start without ``force``; a batch that no
 longer makes progress must not hold the job forever (renewals stop after the batch's timeout).
@@ -7,17 +8,20 @@ longer makes progress must not hold the job forever (renewals stop after the bat
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings
-from txn_offsets.store.runs import Run, heartbeat
+from txn_offsets.errors import ConfigError
+from txn_offsets.store.runs import JobState, Run, heartbeat
+from txn_offsets.store.schema import tables_for
 
-__all__ = ["LeaseKeeper", "keep_lease"]
+__all__ = ["LeaseKeeper", "keep_lease", "renew_leases"]
 
 logger = logging.getLogger(__name__)
 
@@ -117,3 +121,63 @@ class LeaseKeeper:
                 with self._cond:
                     self._renewing = False
                     self._cond.notify_all()
+
+
+def renew_leases(conn: sa.Connection, db: DatabaseSettings, runs: Sequence[Run]) -> dict[str, JobState]:
+    """``runs.renew_lease`` for the runs of several jobs in one statement (their plans made
+    together, :func:`txn_offsets.spark.joint_plans.plan_jobs`): the job row of each run that still
+    holds its job, by job. A run missing from the answer was fenced; its own renew_lease raises
+    Fenced naming by whom.
+
+    The rows are locked (FOR NO KEY UPDATE, as renew_lease locks one) in job order, so two such
+    statements over overlapping jobs cannot deadlock; claims (FOR KEY SHARE) do not wait for them."""
+    if len({r.job for r in runs}) != len(runs):
+        raise ConfigError("runs", "renew_leases takes at most one run per job")
+    if not runs:
+        return {}
+    rows = conn.execute(
+        _renew_leases(db.schema),
+        {
+            "jobs": [r.job for r in runs],
+            "generations": [r.generation for r in runs],
+            "run_ids": [r.run_id for r in runs],
+        },
+    ).all()
+    want = {r.job: r for r in runs}
+    return {
+        row.job: JobState(
+            row.job,
+            want[row.job].generation,
+            want[row.job].run_id,
+            row.heartbeat_at,
+            row.lease_until,
+            True,
+            0.0,
+            row.first_plan_at,
+        )
+        for row in rows
+    }
+
+
+@functools.lru_cache(maxsize=64)
+def _renew_leases(schema: str) -> sa.TextClause:
+    """The statement of renew_leases, built once per schema (a validated identifier, tables_for);
+    every value is bound."""
+    jobs = tables_for(schema).jobs
+    table = f'"{jobs.schema}".{jobs.name}'
+    sql = f"""WITH want AS (
+    SELECT * FROM unnest(CAST(:jobs AS text[]), CAST(:generations AS bigint[]), CAST(:run_ids AS text[]))
+        AS w(job, generation, run_id)
+), locked AS (
+    SELECT j.job FROM {table} j JOIN want w
+        ON j.job = w.job AND j.generation = w.generation AND j.run_id = w.run_id
+    ORDER BY j.job
+    FOR NO KEY UPDATE OF j
+)
+UPDATE {table} j
+SET heartbeat_at = now(), lease_until = now() + make_interval(0, 0, 0, 0, 0, 0, coalesce(j.lease_s, 60.0))
+FROM locked l
+WHERE j.job = l.job
+RETURNING j.job, j.heartbeat_at, j.lease_until, j.first_plan_at
+"""  # noqa: S608 - identifiers from a validated schema name, values bound
+    return sa.text(sql)

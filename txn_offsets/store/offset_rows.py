@@ -37,6 +37,7 @@ __all__ = [
     "default_actor",
     "load_offsets",
     "load_rows",
+    "load_rows_of",
     "mark_first_plan",
     "reread",
     "reread_rows",
@@ -76,6 +77,24 @@ def load_rows(conn: sa.Connection, db: DatabaseSettings, job: str) -> dict[Topic
         .order_by(o.c.topic, o.c.part)
     )
     return {(r.topic, r.part): StoredOffset(r.off, r.topic_id) for r in rows}
+
+
+def load_rows_of(
+    conn: sa.Connection, db: DatabaseSettings, jobs: Sequence[str]
+) -> dict[str, dict[TopicPartition, StoredOffset]]:
+    """:func:`load_rows` of several jobs in one statement, by job (a job without rows: {})."""
+    o = tables_for(db.schema).offsets
+    out: dict[str, dict[TopicPartition, StoredOffset]] = {job: {} for job in jobs}
+    if not jobs:
+        return out
+    rows = conn.execute(
+        sa.select(o.c.job, o.c.topic, o.c.part, o.c.off, o.c.topic_id)
+        .where(o.c.job == sa.func.any(sa.bindparam("jobs", list(out), type_=ARRAY(sa.Text))))
+        .order_by(o.c.job, o.c.topic, o.c.part)
+    )
+    for r in rows:
+        out[r.job][(r.topic, r.part)] = StoredOffset(r.off, r.topic_id)
+    return out
 
 
 def check_generation(conn: sa.Connection, db: DatabaseSettings, job: str, generation: int | None) -> JobState:
