@@ -32,14 +32,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from txn_offsets.config import DatabaseSettings
+from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError
+from txn_offsets.planner import TopicSelection
 from txn_offsets.spark import joint_plans, rounds, session
 from txn_offsets.spark.joint_plans import JointPlans
 from txn_offsets.spark.rounds import Rounds
 from txn_offsets.spark.runner import JobSummary, run_job
 from txn_offsets.spark.signals import stop_on_signals
-from txn_offsets.spark.spec import shared_engines
+from txn_offsets.spark.spec import preflight_jobs, shared_engines
 from txn_offsets.spark.writers import PartitionWriter
 from txn_offsets.store.budget import check_jobs_budget
 from txn_offsets.store.database import DRIVER_POOL, engine_for
@@ -132,6 +133,8 @@ def run_jobs(
         db: engine_for(db, pool_size=DRIVER_POOL[0] * n, max_overflow=DRIVER_POOL[1] * n)
         for db, n in users.items()
     }  # one driver engine per database, as large as the jobs' own pools were: opened as needed
+    # their listed topics and the tables checked once for all (what fails there, each job checks alone)
+    preflighted = preflight_jobs(engines, _selections(jobs))
 
     def one(name: str, options: Mapping[str, Any]) -> None:
         member = shared is not None and name in members  # its Spark jobs are the rounds'
@@ -140,7 +143,7 @@ def run_jobs(
             spark.sparkContext.setLocalProperty(POOL_PROPERTY, name)
         try:
             with (
-                shared_engines(engines),
+                shared_engines(engines, preflighted),
                 joint_plans.joined(planning),
                 rounds.joined(shared) if member else contextlib.nullcontext(),  # type: ignore[arg-type]
             ):
@@ -184,6 +187,23 @@ def run_jobs(
                 shared.count,
             )
     return result
+
+
+def _selections(
+    jobs: Mapping[str, Mapping[str, Any]],
+) -> list[tuple[str, DatabaseSettings, KafkaSettings, TopicSelection]]:
+    """Each job's database, Kafka and topics, where its arguments name them well (else its own
+    run_job reports what is wrong)."""
+    out = []
+    for name, options in jobs.items():
+        db, kafka = options.get("database"), options.get("kafka")
+        if not isinstance(db, DatabaseSettings) or not isinstance(kafka, KafkaSettings):
+            continue
+        topics = options.get("topics", ())
+        with contextlib.suppress(ConfigError, TypeError):
+            if not isinstance(topics, str):
+                out.append((name, db, kafka, TopicSelection(tuple(topics), options.get("topic_pattern"))))
+    return out
 
 
 def _rounds_fit(options: Mapping[str, Any]) -> bool:

@@ -34,7 +34,7 @@ from txn_offsets.store.database import engine_for
 from txn_offsets.store.roles import check_run_role
 from txn_offsets.store.runs import Run, end_run, start_run
 
-__all__ = ["JobSpec", "end_quietly", "in_shared_engines", "job_run", "shared_engines"]
+__all__ = ["JobSpec", "end_quietly", "in_shared_engines", "job_run", "preflight_jobs", "shared_engines"]
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +124,8 @@ def job_run(
     engine = shared.get(database) or engine_for(database)
     own = database not in shared
     try:
-        preflight(engine, database, kafka, job=spec.job, selection=spec.selection)
+        if (database, kafka, spec.selection.topics) not in getattr(_local, "preflighted", ()):
+            preflight(engine, database, kafka, job=spec.job, selection=spec.selection)
         # a job the role may not use fails here; a superuser or the schema owner is warned about
         check_run_role(engine, database, spec.job)
         run = start_run(engine, database, spec.job, force=spec.force, lease_s=spec.lease_s)
@@ -146,16 +147,57 @@ def in_shared_engines(database: DatabaseSettings) -> bool:
 
 
 @contextlib.contextmanager
-def shared_engines(engines: Mapping[DatabaseSettings, sa.Engine]) -> Iterator[None]:
+def shared_engines(
+    engines: Mapping[DatabaseSettings, sa.Engine],
+    preflighted: Sequence[tuple[DatabaseSettings, KafkaSettings, tuple[str, ...]]] = (),
+) -> Iterator[None]:
     """The runs this thread starts inside the block use these driver engines (per database
     settings) instead of one of their own each, and leave them open: their owner disposes of them.
     One pool for many jobs opens connections as they are needed, up to the pool's size, and
-    compiles each statement once, not once per job."""
+    compiles each statement once, not once per job. A run whose (database, Kafka, topics) is in
+    `preflighted` skips its own preflight: its owner checked them for all its jobs at once
+    (:func:`preflight_jobs`)."""
     _local.engines = engines
+    _local.preflighted = preflighted
     try:
         yield
     finally:
         _local.engines = {}
+        _local.preflighted = ()
+
+
+def preflight_jobs(
+    engines: Mapping[DatabaseSettings, sa.Engine],
+    jobs: Sequence[tuple[str, DatabaseSettings, KafkaSettings, TopicSelection]],
+) -> list[tuple[DatabaseSettings, KafkaSettings, tuple[str, ...]]]:
+    """The preflight of many runs' listed topics at once (one per database and Kafka cluster: the
+    tables checked once, every topic described in one request): what passed, for
+    :func:`shared_engines`. Where it fails (a missing topic of one job), those runs preflight on
+    their own, so the error stays with its job; runs given a topic pattern always do."""
+    groups: list[tuple[DatabaseSettings, KafkaSettings, list[tuple[str, TopicSelection]]]] = []
+    for job, db, kafka, selection in jobs:
+        if selection.pattern is not None or db not in engines:
+            continue
+        for gdb, gkafka, members in groups:
+            if (gdb, gkafka) == (db, kafka):
+                members.append((job, selection))
+                break
+        else:
+            groups.append((db, kafka, [(job, selection)]))
+    passed: list[tuple[DatabaseSettings, KafkaSettings, tuple[str, ...]]] = []
+    for db, kafka, members in groups:
+        topics = tuple(sorted({t for _, selection in members for t in selection.topics}))
+        try:
+            preflight(engines[db], db, kafka, job=members[0][0], selection=TopicSelection(topics))
+        except TxnOffsetsError as exc:
+            logger.info(
+                "joint preflight of %d job(s) failed (%s): each checks alone",
+                len(members),
+                type(exc).__name__,
+            )
+            continue
+        passed.extend((db, kafka, selection.topics) for _, selection in members)
+    return passed
 
 
 def end_quietly(engine: sa.Engine, database: DatabaseSettings, run: Run) -> None:

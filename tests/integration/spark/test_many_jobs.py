@@ -20,7 +20,7 @@ from tests.integration.spark.test_counting_job import counting_writer, stored_of
 from tests.kafka_ends import settled_ends
 from txn_offsets import StartPolicy
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.errors import BatchFailed, ConfigError
+from txn_offsets.errors import BatchFailed, ConfigError, TopicMissing
 from txn_offsets.planner import Limits
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark.many import JobsFailed, run_jobs
@@ -214,3 +214,38 @@ def test_bad_arguments_start_nothing(
     assert not result.summaries and isinstance(result.errors["bad"], ConfigError)
     with pytest.raises(JobsFailed, match="'bad': ConfigError"):
         result.raise_for_errors()
+
+
+def test_a_missing_topic_fails_its_job_alone_before_it_starts(
+    spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    job_name: str,
+) -> None:
+    """run_jobs checks the jobs' topics together; one job naming a topic that does not exist fails
+    alone with TopicMissing, before its run started (no generation bumped), and the other job runs."""
+    topic = topic_factory(partitions=PARTITIONS)
+    expected = produce(topic, 200, PARTITIONS, keys=13)
+    (table,) = _tables(engine, db, 1)
+    good, bad = f"{job_name}-good", f"{job_name}-bad"
+    common = {"kafka": kafka, "database": db, "start": StartPolicy.earliest(), "until_caught_up": True}
+    result = run_jobs(
+        spark,
+        {
+            good: {**common, "writer": counting_writer(table), "topics": [topic]},
+            bad: {**common, "writer": counting_writer(table), "topics": [topic, f"{topic}-missing"]},
+        },
+    )
+    assert sorted(result.summaries) == [good] and sorted(result.errors) == [bad]
+    assert isinstance(result.errors[bad], TopicMissing) and f"{topic}-missing" in str(result.errors[bad])
+    assert totals(engine, table) == dict(expected)
+    with engine.connect() as conn:
+        assert (
+            conn.execute(
+                sa.text(f'SELECT count(*) FROM "{db.schema}".jobs WHERE job = :job'), {"job": bad}
+            ).scalar_one()
+            == 0
+        )  # never started
