@@ -38,11 +38,15 @@ __all__ = ["Rounds", "UnitFailed", "current", "joined"]
 
 logger = logging.getLogger(__name__)
 
-#: the batches submitted while a round runs make the next round, at once (the jobs fall into cohorts
-#: whose planning overlaps the other cohort's round); on an idle round thread, a round starts when
-#: every member has submitted, no batch came for GATHER_QUIET_S, or the first has waited GATHER_MAX_S
+#: a round starts when every member has submitted its batch, no batch came for GATHER_QUIET_S, or
+#: the first has waited GATHER_MAX_S: the members plan together right after a round (joint plans),
+#: so waiting for them keeps every job in every round instead of two cohorts taking turns
 GATHER_QUIET_S = 0.05
 GATHER_MAX_S = 0.25
+#: while some members have not yet submitted a batch (their runs are starting: a connection, the run's
+#: start and its first plan each), a round waits for them up to this long after the rounds began, so
+#: the first round carries every job instead of the few that started first (which then stay a cohort)
+GATHER_START_S = 2.0
 
 _local = threading.local()
 
@@ -101,6 +105,8 @@ class Rounds:
         self._cond = threading.Condition()
         self._pending: list[_Submission] = []
         self._members = 0
+        self._submitters: set[int] = set()  # the member threads that have submitted a batch
+        self._born = time.monotonic()
         self._closed = False
         self._thread = threading.Thread(target=self._serve, name="txn-offsets-rounds", daemon=True)
         self._thread.start()
@@ -113,6 +119,7 @@ class Rounds:
             if self._closed:
                 raise RuntimeError("txn_offsets rounds are closed: no round will run this batch")
             self._pending.append(sub)
+            self._submitters.add(threading.get_ident())
             self._cond.notify_all()
         return sub.result()
 
@@ -151,6 +158,8 @@ class Rounds:
         while len(self._pending) < self._members and not self._closed:
             now = time.monotonic()
             until = min(last + GATHER_QUIET_S, first + GATHER_MAX_S)
+            if len(self._submitters) < self._members:  # runs still starting: their first batch comes
+                until = max(until, self._born + GATHER_START_S)
             if now >= until:
                 return
             self._cond.wait(until - now)

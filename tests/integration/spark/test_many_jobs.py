@@ -28,6 +28,7 @@ from txn_offsets.spark.runner import BatchReport
 from txn_offsets.spark.writers import PartitionWriter
 from txn_offsets.store.budget import DRIVER_CONNECTIONS
 from txn_offsets.store.health import connection_headroom
+from txn_offsets.store.runs import end_run, start_run
 
 JOBS = 4
 PARTITIONS = 2
@@ -249,3 +250,65 @@ def test_a_missing_topic_fails_its_job_alone_before_it_starts(
             ).scalar_one()
             == 0
         )  # never started
+
+
+def test_the_first_round_waits_for_a_job_whose_start_is_slow(
+    spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    job_name: str,
+) -> None:
+    """One job's run starts late (its job row is locked for a while: start_run waits on it): the
+    first round waits for its first batch instead of leaving it to a round of its own, so every
+    job's first batch commits in the same round (before: the late job's a round later)."""
+    topics = [topic_factory(partitions=PARTITIONS) for _ in range(3)]
+    for i, topic in enumerate(topics):
+        produce(topic, 4_000, PARTITIONS, keys=5 + i)
+    tables = _tables(engine, db, 3)
+    names = [f"{job_name}-{i}" for i in range(3)]
+    late = names[2]
+    end_run(engine, db, start_run(engine, db, late))  # its row exists, its lease released
+    first: dict[str, float] = {}
+
+    def on_batch(report: BatchReport) -> None:
+        first.setdefault(report.job, time.monotonic())
+
+    jobs = {
+        name: {
+            "kafka": kafka,
+            "database": db,
+            "writer": counting_writer(tables[i]),
+            "topics": [topics[i]],
+            "start": StartPolicy.earliest(),
+            "limits": Limits(max_records_per_partition=1_000),
+            "until_caught_up": True,
+            "on_batch": on_batch,
+        }
+        for i, name in enumerate(names)
+    }
+    jobs_table = f'"{db.schema}".jobs'
+    held = threading.Event()
+
+    def hold_the_late_job() -> None:
+        with engine.begin() as conn:
+            conn.execute(sa.text(f"SELECT 1 FROM {jobs_table} WHERE job = :job FOR UPDATE"), {"job": late})
+            held.set()
+            time.sleep(1.0)
+
+    holder = threading.Thread(target=hold_the_late_job)
+    holder.start()
+    assert held.wait(30)
+    try:
+        result = run_jobs(spark, jobs)
+    finally:
+        holder.join(30)
+    result.raise_for_errors()
+    assert all(result.summaries[n].records == 4_000 for n in names)
+    deadline = time.monotonic() + 10
+    while len(first) < len(names) and time.monotonic() < deadline:
+        time.sleep(0.05)  # on_batch runs on each run's publisher thread
+    spread = max(first.values()) - min(first.values())
+    assert spread < 0.1, (spread, first)  # one round: its reports reach the jobs together
