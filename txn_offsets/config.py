@@ -290,6 +290,9 @@ class KafkaSettings:
     def __reduce__(self) -> tuple[Any, ...]:
         return (_kafka_settings, (self.bootstrap_servers, dict(self.extra), self.isolation_level))
 
+    def __hash__(self) -> int:  # by property names: the values may not be hashable (callbacks)
+        return hash((self.bootstrap_servers, self.isolation_level, tuple(sorted(self.extra))))
+
 
 def _kafka_settings(bootstrap: str, extra: dict[str, Any], isolation: str) -> KafkaSettings:
     return KafkaSettings(bootstrap, extra, isolation)
@@ -299,14 +302,7 @@ def from_env(environ: Mapping[str, str] | None = None) -> tuple[DatabaseSettings
     """Settings from TXN_OFFSETS_DATABASE_URL, TXN_OFFSETS_SCHEMA, TXN_OFFSETS_KAFKA_BOOTSTRAP and
     TXN_OFFSETS_KAFKA_CONFIG (see :func:`kafka_from_env`)."""
     env = os.environ if environ is None else environ
-    url = env.get("TXN_OFFSETS_DATABASE_URL")
-    if not url:
-        raise ConfigError(
-            "TXN_OFFSETS_DATABASE_URL",
-            "is not set; export it (e.g. `set -a; . .stack/env; set +a` after `make stack-up`)",
-        )
-    db = DatabaseSettings(Secret(url), schema=env.get("TXN_OFFSETS_SCHEMA", DatabaseSettings.schema))
-    return db, kafka_from_env(env)
+    return database_from_env(env), kafka_from_env(env)
 
 
 def database_from_env(
@@ -321,7 +317,8 @@ def database_from_env(
     if not url:
         raise ConfigError(
             "TXN_OFFSETS_DATABASE_URL",
-            "is not set; export the postgresql+psycopg:// URL of the offsets database",
+            "is not set; export the postgresql+psycopg:// URL of the offsets database (the local "
+            "stack's: `set -a; . .stack/env; set +a` after `make stack-up`)",
         )
     return DatabaseSettings(
         Secret(url), schema=schema or env.get("TXN_OFFSETS_SCHEMA", DatabaseSettings.schema)

@@ -154,16 +154,10 @@ class JointPlans:
                 ask.served.set()
 
     def _make(self, gathered: list[_Ask]) -> None:
-        groups: list[list[_Ask]] = []  # by engine, database and Kafka settings (not hashable: compared)
+        groups: dict[tuple[int, DatabaseSettings, KafkaSettings], list[_Ask]] = {}
         for ask in gathered:
-            for asks in groups:
-                head = asks[0]
-                if (head.engine, head.database, head.kafka) == (ask.engine, ask.database, ask.kafka):
-                    asks.append(ask)
-                    break
-            else:
-                groups.append([ask])
-        for asks in groups:
+            groups.setdefault((id(ask.engine), ask.database, ask.kafka), []).append(ask)
+        for asks in groups.values():
             self.gatherings += 1
             first = asks[0]
             try:

@@ -174,18 +174,12 @@ def preflight_jobs(
     tables checked once, every topic described in one request): what passed, for
     :func:`shared_engines`. Where it fails (a missing topic of one job), those runs preflight on
     their own, so the error stays with its job; runs given a topic pattern always do."""
-    groups: list[tuple[DatabaseSettings, KafkaSettings, list[tuple[str, TopicSelection]]]] = []
+    groups: dict[tuple[DatabaseSettings, KafkaSettings], list[tuple[str, TopicSelection]]] = {}
     for job, db, kafka, selection in jobs:
-        if selection.pattern is not None or db not in engines:
-            continue
-        for gdb, gkafka, members in groups:
-            if (gdb, gkafka) == (db, kafka):
-                members.append((job, selection))
-                break
-        else:
-            groups.append((db, kafka, [(job, selection)]))
+        if selection.pattern is None and db in engines:
+            groups.setdefault((db, kafka), []).append((job, selection))
     passed: list[tuple[DatabaseSettings, KafkaSettings, tuple[str, ...]]] = []
-    for db, kafka, members in groups:
+    for (db, kafka), members in groups.items():
         topics = tuple(sorted({t for _, selection in members for t in selection.topics}))
         try:
             preflight(engines[db], db, kafka, job=members[0][0], selection=TopicSelection(topics))
