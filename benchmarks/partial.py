@@ -10,7 +10,7 @@ from typing import Any
 
 from benchmarks.settings import LATENCY, LINEAGE, MEMORY, PHASES, SCALE, SWEEP
 
-__all__ = ["OWNED", "is_partial", "merge"]
+__all__ = ["OWNED", "OWNED_META", "is_partial", "merge"]
 
 #: The result's sections each phase measures (the rest of a result is meta or derived).
 OWNED: dict[str, tuple[str, ...]] = {
@@ -20,6 +20,11 @@ OWNED: dict[str, tuple[str, ...]] = {
     LATENCY: ("latency_phase", "low_latency_throughput", "low_latency_throughput_vs_batch"),
     LINEAGE: ("lineage",),
 }
+
+
+#: The meta each phase's own sections are read with (the sweep's points name the topics its runs
+#: read: the reader limits are matched to a point by topic).
+OWNED_META: dict[str, tuple[str, ...]] = {SWEEP: ("points", "headline_points", "messages")}
 
 
 def is_partial(phases: tuple[str, ...]) -> bool:
@@ -33,6 +38,9 @@ def merge(saved: dict[str, Any], new: dict[str, Any], phases: tuple[str, ...]) -
     for phase in phases:
         for key in OWNED[phase]:
             out[key] = copy.deepcopy(new.get(key))
+        for key in OWNED_META.get(phase, ()):
+            if key in new["meta"]:
+                out["meta"][key] = copy.deepcopy(new["meta"][key])
     later = out["meta"].setdefault("partial_runs", [])
     later.append({"phases": list(phases), "finished_at": new["meta"]["finished_at"]})
     return out

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from benchmarks import partial
-from benchmarks.settings import LINEAGE, PHASES
+from benchmarks.settings import LINEAGE, PHASES, SWEEP
 
 
 def test_a_phase_run_replaces_only_its_own_sections() -> None:
@@ -20,3 +20,19 @@ def test_a_phase_run_replaces_only_its_own_sections() -> None:
 def test_every_phase_owns_sections_and_only_a_subset_is_partial() -> None:
     assert set(partial.OWNED) == set(PHASES)
     assert partial.is_partial((LINEAGE,)) and not partial.is_partial(PHASES)
+
+
+def test_a_sweep_run_takes_its_own_points_with_its_runs() -> None:
+    """The sweep's points name the topics its runs read (the reader limits are matched to a point
+    by topic): a sweep-only run must bring them along, or reader_vs_raw finds no reader run (nan)."""
+    old_point = {"name": "p8-c40000", "topic": "bench-old"}
+    new_point = {"name": "p8-c40000", "topic": "bench-new"}
+    saved = {
+        "meta": {"finished_at": "then", "points": [old_point], "headline_points": ["a", "b"]},
+        "runs": [1],
+    }
+    new = {"meta": {"finished_at": "now", "points": [new_point], "headline_points": ["c", "d"]}, "runs": [2]}
+    merged = partial.merge(saved, new, (SWEEP,))
+    assert merged["runs"] == [2] and merged["meta"]["points"] == [new_point]
+    assert merged["meta"]["headline_points"] == ["c", "d"] and merged["meta"]["finished_at"] == "then"
+    assert partial.merge(saved, new, (LINEAGE,))["meta"]["points"] == [old_point]  # another phase's run
