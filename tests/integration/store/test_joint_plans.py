@@ -72,6 +72,29 @@ def _lease(engine: sa.Engine, db: DatabaseSettings, job: str) -> object:
         return lock_job(conn, db, job, for_update=False).lease_until
 
 
+def _at_once(
+    plans: JointPlans,
+    store: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    requests: list[JobPlanRequest],
+) -> dict[str, Plan | None]:
+    """Each request's joint plan, asked by a thread of its own, all released at the same moment."""
+    got: dict[str, Plan | None] = {}
+    go = threading.Barrier(len(requests))
+
+    def ask(request: JobPlanRequest) -> None:
+        go.wait(30)
+        got[request.run.job] = plans.plan(store, db, kafka, request)
+
+    threads = [threading.Thread(target=ask, args=(r,)) for r in requests]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return got
+
+
 def _topics(topic_factory: TopicFactory, kafka: KafkaSettings, n: int, counts: dict[int, int]) -> list[str]:
     topics = [topic_factory(partitions=len(counts)) for _ in range(n)]
     for topic in topics:
@@ -155,19 +178,7 @@ def test_a_failed_joint_plan_leaves_each_job_to_plan_alone(
         plan_jobs(store, migrated, kafka, [good, bad])
     alone = _alone(store, migrated, kafka, good)
     assert [r.span for r in alone.ranges] == [4]
-    plans = JointPlans()
-    got: dict[str, Plan | None] = {}
-    go = threading.Barrier(2)
-
-    def ask(request: JobPlanRequest) -> None:
-        go.wait(30)
-        got[request.run.job] = plans.plan(store, migrated, kafka, request)
-
-    threads = [threading.Thread(target=ask, args=(r,)) for r in (good, bad)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    got = _at_once(JointPlans(), store, migrated, kafka, [good, bad])
     assert got[bad.run.job] is None
     assert got[good.run.job] in (None, alone)  # None when gathered with the bad one
     with pytest.raises(TopicMissing):
@@ -186,18 +197,7 @@ def test_plans_asked_at_once_are_made_together(
     topics = _topics(topic_factory, kafka, 16, {0: 3, 1: 2})
     requests = [_job(store, migrated, kafka, f"{job_name}-{i:02d}", t) for i, t in enumerate(topics)]
     plans = JointPlans()
-    got: dict[str, Plan | None] = {}
-    go = threading.Barrier(len(requests))
-
-    def ask(request: JobPlanRequest) -> None:
-        go.wait(30)
-        got[request.run.job] = plans.plan(store, migrated, kafka, request)
-
-    threads = [threading.Thread(target=ask, args=(r,)) for r in requests]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    got = _at_once(plans, store, migrated, kafka, requests)
     assert sorted(got) == sorted(r.run.job for r in requests)
     for request in requests:
         assert got[request.run.job] == _alone(store, migrated, kafka, request), request.run.job
