@@ -59,6 +59,13 @@ class TopicSelection:
             if not isinstance(topic, str) or not topic.strip():
                 raise ConfigError("topics", f"{topic!r} is not a topic name")
 
+    @classmethod
+    def of(cls, topics: Sequence[str], pattern: str | None) -> TopicSelection:
+        """From the keywords of ``run_job`` (`topics`, `topic_pattern`)."""
+        if isinstance(topics, str):
+            raise ConfigError("topics", f"give a list of topic names, not the string {topics!r}")
+        return cls(tuple(topics), pattern)
+
     def resolve(self, kafka: KafkaSettings, timeout_s: float) -> list[str]:
         if self.pattern is not None:
             return metadata.topics_matching(kafka, self.pattern, timeout_s=timeout_s)

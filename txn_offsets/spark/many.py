@@ -126,9 +126,8 @@ def run_jobs(
     result = JobsResult()
     lock = threading.Lock()
     shared = Rounds(spark, timeout_s=_round_timeout([jobs[n] for n in members])) if members else None
-    planning = (
-        JointPlans()
-    )  # the jobs' plans of the moment made together (one Kafka request, one transaction)
+    # the jobs' plans of the moment made together (one Kafka request, one transaction)
+    planning = JointPlans()
     engines = {
         db: engine_for(db, pool_size=DRIVER_POOL[0] * n, max_overflow=DRIVER_POOL[1] * n)
         for db, n in users.items()
@@ -199,10 +198,10 @@ def _selections(
         db, kafka = options.get("database"), options.get("kafka")
         if not isinstance(db, DatabaseSettings) or not isinstance(kafka, KafkaSettings):
             continue
-        topics = options.get("topics", ())
         with contextlib.suppress(ConfigError, TypeError):
-            if not isinstance(topics, str):
-                out.append((name, db, kafka, TopicSelection(tuple(topics), options.get("topic_pattern"))))
+            out.append(
+                (name, db, kafka, TopicSelection.of(options.get("topics", ()), options.get("topic_pattern")))
+            )
     return out
 
 

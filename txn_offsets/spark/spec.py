@@ -97,11 +97,9 @@ class JobSpec:
         force: bool = False,
     ) -> JobSpec:
         """From the keywords of ``run_job`` / ``open_stream`` (None: the defaults)."""
-        if isinstance(topics, str):
-            raise ConfigError("topics", f"give a list of topic names, not the string {topics!r}")
         return cls(
             job=job,
-            selection=TopicSelection(tuple(topics), topic_pattern),
+            selection=TopicSelection.of(topics, topic_pattern),
             start=start,
             limits=limits if limits is not None else Limits(),
             on_data_loss=check_on_data_loss(on_data_loss),

@@ -70,13 +70,7 @@ def load_offsets(conn: sa.Connection, db: DatabaseSettings, job: str) -> dict[To
 
 def load_rows(conn: sa.Connection, db: DatabaseSettings, job: str) -> dict[TopicPartition, StoredOffset]:
     """Every offset row of `job` with its topic id."""
-    o = tables_for(db.schema).offsets
-    rows = conn.execute(
-        sa.select(o.c.topic, o.c.part, o.c.off, o.c.topic_id)
-        .where(o.c.job == job)
-        .order_by(o.c.topic, o.c.part)
-    )
-    return {(r.topic, r.part): StoredOffset(r.off, r.topic_id) for r in rows}
+    return load_rows_of(conn, db, [job])[job]
 
 
 def load_rows_of(

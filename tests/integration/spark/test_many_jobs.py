@@ -8,7 +8,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -43,6 +43,27 @@ def _tables(engine: sa.Engine, db: DatabaseSettings, n: int) -> list[str]:
     return names
 
 
+def _counting_job(
+    kafka: KafkaSettings,
+    db: DatabaseSettings,
+    table: str,
+    topic: str,
+    per_partition: int,
+    on_batch: Callable[[BatchReport], None],
+) -> dict[str, Any]:
+    """run_job's keywords for a counting job over `topic` into `table`, until caught up."""
+    return {
+        "kafka": kafka,
+        "database": db,
+        "writer": counting_writer(table),
+        "topics": [topic],
+        "start": StartPolicy.earliest(),
+        "limits": Limits(max_records_per_partition=per_partition),
+        "until_caught_up": True,
+        "on_batch": on_batch,
+    }
+
+
 def test_four_jobs_on_threads_each_exact_and_concurrent(
     spark: Any,
     engine: sa.Engine,
@@ -61,17 +82,7 @@ def test_four_jobs_on_threads_each_exact_and_concurrent(
         commits[report.job].append(time.monotonic())
 
     jobs = {
-        f"{job_name}-{i}": {
-            "kafka": kafka,
-            "database": db,
-            "writer": counting_writer(tables[i]),
-            "topics": [topics[i]],
-            "start": StartPolicy.earliest(),
-            "limits": Limits(max_records_per_partition=100),
-            "until_caught_up": True,
-            "on_batch": on_batch,
-        }
-        for i in range(JOBS)
+        f"{job_name}-{i}": _counting_job(kafka, db, tables[i], topics[i], 100, on_batch) for i in range(JOBS)
     }
     result = run_jobs(spark, jobs)
     result.raise_for_errors()
@@ -277,17 +288,7 @@ def test_the_first_round_waits_for_a_job_whose_start_is_slow(
         first.setdefault(report.job, time.monotonic())
 
     jobs = {
-        name: {
-            "kafka": kafka,
-            "database": db,
-            "writer": counting_writer(tables[i]),
-            "topics": [topics[i]],
-            "start": StartPolicy.earliest(),
-            "limits": Limits(max_records_per_partition=1_000),
-            "until_caught_up": True,
-            "on_batch": on_batch,
-        }
-        for i, name in enumerate(names)
+        name: _counting_job(kafka, db, tables[i], topics[i], 1_000, on_batch) for i, name in enumerate(names)
     }
     jobs_table = f'"{db.schema}".jobs'
     held = threading.Event()
