@@ -46,6 +46,7 @@ __all__ = [
     "describe_error",
     "first_contact_s",
     "forget_admin_client",
+    "in_flight",
     "issued",
     "reap",
 ]
@@ -106,6 +107,12 @@ def issued(admin: AdminClient, futures: Iterable[Future[Any]]) -> None:
         _state.in_flight[id(admin)] = pending
 
 
+def in_flight(admin: AdminClient) -> list[Future[Any]]:
+    """The futures issued on `admin` (:func:`issued`) not done yet."""
+    with _state.lock:
+        return [f for f in _state.in_flight.get(id(admin), ()) if not f.done()]
+
+
 def admin_client(kafka: KafkaSettings, role: str = "metadata") -> AdminClient:
     """One AdminClient per Kafka settings and role in this process: a plan makes three metadata
     calls, and a new client per call costs a connection and a bootstrap round trip each time (and
@@ -116,7 +123,13 @@ def admin_client(kafka: KafkaSettings, role: str = "metadata") -> AdminClient:
     with _state.lock:
         admin = _state.admins.get(key)
         if admin is None:
-            config = {**kafka.client_config(), "error_cb": auth.error_cb(key)}  # SASL/TLS refusals
+            # SASL/TLS refusals through error_cb; and a look-up of a topic never creates it (an
+            # admin client is a producer to librdkafka: it would ask the broker to create it)
+            config = {
+                **kafka.client_config(),
+                "error_cb": auth.error_cb(key),
+                "allow.auto.create.topics": False,
+            }
             admin = _state.admins[key] = AdminClient(client_config(config))
     serve_logs(admin)
     return admin

@@ -3,11 +3,11 @@ offsets for a timestamp. Every call is bounded by a timeout and fails with one o
 
 The clients come from :mod:`txn_offsets.kafka.admins`, whose first contact is bounded tighter
 (bootstrap servers that answer nothing fail within seconds, not after every request's timeout);
-a client is retired only when Kafka did not answer."""
+a client is retired only when Kafka did not answer. Offsets are asked for only once the offsets
+client has looked the partitions' leaders up (:mod:`txn_offsets.kafka.leaders`)."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import re
@@ -24,6 +24,7 @@ from confluent_kafka.cimpl import _AdminClientImpl
 
 from txn_offsets.config import KafkaSettings
 from txn_offsets.errors import ConfigError, ServiceUnavailable, TopicChanged, TopicMissing
+from txn_offsets.kafka import leaders
 from txn_offsets.kafka.admins import (
     NO_ANSWER,
     client_key,
@@ -116,6 +117,8 @@ def _result(
     except KafkaException as exc:
         err = exc.args[0] if exc.args else None
         if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            if stale is not None:
+                stale()
             raise TopicMissing(topic, f"{what} does not exist on {kafka.bootstrap_servers}") from None
         if stale is not None and isinstance(err, KafkaError) and err.code() in _STALE:
             stale()
@@ -218,16 +221,18 @@ LIST_OFFSETS_CHUNK = 512
 
 
 def _ask(
-    admin: AdminClient, tps: list[TopicPartition], level: IsolationLevel, timeout_s: float
+    admin: AdminClient, key: str, tps: list[TopicPartition], level: IsolationLevel, timeout_s: float
 ) -> Future[Any]:
     """One ListOffsets request (each TopicPartition's offset: its OffsetSpec) answered by ONE future,
-    not one per partition as AdminClient.list_offsets makes (~0.1 s per 4,096)."""
+    not one per partition as AdminClient.list_offsets makes (~0.1 s per 4,096). Its partitions'
+    leaders must have been looked up (:func:`leaders.ensure`)."""
     fut: Future[Any] = Future()
     fut.set_running_or_notify_cancel()
-    _AdminClientImpl.list_offsets(
-        admin, tps, fut, isolation_level_value=level.value, request_timeout=timeout_s
-    )
-    issued(admin, [fut])
+    with leaders.asking(key, admin):
+        _AdminClientImpl.list_offsets(
+            admin, tps, fut, isolation_level_value=level.value, request_timeout=timeout_s
+        )
+        issued(admin, [fut])
     return fut
 
 
@@ -244,21 +249,24 @@ def _list_offsets(
         else IsolationLevel.READ_UNCOMMITTED
     )
     admin = connected_admin(kafka, timeout_s, "offsets")  # never the describing client (admins)
+    key = client_key(kafka, "offsets")
+    leaders.ensure(kafka, key, admin, [(tp.topic, tp.partition) for spec in specs for tp in spec], timeout_s)
     asked: list[list[tuple[Future[Any], str]]] = []
     for spec in specs:
         tps = [TopicPartition(tp.topic, tp.partition, int(at._value)) for tp, at in spec.items()]
         chunks = [tps[i : i + LIST_OFFSETS_CHUNK] for i in range(0, len(tps), LIST_OFFSETS_CHUNK)]
-        asked.append([(_ask(admin, chunk, level, timeout_s), chunk[0].topic) for chunk in chunks])
+        asked.append([(_ask(admin, key, chunk, level, timeout_s), chunk[0].topic) for chunk in chunks])
     answers: list[dict[TP, ListOffsetsResultInfo]] = []
     for futures in asked:
         out: dict[TP, ListOffsetsResultInfo] = {}
         for fut, topic in futures:
-            refresh = functools.partial(_refresh, admin, topic, timeout_s)
+            refresh = functools.partial(leaders.forget, key, topic)
             answer = _result(kafka, fut, timeout_s, f"the offsets of {topic!r}", topic, stale=refresh)
             for tp, info in answer.items():
                 if isinstance(info, KafkaError):  # as _result reports a failed future
                     what = f"{tp.topic}[{tp.partition}]"
                     if info.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                        refresh()
                         raise TopicMissing(tp.topic, f"{what} does not exist on {kafka.bootstrap_servers}")
                     if info.code() in NO_ANSWER:
                         forget_admin_client(kafka)
@@ -268,15 +276,6 @@ def _list_offsets(
                 out[(tp.topic, tp.partition)] = info
         answers.append(out)
     return answers
-
-
-def _refresh(admin: AdminClient, topic: str, timeout_s: float) -> None:
-    """Bring the offsets client's cached metadata of `topic` up to date for the next call (a
-    partition added, a leader moved): it looks leaders up in that cache, which it refreshes on its
-    own only every few minutes. A refresh, not a new client: new clients asking for offsets from
-    several threads while the topic was re-created crashed librdkafka in the stress test."""
-    with contextlib.suppress(KafkaException):  # the error at hand is reported either way
-        admin.list_topics(topic=topic, timeout=timeout_s)
 
 
 def watermarks(
