@@ -2,11 +2,13 @@
 batch statistics for ``txn-offsets serve`` (``job_stats``), the consumer-group mirror for Kafka's
 lag tools, and the user's ``on_batch`` callback.
 
-Statistics and the mirror are best effort: they run on one background thread, so a slow or
-unreachable Kafka or a busy ``job_stats`` row never delays the next batch, and their failures are
-logged and counted, never raised. The table of offsets stays the only truth.
+Statistics and the mirror are best effort and off the batch's path, so a slow or unreachable
+Kafka or a busy ``job_stats`` row never delays the next batch, and their failures are logged and
+counted, never raised. The table of offsets stays the only truth. Statistics go to the process's
+statistics queue (:mod:`txn_offsets.store.stats_queue`: the records of all runs written together),
+the mirror to the run's own background thread.
 
-That one thread also orders the run's mirror sends after its own commits, batch by batch. A run
+That one thread orders the run's mirror sends after its own commits, batch by batch. A run
 that fails or is fenced stops the mirror at once (:meth:`BatchPublisher.run_failed`): its queued
 mirror commits are dropped and ``close()`` flushes nothing, so it never writes an offset older than
 one a newer run may have mirrored already (the mirror also skips entries of a newer generation).
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import sqlalchemy as sa
@@ -26,7 +28,7 @@ from txn_offsets.errors import TxnOffsetsError
 from txn_offsets.kafka.mirror import GroupMirror
 from txn_offsets.ranges import TopicPartition
 from txn_offsets.spark.tasks import TaskReport, success_counts
-from txn_offsets.store import stats
+from txn_offsets.store import stats, stats_queue
 
 __all__ = ["BatchPublisher"]
 
@@ -62,12 +64,15 @@ class BatchPublisher:
             else None
         )
         self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"publish-{job[:20]}")
+        self._recorded: list[Future[bool]] = []  # this run's statistics, queued
 
     def batch_committed(self, report: object, seconds: float, reports: Sequence[TaskReport]) -> None:
         """After every range of the batch committed: queue statistics and the mirror, then call
         the user's callback (in this thread: its exceptions are the user's to see)."""
-        outcomes = success_counts(reports)
-        self._background.submit(self._record, seconds, outcomes)
+        try:
+            self._count(stats.batch_record(self._job, seconds, success_counts(reports)))
+        except Exception as exc:  # best effort: never lose the batch over a statistic
+            logger.warning("job %r: batch statistics not recorded (%s)", self._job, type(exc).__name__)
         if self._mirror is not None:
             ends: dict[TopicPartition, int] = {r.range.key: r.range.until for r in reports}
             ids = {r.range.key: r.range.topic_id for r in reports if r.range.topic_id is not None}
@@ -83,7 +88,7 @@ class BatchPublisher:
             self._mirror.halt(type(exc).__name__)
         outcome = exc.outcome if isinstance(exc, TxnOffsetsError) else None
         if outcome in stats.FAILURES:  # the failures job_stats counts (conflict, fenced, ...)
-            self._background.submit(self._count_failure, outcome)
+            self._count_failure(outcome)
 
     def close(self) -> None:
         """Finish what is queued (bounded by the mirror's and the statistics' own timeouts); flush the
@@ -93,15 +98,14 @@ class BatchPublisher:
         self._background.shutdown(wait=True)
         if self._mirror is not None:
             self._mirror.close()
+        stats_queue.wait(self._recorded)  # in job_stats once the run returns
 
-    def _record(self, seconds: float, outcomes: dict[str, int]) -> None:
-        try:
-            stats.record_batch(self._engine, self._db, self._job, seconds, outcomes)
-        except Exception as exc:  # best effort: never lose the batch over a statistic
-            logger.warning("job %r: batch statistics not recorded (%s)", self._job, type(exc).__name__)
+    def _count(self, record: stats.StatRecord) -> None:
+        self._recorded = [f for f in self._recorded if not f.done()]
+        self._recorded.append(stats_queue.submit(self._engine, self._db, record))
 
     def _count_failure(self, outcome: str) -> None:
         try:
-            stats.record_failure(self._engine, self._db, self._job, outcome)
-        except Exception as exc:
+            self._count(stats.failure_record(self._job, outcome))
+        except Exception as exc:  # best effort: never lose the batch over a statistic
             logger.warning("job %r: failure statistic not recorded (%s)", self._job, type(exc).__name__)

@@ -1,11 +1,12 @@
 """Per job batch statistics for the metrics service: a batch duration histogram and outcome counters.
 
-The runner calls :func:`record_batch` after each batch and :func:`record_failure` when a batch ends
-in a conflict, fencing, a rejected record, data loss or a failed mirror. Each call is one short
-transaction of its own on the ``job_stats`` table - never inside a batch's transaction, never on
-a job or offset row - with tight lock and statement timeouts, and best effort: statistics must
-never fail or stall a job, so a failure is logged (without the database's message, which could
-echo values) and reported as False.
+The runner counts each batch and each batch that ends in a conflict, fencing, a rejected record,
+data loss or a failed mirror (:func:`record_batch`, :func:`record_failure`; :func:`record_many`
+counts the records of many jobs at once, as :mod:`txn_offsets.store.stats_queue` gathers them from
+the runs of a process). Each call is one short transaction of its own on the ``job_stats`` table -
+never inside a batch's transaction, never on a job or offset row - with tight lock and statement
+timeouts, and best effort: statistics must never fail or stall a job, so a failure is logged
+(without the database's message, which could echo values) and reported as False.
 
 ``txn-offsets serve`` reads them with :func:`load_stats` (a plain SELECT).
 """
@@ -16,7 +17,7 @@ import bisect
 import functools
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -32,9 +33,13 @@ __all__ = [
     "BATCH_SECONDS_BUCKETS",
     "STAT_OUTCOMES",
     "JobStats",
+    "StatRecord",
+    "batch_record",
+    "failure_record",
     "load_stats",
     "record_batch",
     "record_failure",
+    "record_many",
 ]
 
 logger = logging.getLogger(__name__)
@@ -120,19 +125,55 @@ def _upsert(schema: str) -> sa.Insert:
     )
 
 
-def _apply(
-    engine: sa.Engine, db: DatabaseSettings, job: str, seconds: float | None, outcomes: Mapping[str, int]
-) -> bool:
+@dataclass(frozen=True)
+class StatRecord:
+    """One thing to count for a job: a finished batch (its duration and its ranges' outcomes), or a
+    failure (``seconds`` None, one failure outcome). Checked when made (:func:`batch_record`,
+    :func:`failure_record`)."""
+
+    job: str
+    seconds: float | None
+    outcomes: Mapping[str, int]
+
+
+def batch_record(job: str, seconds: float, outcomes: Mapping[str, int]) -> StatRecord:
+    """A finished batch to count; ConfigError for arguments that are wrong in themselves."""
+    _check(job, seconds, outcomes)
+    return StatRecord(job, float(seconds), dict(outcomes))
+
+
+def failure_record(job: str, outcome: str) -> StatRecord:
+    """A failure to count: ``conflict``, ``fenced``, ``rejected``, ``data_loss`` or ``mirror_failed``."""
+    if outcome not in FAILURES:
+        raise ConfigError("outcome", f"{outcome!r}: use one of {', '.join(FAILURES)}")
+    _check(job, None, {outcome: 1})
+    return StatRecord(job, None, {outcome: 1})
+
+
+def _values(job: str, records: Sequence[StatRecord]) -> dict[str, object]:
+    """The bound values that add all of `records` (one job's) to its row."""
     buckets = [0] * (len(BATCH_SECONDS_BUCKETS) + 1)
-    if seconds is not None:
-        buckets[bucket_index(seconds)] = 1
-    values = {
+    timed = [r.seconds for r in records if r.seconds is not None]
+    for seconds in timed:
+        buckets[bucket_index(seconds)] += 1
+    return {
         "job": job,
-        "batches": 0 if seconds is None else 1,
-        "seconds": 0.0 if seconds is None else float(seconds),
+        "batches": len(timed),
+        "seconds": float(sum(timed)),
         "buckets": buckets,
-        **{name: int(outcomes.get(name, 0)) for name in STAT_OUTCOMES},
+        **{name: sum(int(r.outcomes.get(name, 0)) for r in records) for name in STAT_OUTCOMES},
     }
+
+
+def record_many(engine: sa.Engine, db: DatabaseSettings, records: Sequence[StatRecord]) -> bool:
+    """Count `records` (of any jobs) in ONE transaction: one upsert row per job, their sums. Best
+    effort: False (and a warning naming the jobs) if they could not be recorded."""
+    by_job: dict[str, list[StatRecord]] = {}
+    for record in records:
+        by_job.setdefault(record.job, []).append(record)
+    if not by_job:
+        return True
+    values = [_values(job, rows) for job, rows in sorted(by_job.items())]  # a fixed lock order
     try:
         with translate_errors(db), engine.begin() as conn:
             # bound, transaction-local: a stuck holder of the stats row costs seconds, not the job
@@ -146,8 +187,8 @@ def _apply(
     except (TxnOffsetsError, sa.exc.SQLAlchemyError) as exc:
         state = sqlstate(exc)
         logger.warning(
-            "job=%r batch statistics not recorded (%s%s); the job is not affected",
-            job,
+            "job=%s batch statistics not recorded (%s%s); the job is not affected",
+            ", ".join(repr(job) for job in sorted(by_job)),
             type(exc).__name__,
             f", sqlstate {state}" if state else "",
         )
@@ -161,17 +202,13 @@ def record_batch(
     """Count one finished batch of `job`: its duration and its ranges' outcomes (e.g.
     ``{"committed": 8, "already_committed": 0}``). Best effort: False (and a warning) if it could
     not be recorded; raises ConfigError only for arguments that are wrong in themselves."""
-    _check(job, seconds, outcomes)
-    return _apply(engine, db, job, float(seconds), outcomes)
+    return record_many(engine, db, [batch_record(job, seconds, outcomes)])
 
 
 def record_failure(engine: sa.Engine, db: DatabaseSettings, job: str, outcome: str) -> bool:
     """Count one failure of `job`: ``conflict``, ``fenced``, ``rejected``, ``data_loss`` or
     ``mirror_failed``. Best effort, like :func:`record_batch`."""
-    if outcome not in FAILURES:
-        raise ConfigError("outcome", f"{outcome!r}: use one of {', '.join(FAILURES)}")
-    _check(job, None, {outcome: 1})
-    return _apply(engine, db, job, None, {outcome: 1})
+    return record_many(engine, db, [failure_record(job, outcome)])
 
 
 def load_stats(conn: sa.Connection, db: DatabaseSettings) -> dict[str, JobStats]:
