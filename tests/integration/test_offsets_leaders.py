@@ -17,8 +17,8 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 from tests.fix_services import TopicFactory
 from txn_offsets.config import KafkaSettings
 from txn_offsets.errors import TopicMissing
-from txn_offsets.kafka import metadata
-from txn_offsets.kafka.clients import LOGGER_NAME
+from txn_offsets.kafka import admins, metadata
+from txn_offsets.kafka.clients import LOGGER_NAME, serve_logs
 
 LEADER_QUERY = "query partition leaders"
 
@@ -47,7 +47,9 @@ def _produce(kafka: KafkaSettings, topic: str, per_partition: dict[int, int]) ->
     assert producer.flush(30) == 0
 
 
-def _leader_queries(caplog: pytest.LogCaptureFixture) -> list[str]:
+def _leader_queries(caplog: pytest.LogCaptureFixture, settings: KafkaSettings) -> list[str]:
+    """The offsets client's lookups of leaders it lacked, among its log lines so far."""
+    serve_logs(admins.admin_client(settings, "offsets"))  # an AdminClient's lines wait for a poll
     return [
         r.getMessage() for r in caplog.records if r.name == LOGGER_NAME and LEADER_QUERY in r.getMessage()
     ]
@@ -66,7 +68,7 @@ def test_offsets_of_a_new_topic_are_asked_with_its_leaders_known(
     # earliest and latest: two requests asked back to back, the crash's pattern
     assert metadata.watermarks(settings, [(topic, 0), (topic, 1)]) == {(topic, 0): (0, 3), (topic, 1): (0, 5)}
     assert metadata.offsets_for_time(settings, [(topic, 0), (topic, 1)], 0) == {(topic, 0): 0, (topic, 1): 0}
-    assert _leader_queries(caplog) == []
+    assert _leader_queries(caplog, settings) == []
 
 
 def test_partitions_added_are_looked_up_before_their_offsets_are_asked(
@@ -84,7 +86,7 @@ def test_partitions_added_are_looked_up_before_their_offsets_are_asked(
     caplog.clear()
     marks = metadata.watermarks(settings, [(topic, p) for p in range(3)])
     assert marks == {(topic, 0): (0, 0), (topic, 1): (0, 0), (topic, 2): (0, 4)}
-    assert _leader_queries(caplog) == []
+    assert _leader_queries(caplog, settings) == []
 
 
 def test_a_missing_topic_or_partition_is_named_and_never_created(
@@ -100,3 +102,20 @@ def test_a_missing_topic_or_partition_is_named_and_never_created(
     with pytest.raises(TopicMissing) as info:
         metadata.watermarks(settings, [(topic, 0), (topic, 2)])
     assert f"{topic}[2] does not exist" in str(info.value)
+
+
+def test_several_new_topics_are_looked_up_in_one_request(
+    kafka: KafkaSettings, topic_factory: TopicFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger=LOGGER_NAME)
+    settings = _debugged(kafka)
+    topics = [topic_factory(partitions=2) for _ in range(5)]
+    for i, topic in enumerate(topics):
+        _produce(kafka, topic, {0: i, 1: 1})
+    caplog.clear()
+    marks = metadata.watermarks(settings, [(t, p) for t in topics for p in range(2)])
+    assert marks == {(t, p): (0, i if p == 0 else 1) for i, t in enumerate(topics) for p in range(2)}
+    assert _leader_queries(caplog, settings) == []
+    lines = [r.getMessage() for r in caplog.records if r.name == LOGGER_NAME]
+    asked = [line for line in lines if "application requested" in line and "Request metadata" in line]
+    assert len(asked) == 1 and "for all topics" in asked[0]  # one request for the five, not five

@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
@@ -34,9 +35,10 @@ from txn_offsets.errors import ServiceUnavailable, TopicMissing
 from txn_offsets.kafka.admins import describe_error, in_flight
 from txn_offsets.ranges import TopicPartition as TP
 
-__all__ = ["RETRY_S", "asking", "ensure", "forget"]
+__all__ = ["ONE_BY_ONE", "RETRY_S", "asking", "ensure", "forget"]
 
 RETRY_S = 0.1  # between look-ups of a topic some of whose partitions have no leader yet
+ONE_BY_ONE = 3  # up to this many topics to look up: one request each; more: one for all topics
 
 
 @dataclass
@@ -92,37 +94,53 @@ def ensure(
         if unanswered:
             said = f"{len(unanswered)} offset requests unanswered in {timeout_s:g}s"
             raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, said)
-        deadline = time.monotonic() + timeout_s
-        for topic, count in sorted(need.items()):
-            state.known[topic] = _look_up(kafka, admin, topic, count, deadline)
+        state.known.update(_look_up(kafka, admin, need, time.monotonic() + timeout_s))
 
 
-def _look_up(kafka: KafkaSettings, admin: AdminClient, topic: str, count: int, deadline: float) -> int:
-    """How many partitions of `topic` (0..n-1, each with a leader) `admin` knows after asking Kafka,
-    at least `count`: asks again every :data:`RETRY_S` while one of them has no leader (a topic
-    just created, partitions just added), until `deadline`."""
+def _look_up(
+    kafka: KafkaSettings, admin: AdminClient, need: dict[str, int], deadline: float
+) -> dict[str, int]:
+    """Per topic of `need`, how many partitions (0..n-1, each with a leader) `admin` knows after
+    asking Kafka, at least the count needed: a Metadata request per topic for up to
+    :data:`ONE_BY_ONE` topics, else ONE for all the cluster's topics (a pattern's hundreds of new
+    topics are one round trip, not hundreds),
+    asked again every :data:`RETRY_S` while one of them has no leader (a topic just created,
+    partitions just added), until `deadline`."""
     where = kafka.bootstrap_servers
     while True:
         left = max(0.1, deadline - time.monotonic())
+        topics: dict[str, Any] = {}  # name -> TopicMetadata (confluent-kafka's, untyped)
         try:
-            info = admin.list_topics(topic=topic, timeout=left).topics.get(topic)
+            if len(need) <= ONE_BY_ONE:
+                for t in sorted(need):
+                    topics.update(admin.list_topics(topic=t, timeout=left).topics)
+            else:
+                topics = admin.list_topics(timeout=left).topics
         except KafkaException as exc:
             said = describe_error(exc)
-            raise ServiceUnavailable("Kafka", where, f"metadata for {topic!r}: {said}") from None
-        code = info.error.code() if info is not None and info.error is not None else None
-        if info is None or code == KafkaError.UNKNOWN_TOPIC_OR_PART:
-            raise TopicMissing(topic, f"topic {topic!r} does not exist on {where}")
-        beyond = [p for p in range(count) if p not in info.partitions]
-        if code is None and beyond:
-            raise TopicMissing(topic, f"{topic}[{beyond[0]}] does not exist on {where}")
-        led = 0
-        while led in info.partitions and info.partitions[led].leader >= 0:
-            led += 1
-        if code is None and led >= count:
-            return led
+            raise ServiceUnavailable("Kafka", where, f"metadata for {sorted(need)[0]!r}: {said}") from None
+        known: dict[str, int] = {}
+        waiting: list[str] = []
+        for topic, count in sorted(need.items()):
+            info = topics.get(topic)
+            code = info.error.code() if info is not None and info.error is not None else None
+            if info is None or code == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise TopicMissing(topic, f"topic {topic!r} does not exist on {where}")
+            beyond = [p for p in range(count) if p not in info.partitions]
+            if code is None and beyond:
+                raise TopicMissing(topic, f"{topic}[{beyond[0]}] does not exist on {where}")
+            led = 0
+            while led in info.partitions and info.partitions[led].leader >= 0:
+                led += 1
+            if code is None and led >= count:
+                known[topic] = led
+            else:
+                said = info.error.str() if info.error is not None else f"{topic}[{led}] has no leader"
+                waiting.append(f"metadata for {topic!r}: {said}")
+        if not waiting:
+            return known
         if time.monotonic() + RETRY_S > deadline:
-            said = info.error.str() if info.error is not None else f"{topic}[{led}] has no leader"
-            raise ServiceUnavailable("Kafka", where, f"metadata for {topic!r}: {said}")
+            raise ServiceUnavailable("Kafka", where, waiting[0])
         time.sleep(RETRY_S)
 
 
