@@ -45,6 +45,12 @@ def consumer_config(kafka: KafkaSettings) -> dict[str, Any]:
         # but 0 (and at times 1) spins fetches at the log end while a range is decoded, doubling
         # the CPU per record of a large range. The default is 500 ms. The user's setting wins.
         "fetch.wait.max.ms": 2,
+        # a consumer fetches ahead up to queued.min.messages (100,000 per partition) and, that
+        # reached, postpones the partition's next fetch by this long (librdkafka's default: 1,000
+        # ms); a range needs far fewer, and the pooled consumer's next range (the same partition,
+        # further on) waited out the postponement: ~1.1 s batches, 2-4 in every 50 of 8,000
+        # records (8 partitions); 10 ms: none, 56,000 instead of 43,000 records/s. The user's wins.
+        "fetch.queue.backoff.ms": 10,
         **kafka.client_config(),  # secrets in clear (Secret values unwrapped)
         "bootstrap.servers": kafka.bootstrap_servers,
         # librdkafka requires a group id even for assign(); nothing is ever committed to it

@@ -83,65 +83,69 @@ def ensure(
     a leader now (the topic just created or re-created, a broker down) is ServiceUnavailable."""
     state = _client(key, admin)
     wanted = list(partitions)
-    if not _missing(state, wanted):
+    if not _missing(state, wanted):  # the usual case: known, no lock needed
         return
-    with state.lock:
-        need = _missing(state, wanted)  # another thread may have looked them up meanwhile
-        if not need:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with state.lock:  # no ListOffsets of ours goes out on this client meanwhile
+            need = _missing(state, wanted)  # another thread may have looked them up meanwhile
+            if not need:
+                return
+            _, unanswered = concurrent.futures.wait(
+                in_flight(admin), timeout=max(0.0, deadline - time.monotonic())
+            )
+            if unanswered:
+                said = f"{len(unanswered)} offset requests unanswered in {timeout_s:g}s"
+                raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, said)
+            known, waiting = _look_up(kafka, admin, need, deadline)
+            state.known.update(known)
+        if not waiting:
             return
-        pending = in_flight(admin)
-        _, unanswered = concurrent.futures.wait(pending, timeout=timeout_s)
-        if unanswered:
-            said = f"{len(unanswered)} offset requests unanswered in {timeout_s:g}s"
-            raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, said)
-        state.known.update(_look_up(kafka, admin, need, time.monotonic() + timeout_s))
+        if time.monotonic() + RETRY_S > deadline:
+            raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, waiting[0])
+        time.sleep(RETRY_S)  # the lock released: the other topics' offsets are asked meanwhile
 
 
 def _look_up(
     kafka: KafkaSettings, admin: AdminClient, need: dict[str, int], deadline: float
-) -> dict[str, int]:
-    """Per topic of `need`, how many partitions (0..n-1, each with a leader) `admin` knows after
-    asking Kafka, at least the count needed: a Metadata request per topic for up to
+) -> tuple[dict[str, int], list[str]]:
+    """One look-up of the topics of `need`: a Metadata request per topic for up to
     :data:`ONE_BY_ONE` topics, else ONE for all the cluster's topics (a pattern's hundreds of new
-    topics are one round trip, not hundreds),
-    asked again every :data:`RETRY_S` while one of them has no leader (a topic just created,
-    partitions just added), until `deadline`."""
+    topics are one round trip, not hundreds). Returns how many partitions (0..n-1, each with a
+    leader) `admin` now knows of each topic that has at least the count needed, and what is wrong
+    with the others (a partition without a leader: a topic just created, partitions just added, a
+    broker down), to be asked again."""
     where = kafka.bootstrap_servers
-    while True:
-        left = max(0.1, deadline - time.monotonic())
-        topics: dict[str, Any] = {}  # name -> TopicMetadata (confluent-kafka's, untyped)
-        try:
-            if len(need) <= ONE_BY_ONE:
-                for t in sorted(need):
-                    topics.update(admin.list_topics(topic=t, timeout=left).topics)
-            else:
-                topics = admin.list_topics(timeout=left).topics
-        except KafkaException as exc:
-            said = describe_error(exc)
-            raise ServiceUnavailable("Kafka", where, f"metadata for {sorted(need)[0]!r}: {said}") from None
-        known: dict[str, int] = {}
-        waiting: list[str] = []
-        for topic, count in sorted(need.items()):
-            info = topics.get(topic)
-            code = info.error.code() if info is not None and info.error is not None else None
-            if info is None or code == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                raise TopicMissing(topic, f"topic {topic!r} does not exist on {where}")
-            beyond = [p for p in range(count) if p not in info.partitions]
-            if code is None and beyond:
-                raise TopicMissing(topic, f"{topic}[{beyond[0]}] does not exist on {where}")
-            led = 0
-            while led in info.partitions and info.partitions[led].leader >= 0:
-                led += 1
-            if code is None and led >= count:
-                known[topic] = led
-            else:
-                said = info.error.str() if info.error is not None else f"{topic}[{led}] has no leader"
-                waiting.append(f"metadata for {topic!r}: {said}")
-        if not waiting:
-            return known
-        if time.monotonic() + RETRY_S > deadline:
-            raise ServiceUnavailable("Kafka", where, waiting[0])
-        time.sleep(RETRY_S)
+    left = max(0.1, deadline - time.monotonic())
+    topics: dict[str, Any] = {}  # name -> TopicMetadata (confluent-kafka's, untyped)
+    try:
+        if len(need) <= ONE_BY_ONE:
+            for t in sorted(need):
+                topics.update(admin.list_topics(topic=t, timeout=left).topics)
+        else:
+            topics = admin.list_topics(timeout=left).topics
+    except KafkaException as exc:
+        said = describe_error(exc)
+        raise ServiceUnavailable("Kafka", where, f"metadata for {sorted(need)[0]!r}: {said}") from None
+    known: dict[str, int] = {}
+    waiting: list[str] = []
+    for topic, count in sorted(need.items()):
+        info = topics.get(topic)
+        code = info.error.code() if info is not None and info.error is not None else None
+        if info is None or code == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            raise TopicMissing(topic, f"topic {topic!r} does not exist on {where}")
+        beyond = [p for p in range(count) if p not in info.partitions]
+        if code is None and beyond:
+            raise TopicMissing(topic, f"{topic}[{beyond[0]}] does not exist on {where}")
+        led = 0
+        while led in info.partitions and info.partitions[led].leader >= 0:
+            led += 1
+        if code is None and led >= count:
+            known[topic] = led
+        else:
+            said = info.error.str() if info.error is not None else f"{topic}[{led}] has no leader"
+            waiting.append(f"metadata for {topic!r}: {said}")
+    return known, waiting
 
 
 def forget(key: str, topic: str) -> None:
