@@ -50,9 +50,10 @@ __all__ = [
 logger = logging.getLogger(__name__)
 _seen: dict[tuple[str, str], tuple[int, ...]] = {}  # (client key, topic) -> its partitions, last described
 _seen_lock = threading.Lock()
-# a ListOffsets answer that means the offsets client's cached metadata is out of date (a partition
-# added, a leader moved): it looks leaders up in that cache, refreshed only every few minutes
+# a ListOffsets answer that means the offsets client's knowledge of the topic is out of date (a
+# partition added, a leader moved, the topic gone): it is looked up again next time (leaders.forget)
 _STALE = {
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
     KafkaError._UNKNOWN_PARTITION,
     KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.NOT_LEADER_FOR_PARTITION,
@@ -116,12 +117,10 @@ def _result(
         return fut.result(timeout=timeout_s + 5)
     except KafkaException as exc:
         err = exc.args[0] if exc.args else None
-        if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-            if stale is not None:
-                stale()
-            raise TopicMissing(topic, f"{what} does not exist on {kafka.bootstrap_servers}") from None
         if stale is not None and isinstance(err, KafkaError) and err.code() in _STALE:
             stale()
+        if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            raise TopicMissing(topic, f"{what} does not exist on {kafka.bootstrap_servers}") from None
         _forget_unless_answered(kafka, exc)
         raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, describe_error(exc)) from None
     except TimeoutError:
@@ -265,13 +264,12 @@ def _list_offsets(
             for tp, info in answer.items():
                 if isinstance(info, KafkaError):  # as _result reports a failed future
                     what = f"{tp.topic}[{tp.partition}]"
-                    if info.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    if info.code() in _STALE:
                         refresh()
+                    if info.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                         raise TopicMissing(tp.topic, f"{what} does not exist on {kafka.bootstrap_servers}")
                     if info.code() in NO_ANSWER:
                         forget_admin_client(kafka)
-                    elif info.code() in _STALE:
-                        refresh()
                     raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, f"{what}: {info.name()}")
                 out[(tp.topic, tp.partition)] = info
         answers.append(out)
