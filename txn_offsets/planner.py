@@ -20,10 +20,11 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.data_loss import LOSS_REASONS, ON_DATA_LOSS, OnDataLoss, check_on_data_loss, lost
-from txn_offsets.errors import ConfigError, DataLoss
+from txn_offsets.data_loss import ON_DATA_LOSS, OnDataLoss, check_on_data_loss
+from txn_offsets.errors import ConfigError
 from txn_offsets.kafka import metadata
 from txn_offsets.kafka.start import StartPolicy
+from txn_offsets.plan_moves import settle_offsets
 from txn_offsets.ranges import BatchShare, OffsetRange, TopicPartition, check_share, plan_ranges
 from txn_offsets.store import lineage, offset_rows
 from txn_offsets.store.database import translate_errors
@@ -173,72 +174,20 @@ def plan_batch(
             lineage.prune_due(conn, db, job)  # bounded, at most every few minutes (retention)
         else:
             state = offset_rows.check_generation(conn, db, job, generation)
-        rows = offset_rows.load_rows(conn, db, job)
-        missing = [tp for tp in partitions if tp not in rows]
-        if missing:
-            _seed(
-                conn,
-                db=db,
-                kafka=kafka,
-                job=job,
-                known_topics={topic for topic, _ in rows},
-                first_plan=state.first_plan_at is None,
-                missing=missing,
-                start=start,
-                marks=marks,
-                topic_ids=topic_ids,
-                timeout_s=timeout_s,
-                generation=generation,
-            )
-            rows = offset_rows.load_rows(conn, db, job)  # another run may have seeded some: read back
-        if state.first_plan_at is None:
-            offset_rows.mark_first_plan(conn, db, job)
-        legacy = {tp[0] for tp in partitions if rows[tp].topic_id is None}
-        if legacy:
-            offset_rows.adopt_topic_ids(conn, db, job, {t: topic_ids[t] for t in legacy})
-        stored: dict[TopicPartition, int] = {}
-        for tp in partitions:
-            loss = lost(rows[tp], topic_ids[tp[0]], marks[tp])
-            stored[tp] = rows[tp].off
-            if loss is None:
-                continue
-            kind, resume = loss
-            if on_data_loss == "fail":
-                raise DataLoss(
-                    job,
-                    tp[0],
-                    tp[1],
-                    rows[tp].off,
-                    resume,
-                    kind=kind,
-                    stored_topic_id=rows[tp].topic_id,
-                    topic_id=topic_ids[tp[0]],
-                )
-            offset_rows.skip_lost(
-                conn,
-                db,
-                job,
-                tp[0],
-                tp[1],
-                rows[tp].off,
-                resume,
-                reason=LOSS_REASONS[kind].format(
-                    stored=rows[tp].off, resume=resume, old_id=rows[tp].topic_id, new_id=topic_ids[tp[0]]
-                ),
-                generation=generation,  # a fenced run must not move offsets
-                topic_id=topic_ids[tp[0]],
-                to_new_log=kind != "retention",
-            )
-            logger.warning(
-                "job %r %s[%d]: data loss (%s): moved from offset %d to %d",
-                job,
-                tp[0],
-                tp[1],
-                kind,
-                rows[tp].off,
-                resume,
-            )
-            stored[tp] = resume
+        stored = settle_offsets(
+            conn,
+            db,
+            kafka,
+            job=job,
+            partitions=partitions,
+            marks=marks,
+            topic_ids=topic_ids,
+            first_plan=state.first_plan_at is None,
+            start=start,
+            on_data_loss=on_data_loss,
+            timeout_s=timeout_s,
+            generation=generation,
+        )
     return plan_from(stored, marks, partitions, limits, topic_ids)
 
 
@@ -261,85 +210,3 @@ def plan_from(
         topic_ids=topic_ids,
     )
     return Plan(ranges=tuple(ranges), ends=ends, stored=stored)
-
-
-def _seed(
-    conn: sa.Connection,
-    *,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    job: str,
-    known_topics: set[str],
-    first_plan: bool,
-    missing: Sequence[TopicPartition],
-    start: StartPolicy | None,
-    marks: Mapping[TopicPartition, tuple[int, int]],
-    topic_ids: Mapping[str, str],
-    timeout_s: float,
-    generation: int | None,
-) -> None:
-    """Rows for partitions without one. The start policy is for the topics of the job's FIRST plan;
-    a topic that appears later (a topic_pattern match, a topic added to the list) starts at its log
-    start like a partition added to a known topic: every record of it is new to the job."""
-    first = [tp for tp in missing if tp[0] not in known_topics and first_plan]
-    new_topic = [tp for tp in missing if tp[0] not in known_topics and not first_plan]
-    added = [tp for tp in missing if tp[0] in known_topics]
-    if first:
-        if start is None:
-            names = sorted({t for t, _ in first})
-            raise ConfigError(
-                "start",
-                f"job {job!r} has no stored offsets for {', '.join(names)}: choose where a first run starts "
-                f"with start=StartPolicy.earliest() | .latest() | .at_timestamp(ms) | .explicit({{...}})",
-            )
-        _seed_rows(
-            conn,
-            db,
-            job,
-            start.resolve(kafka, first, marks, timeout_s=timeout_s),
-            action="seed",
-            reason=f"first run, start policy {start.kind}",
-            topic_ids=topic_ids,
-            generation=generation,
-        )
-    for group, action, reason in (
-        (new_topic, "new_topic", "topic appeared after the job's first plan; starts at the log start"),
-        (added, "new_partition", "partition added to a topic the job reads; starts at the log start"),
-    ):
-        if group:
-            _seed_rows(
-                conn,
-                db,
-                job,
-                {tp: marks[tp][0] for tp in group},
-                action=action,
-                reason=reason,
-                topic_ids=topic_ids,
-                generation=generation,
-            )
-
-
-def _seed_rows(
-    conn: sa.Connection,
-    db: DatabaseSettings,
-    job: str,
-    offsets: Mapping[TopicPartition, int],
-    *,
-    action: str,
-    reason: str,
-    topic_ids: Mapping[str, str],
-    generation: int | None,
-) -> None:
-    inserted = offset_rows.seed_offsets(
-        conn,
-        db,
-        job,
-        offsets,
-        action=action,
-        reason=reason,
-        actor="planner",
-        topic_ids=topic_ids,
-        generation=generation,
-    )
-    if inserted:
-        logger.info("job %r: %s for %d partition(s): %s", job, action, len(inserted), reason)

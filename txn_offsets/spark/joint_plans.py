@@ -4,14 +4,14 @@ Dozens of ``run_job`` loops on threads of one process each plan before every bat
 or three and a transaction each, on the Kafka connections and the database pool they share, all at
 once after a shared round. :class:`JointPlans` gathers the plans asked for at the same time and
 makes them with one Kafka request and one transaction (:func:`plan_jobs`), the
-way a database's group commit gathers commits: the first thread to ask plans for itself and for
-every thread that asks while it does, then hands the next gathering to the first of those that
-came meanwhile. Nobody waits for a window to fill: a plan asked alone is made alone.
+way a database's group commit gathers commits (:mod:`txn_offsets.spark.gathering`): nobody waits
+for a window to fill, a plan asked alone is made alone.
 
-A joint plan is the plan ``plan_batch`` makes for that run, or None where plan_batch must do more
-than read (the first plan, a partition to seed, a fenced run, data lost): the job then plans on its
-own, as it does when the joint attempt fails (a topic of one job deleted fails the shared Kafka
-request: each job then meets its own error, or none).
+A joint plan is the plan ``plan_batch`` makes for that run. A run's first plan seeds its offsets (its
+start policy) in the joint transaction too, in a savepoint of its own. Where plan_batch must do more
+than read after that (a partition to seed, a fenced run, data lost), or where a first plan raises,
+the joint plan is None: the job then plans on its own, as it does when the joint attempt fails (a
+topic of one job deleted fails the shared Kafka request: each job then meets its own error, or none).
 """
 
 from __future__ import annotations
@@ -19,23 +19,28 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.data_loss import lost
+from txn_offsets.data_loss import OnDataLoss, lost
+from txn_offsets.errors import TxnOffsetsError
 from txn_offsets.kafka import metadata
+from txn_offsets.kafka.start import StartPolicy
+from txn_offsets.plan_moves import settle_offsets
 from txn_offsets.planner import Limits, Plan, TopicSelection, plan_from
 from txn_offsets.ranges import TopicPartition
+from txn_offsets.spark.gathering import Gathering
 from txn_offsets.store import lineage, offset_rows
 from txn_offsets.store.database import translate_errors
 from txn_offsets.store.lease import renew_leases
 from txn_offsets.store.runs import Run
 
 __all__ = ["JobPlanRequest", "JointPlans", "current", "joined", "plan_jobs"]
+
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +54,8 @@ class JobPlanRequest:
     run: Run
     selection: TopicSelection
     limits: Limits
+    start: StartPolicy | None = None  # where the job's first plan starts (plan_batch's `start`)
+    on_data_loss: OnDataLoss = "fail"
 
 
 def plan_jobs(
@@ -64,9 +71,11 @@ def plan_jobs(
     renews every run's lease (:func:`renew_leases`) and loads every job's offset rows. Many jobs in
     one process (``run_jobs``) plan this way instead of a few Kafka requests and a transaction each.
 
-    Each plan is the one :func:`plan_batch` makes for that run, or None where plan_batch would do
-    more than read: a fenced run, the job's first plan, a partition to seed, a topic id to adopt,
-    data lost. The caller then plans that job with plan_batch, which does (or raises) what is due.
+    Each plan is the one :func:`plan_batch` makes for that run; a run's first plan seeds its
+    offsets here (by the request's start policy, in a savepoint of its own). None where plan_batch
+    would do more than read after its first plan, or raise: a fenced run, a partition to seed, a
+    topic id to adopt, data lost, a first plan without a start policy.
+    The caller then plans that job with plan_batch, which does (or raises) what is due.
     A Kafka or database error here is raised for all: the callers then plan one by one, so an
     error stays with the job it belongs to."""
     topics_of = [r.selection.resolve(kafka, timeout_s) for r in requests]
@@ -79,11 +88,16 @@ def plan_jobs(
         for job in states:
             lineage.prune_due(conn, db, job)  # bounded, at most every few minutes (retention)
         rows = offset_rows.load_rows_of(conn, db, list(states))
+        firsts = {
+            request.run.job: _first_plan(conn, db, kafka, request, topics, infos, marks, timeout_s)
+            for request, topics in zip(requests, topics_of, strict=True)
+            if request.run.job in states and states[request.run.job].first_plan_at is None
+        }
     plans: list[Plan | None] = []
     for request, topics in zip(requests, topics_of, strict=True):
         state = states.get(request.run.job)
         if state is None or state.first_plan_at is None:
-            plans.append(None)
+            plans.append(firsts.get(request.run.job))
             continue
         partitions = [(t, p) for t in topics for p in infos[t].partitions]
         job_rows = rows[request.run.job]
@@ -100,75 +114,64 @@ def plan_jobs(
     return plans
 
 
-@dataclass(eq=False)
-class _Ask:
-    engine: Any
-    database: DatabaseSettings
-    kafka: KafkaSettings
-    request: JobPlanRequest
-    served: threading.Event = field(default_factory=threading.Event)
-    lead: bool = False  # this thread makes the next gathering's plans
-    plan: Plan | None = None
+def _first_plan(  # noqa: PLR0917 - the joint plan's own values, passed on
+    conn: sa.Connection,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    request: JobPlanRequest,
+    topics: list[str],
+    infos: Mapping[str, metadata.TopicInfo],
+    marks: Mapping[TopicPartition, tuple[int, int]],
+    timeout_s: float,
+) -> Plan | None:
+    """A run's first plan in the joint transaction, in a savepoint of its own: the offsets seeded
+    by its start policy (what plan_batch moves, :func:`~txn_offsets.plan_moves.settle_offsets`),
+    then its ranges; None where that raises (no start policy, data lost, fenced): the savepoint
+    is rolled back and the job's own plan_batch raises it."""
+    topic_ids = {t: infos[t].topic_id for t in topics}
+    partitions = [(t, p) for t in topics for p in infos[t].partitions]
+    try:
+        with conn.begin_nested():
+            stored = settle_offsets(
+                conn,
+                db,
+                kafka,
+                job=request.run.job,
+                partitions=partitions,
+                marks=marks,
+                topic_ids=topic_ids,
+                first_plan=True,
+                start=request.start,
+                on_data_loss=request.on_data_loss,
+                timeout_s=timeout_s,
+                generation=request.run.generation,
+            )
+    except TxnOffsetsError as exc:
+        logger.info(
+            "job %r: its first plan with others raised %s; it plans alone",
+            request.run.job,
+            type(exc).__name__,
+        )
+        return None
+    return plan_from(stored, marks, partitions, request.limits, topic_ids)
 
 
-class JointPlans:
+class JointPlans(Gathering[tuple[Any, DatabaseSettings, KafkaSettings], JobPlanRequest, Plan]):
     """Plans asked for at the same time, made together (see the module's docstring)."""
 
     def __init__(self) -> None:
-        self.plans = 0  # plans asked for
-        self.gatherings = 0  # plan_jobs calls that made them
-        self._lock = threading.Lock()
-        self._pending: list[_Ask] = []
-        self._busy = False
+        super().__init__("plan", lambda key, requests: plan_jobs(*key, requests))
+
+    @property
+    def plans(self) -> int:
+        """Plans asked for."""
+        return self.asked
 
     def plan(
         self, engine: Any, database: DatabaseSettings, kafka: KafkaSettings, request: JobPlanRequest
     ) -> Plan | None:
         """`request`'s plan made jointly with the others asked for meanwhile; None: plan alone."""
-        ask = _Ask(engine, database, kafka, request)
-        with self._lock:
-            self.plans += 1
-            self._pending.append(ask)
-            if not self._busy:
-                self._busy = ask.lead = True
-        if not ask.lead:
-            ask.served.wait()  # served by a leader, or made the next one
-        if ask.lead:
-            self._lead()
-        return ask.plan
-
-    def _lead(self) -> None:
-        with self._lock:
-            gathered, self._pending = self._pending, []
-        try:
-            self._make(gathered)
-        finally:
-            with self._lock:
-                if self._pending:  # asked while these were made: the first of them leads next
-                    self._pending[0].lead = True
-                    self._pending[0].served.set()
-                else:
-                    self._busy = False
-            for ask in gathered:
-                ask.lead = False
-                ask.served.set()
-
-    def _make(self, gathered: list[_Ask]) -> None:
-        groups: dict[tuple[int, DatabaseSettings, KafkaSettings], list[_Ask]] = {}
-        for ask in gathered:
-            groups.setdefault((id(ask.engine), ask.database, ask.kafka), []).append(ask)
-        for asks in groups.values():
-            self.gatherings += 1
-            first = asks[0]
-            try:
-                plans = plan_jobs(first.engine, first.database, first.kafka, [a.request for a in asks])
-            except Exception as exc:  # each job plans on its own and meets its own error, if any
-                logger.info(
-                    "joint plan of %d job(s) failed (%s): each plans alone", len(asks), type(exc).__name__
-                )
-                continue
-            for ask, plan in zip(asks, plans, strict=True):
-                ask.plan = plan
+        return self.ask((engine, database, kafka), request)
 
 
 def current() -> JointPlans | None:

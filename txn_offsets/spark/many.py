@@ -14,8 +14,11 @@ default; :mod:`txn_offsets.spark.rounds`): the batches they have ready run as ON
 job's ranges committed by its own task body under its own run, instead of one Spark job per job
 and batch, whose fixed cost dominates small batches.
 
-Every job is a separate run with its own generation, lease, engine and offset rows: the jobs share
-the offsets tables, not a row, so none waits on another's locks. A job that fails does not stop the
+Every job is a separate run with its own generation, lease and offset rows: the jobs share the
+offsets tables, not a row, so none waits on another's locks. What they do at the same moments is
+done together: the runs that start at once start in one transaction (each job's start in a
+savepoint of its own, :mod:`txn_offsets.store.run_starts`), and the plans asked for at once are one
+Kafka request and one transaction (:mod:`txn_offsets.spark.joint_plans`). A job that fails does not stop the
 others (unless ``stop_on_error``): :class:`JobsResult` holds each job's summary or error.
 
 SIGTERM/SIGINT (when called from the main thread) stop every job between its batches, like a single
@@ -40,7 +43,7 @@ from txn_offsets.spark.joint_plans import JointPlans
 from txn_offsets.spark.rounds import Rounds
 from txn_offsets.spark.runner import JobSummary, run_job
 from txn_offsets.spark.signals import stop_on_signals
-from txn_offsets.spark.spec import preflight_jobs, shared_engines
+from txn_offsets.spark.spec import JointStarts, preflight_jobs, shared_engines
 from txn_offsets.spark.writers import PartitionWriter
 from txn_offsets.store.budget import check_jobs_budget
 from txn_offsets.store.database import DRIVER_POOL, engine_for
@@ -73,6 +76,7 @@ class JobsResult:
     round_batches: int = 0  # the jobs' batches they carried
     plans: int = 0  # plans asked for jointly (a job's first plan and those after are)
     joint_plans: int = 0  # the joint plans that made them (one Kafka request and transaction each)
+    joint_starts: int = 0  # the transactions that started the runs together (run_starts)
 
     def raise_for_errors(self) -> None:
         if self.errors:
@@ -128,6 +132,7 @@ def run_jobs(
     shared = Rounds(spark, timeout_s=_round_timeout([jobs[n] for n in members])) if members else None
     # the jobs' plans of the moment made together (one Kafka request, one transaction)
     planning = JointPlans()
+    starting = JointStarts()  # and the runs' starts of the moment: one transaction
     engines = {
         db: engine_for(db, pool_size=DRIVER_POOL[0] * n, max_overflow=DRIVER_POOL[1] * n)
         for db, n in users.items()
@@ -142,7 +147,7 @@ def run_jobs(
             spark.sparkContext.setLocalProperty(POOL_PROPERTY, name)
         try:
             with (
-                shared_engines(engines, preflighted),
+                shared_engines(engines, preflighted, starting),
                 joint_plans.joined(planning),
                 rounds.joined(shared) if member else contextlib.nullcontext(),  # type: ignore[arg-type]
             ):
@@ -176,6 +181,7 @@ def run_jobs(
         for engine in engines.values():
             engine.dispose()
         result.plans, result.joint_plans = planning.plans, planning.gatherings
+        result.joint_starts = starting.gatherings
         if shared is not None:
             shared.close()
             result.rounds, result.round_batches = shared.count, shared.batches

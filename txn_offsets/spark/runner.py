@@ -241,9 +241,9 @@ def _loop(
 def _step(loop: _Loop) -> bool:
     """Plan (renewing the lease), and run one batch if there is anything to read; True if a batch ran."""
     spec = loop.spec
-    # run_jobs: made with the other jobs' plans of the moment; a run's first plan is its own (it may seed)
-    joint = joint_plans.current() if loop.summary.batches else None
-    request = JobPlanRequest(loop.run, spec.selection, spec.limits)
+    # run_jobs: made with the other jobs' plans of the moment (a first plan seeds there too)
+    joint = joint_plans.current()
+    request = JobPlanRequest(loop.run, spec.selection, spec.limits, spec.start, spec.on_data_loss)
     plan = joint.plan(loop.engine, loop.database, loop.kafka, request) if joint is not None else None
     if plan is None:  # alone, or what a joint plan does not do (seed, skip, raise): plan_batch's
         plan = plan_batch(

@@ -29,12 +29,22 @@ from txn_offsets.errors import ConfigError, TxnOffsetsError
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits, OnDataLoss, TopicSelection, check_on_data_loss, preflight
 from txn_offsets.spark.frames import Execution, check_execution
+from txn_offsets.spark.gathering import Gathering
 from txn_offsets.spark.tasks import ReadOptions
 from txn_offsets.store.database import engine_for
 from txn_offsets.store.roles import check_run_role
-from txn_offsets.store.runs import Run, end_run, start_run
+from txn_offsets.store.run_starts import StartRequest, start_runs
+from txn_offsets.store.runs import Run, StartTicket, end_run, new_run_id, start_run
 
-__all__ = ["JobSpec", "end_quietly", "in_shared_engines", "job_run", "preflight_jobs", "shared_engines"]
+__all__ = [
+    "JobSpec",
+    "JointStarts",
+    "end_quietly",
+    "in_shared_engines",
+    "job_run",
+    "preflight_jobs",
+    "shared_engines",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -124,9 +134,7 @@ def job_run(
     try:
         if (database, kafka, spec.selection.topics) not in getattr(_local, "preflighted", ()):
             preflight(engine, database, kafka, job=spec.job, selection=spec.selection)
-        # a job the role may not use fails here; a superuser or the schema owner is warned about
-        check_run_role(engine, database, spec.job)
-        run = start_run(engine, database, spec.job, force=spec.force, lease_s=spec.lease_s)
+        run = _start(engine, database, spec)
     except BaseException:
         if own:
             engine.dispose()
@@ -139,6 +147,29 @@ def job_run(
             engine.dispose()
 
 
+def _start(engine: sa.Engine, database: DatabaseSettings, spec: JobSpec) -> Run:
+    """The role check and the run's start: with the other jobs starting meanwhile under
+    :func:`shared_engines` (one transaction, :mod:`txn_offsets.store.run_starts`), else alone - as
+    a job does whose joint start was refused or failed, going on with the same ticket."""
+    starts: JointStarts | None = getattr(_local, "starts", None)
+    ticket = StartTicket(spec.job, new_run_id())
+    if starts is not None:
+        run = starts.ask((engine, database), StartRequest(ticket, spec.force, spec.lease_s))
+        if run is not None:
+            return run
+    # a job the role may not use fails here; a superuser or the schema owner is warned about
+    check_run_role(engine, database, spec.job)
+    return start_run(engine, database, spec.job, force=spec.force, lease_s=spec.lease_s, resume=ticket)
+
+
+class JointStarts(Gathering[tuple[sa.Engine, DatabaseSettings], StartRequest, Run]):
+    """The runs of many jobs (``run_jobs``) started together: the starts asked for at the same time
+    are one transaction (:func:`~txn_offsets.store.run_starts.start_runs`) per database."""
+
+    def __init__(self) -> None:
+        super().__init__("start", lambda key, requests: start_runs(*key, requests))
+
+
 def in_shared_engines(database: DatabaseSettings) -> bool:
     """Whether this thread's runs on `database` use a shared engine (:func:`shared_engines`)."""
     return database in getattr(_local, "engines", {})
@@ -148,20 +179,24 @@ def in_shared_engines(database: DatabaseSettings) -> bool:
 def shared_engines(
     engines: Mapping[DatabaseSettings, sa.Engine],
     preflighted: Sequence[tuple[DatabaseSettings, KafkaSettings, tuple[str, ...]]] = (),
+    starts: JointStarts | None = None,
 ) -> Iterator[None]:
     """The runs this thread starts inside the block use these driver engines (per database
     settings) instead of one of their own each, and leave them open: their owner disposes of them.
     One pool for many jobs opens connections as they are needed, up to the pool's size, and
     compiles each statement once, not once per job. A run whose (database, Kafka, topics) is in
     `preflighted` skips its own preflight: its owner checked them for all its jobs at once
-    (:func:`preflight_jobs`)."""
+    (:func:`preflight_jobs`). With `starts`, the runs start together with the other threads'
+    runs starting at the same time."""
     _local.engines = engines
     _local.preflighted = preflighted
+    _local.starts = starts
     try:
         yield
     finally:
         _local.engines = {}
         _local.preflighted = ()
+        _local.starts = None
 
 
 def preflight_jobs(

@@ -30,10 +30,12 @@ __all__ = [
     "job_role_grants",
     "owner_of",
     "owner_statement",
+    "permitted",
     "require_reachable",
     "role_check",
     "role_statements",
     "table_name",
+    "warn_unconfined",
 ]
 
 logger = logging.getLogger(__name__)
@@ -104,6 +106,7 @@ class RoleCheck:
     superuser: bool  # rolsuper or rolbypassrls: row-level security does not apply
     owner: bool  # a member of the tables' or the schema's owner: every job is reachable
     row_security: bool  # migration 0006 is in: job_reachable exists
+    schema: str = ""  # the offset store's schema
 
 
 def _function(db: DatabaseSettings) -> str:
@@ -125,7 +128,7 @@ def role_check(conn: sa.Connection, db: DatabaseSettings) -> RoleCheck:
         ),
         {"fn": f"{_function(db)}(text, text)", "jobs": f"{_q(db.schema)}.jobs"},
     ).one()
-    return RoleCheck(str(row.role), bool(row.superuser), bool(row.owner), bool(row.rls))
+    return RoleCheck(str(row.role), bool(row.superuser), bool(row.owner), bool(row.rls), db.schema)
 
 
 def _reachable(conn: sa.Connection, db: DatabaseSettings, job: str) -> bool:
@@ -146,7 +149,7 @@ def require_reachable(conn: sa.Connection, db: DatabaseSettings, job: str) -> No
     """Raise a ConfigError naming the role, the job and the fix when row-level security hides
     `job` from this connection's role. Says nothing about whether the job exists."""
     check = role_check(conn, db)
-    if check.row_security and not (check.superuser or check.owner) and not _reachable(conn, db, job):
+    if not permitted(conn, db, check, job):
         raise _not_permitted(check.role, job)
 
 
@@ -155,10 +158,21 @@ def check_run_role(engine: sa.Engine, db: DatabaseSettings, job: str) -> RoleChe
     warn (one line) when the run is not confined to its job's rows: a superuser or the owner."""
     with engine.connect() as conn:
         check = role_check(conn, db)
-        if check.row_security and not (check.superuser or check.owner) and not _reachable(conn, db, job):
+        if not permitted(conn, db, check, job):
             raise _not_permitted(check.role, job)
+    warn_unconfined(check, job)
+    return check
+
+
+def permitted(conn: sa.Connection, db: DatabaseSettings, check: RoleCheck, job: str) -> bool:
+    """Whether `check`'s role may use `job`: row-level security lets it reach the job's rows."""
+    return not check.row_security or check.superuser or check.owner or _reachable(conn, db, job)
+
+
+def warn_unconfined(check: RoleCheck, job: str) -> None:
+    """One warning line when a run of `job` is not confined to its rows (a superuser or the owner)."""
     if check.superuser or check.owner:
-        what = "a superuser" if check.superuser else f"the owner of schema {db.schema!r}"
+        what = "a superuser" if check.superuser else f"the owner of schema {check.schema!r}"
         logger.warning(
             "job %r runs as database role %r, %s: row-level security does not confine it to the "
             "job's rows; run jobs as a role of their own (`txn-offsets db role`, `db grants --job`)",
@@ -166,7 +180,6 @@ def check_run_role(engine: sa.Engine, db: DatabaseSettings, job: str) -> RoleChe
             check.role,
             what,
         )
-    return check
 
 
 def owner_of(conn: sa.Connection, db: DatabaseSettings, job: str) -> str | None:

@@ -32,10 +32,13 @@ from txn_offsets.store.schema import tables_for
 __all__ = [
     "JobState",
     "Run",
+    "StartTicket",
     "end_run",
     "heartbeat",
     "lock_job",
+    "new_run_id",
     "renew_lease",
+    "set_lock_timeout",
     "start_run",
     "validate_job",
 ]
@@ -146,6 +149,7 @@ def start_run(
     force: bool = False,
     lease_s: float = 60.0,
     lock_timeout_s: float = 30.0,
+    resume: StartTicket | None = None,
 ) -> Run:
     """Start a run of `job`: bump the generation (fencing older runs) and take the lease.
 
@@ -156,11 +160,17 @@ def start_run(
     again under lock, says what the lost COMMIT did: our run id -> it committed (this run goes on
     with that generation); the generation it locked -> it did not (start again); anything else ->
     another run took the job meanwhile: Fenced. Never a second bump, never a guess.
+
+    `resume`: the ticket of a start of this job tried before in a joint transaction
+    (:mod:`txn_offsets.store.run_starts`) that did not say whether it committed: this start goes
+    on with its run id and the generation it locked, exactly as after a lost COMMIT of its own.
     """
     validate_job(job)
     lease = _validate_lease(lease_s)
-    run_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
-    lost: int | None = None  # the generation a lost COMMIT of ours bumped, if one was lost
+    if resume is not None and resume.job != job:
+        raise ConfigError("resume", f"the ticket is job {resume.job!r}'s, not {job!r}'s")
+    run_id = resume.run_id if resume is not None else new_run_id()
+    lost = resume.locked if resume is not None else None  # the generation a lost COMMIT of ours bumped
     for attempt in range(1, _START_ATTEMPTS + 1):
         try:
             return _start(
@@ -190,53 +200,85 @@ def _start(
 ) -> Run:
     """One attempt of :func:`start_run`; a broken connection is _StartLost (a first attempt that
     cannot connect at all is the caller's ServiceUnavailable, as before)."""
-    jobs = tables_for(db.schema).jobs
-    locked: int | None = None
+    ticket = StartTicket(job, run_id, lost)
     connected = False
-    timeout = {"v": f"{int(lock_timeout_s * 1000)}ms"}
     try:
         with translate_errors(db), engine.connect() as conn, conn.begin():
             connected = True
-            # a claim stuck in flight must not hang the start forever (bound value: no SQL built here)
-            conn.execute(sa.text("SELECT set_config('lock_timeout', :v, true)"), timeout)
-            # row-level security would refuse the insert below with a bare policy violation
+            set_lock_timeout(conn, lock_timeout_s)
+            # row-level security would refuse the insert in _start_in with a bare policy violation
             roles.require_reachable(conn, db, job)
-            conn.execute(pg_insert(jobs).values(job=job).on_conflict_do_nothing())
-            state = _lock_for_start(conn, db, job)
-            if state.run_id == run_id:  # our lost COMMIT was applied: this run goes on
-                logger.warning("job %r: the lost start of run %r had committed", job, run_id)
-                return Run(job, state.generation, run_id)
-            if lost is not None and state.generation != lost:
-                raise Fenced(job, lost + 1, state.generation)  # another run started meanwhile
-            if state.live and not force:
-                raise JobAlreadyRunning(job, state.run_id or "?", state.generation, state.heartbeat_age_s)
-            if state.live:
-                logger.warning(
-                    "job %r: forcing a new run, fencing live run %r (generation %r)",
-                    job,
-                    state.run_id,
-                    state.generation,
-                )
-            generation = conn.execute(
-                sa.update(jobs)
-                .where(jobs.c.job == job)
-                .values(
-                    generation=jobs.c.generation + 1,
-                    run_id=run_id,
-                    run_host=socket.gethostname(),
-                    lease_s=lease,
-                    started_at=sa.func.now(),
-                    heartbeat_at=sa.func.now(),
-                    lease_until=sa.func.now() + _seconds(lease),
-                )
-                .returning(jobs.c.generation)
-            ).scalar_one()
-            locked = state.generation  # leaving the block sends COMMIT
+            run = _start_in(conn, db, ticket, force=force, lease=lease)
     except ServiceUnavailable as exc:
         if retry or connected:  # the connection broke mid-start (or the database is still away)
-            raise _StartLost(exc, locked) from None
+            raise _StartLost(exc, ticket.locked) from None
         raise
-    logger.info("job %r: started run %r, generation %r", job, run_id, generation)
+    logger.info("job %r: started run %r, generation %r", job, run_id, run.generation)
+    return run
+
+
+@dataclass
+class StartTicket:
+    """A start's identity: the run id it starts, and (once its UPDATE ran) the generation it
+    locked. After a start whose COMMIT may have been lost, the ticket says what to look for."""
+
+    job: str
+    run_id: str
+    locked: int | None = None
+
+
+def new_run_id() -> str:
+    """A run id: host, process and 12 random hex digits."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+
+def set_lock_timeout(conn: sa.Connection, lock_timeout_s: float) -> None:
+    """The start's lock_timeout, for the rest of `conn`'s transaction: a claim stuck in flight must
+    not hang a start forever (a bound value: no SQL built here)."""
+    conn.execute(
+        sa.text("SELECT set_config('lock_timeout', :v, true)"), {"v": f"{int(lock_timeout_s * 1000)}ms"}
+    )
+
+
+def _start_in(
+    conn: sa.Connection, db: DatabaseSettings, ticket: StartTicket, *, force: bool, lease: float
+) -> Run:
+    """The start's statements in `conn`'s transaction (the role check done): the job row made if
+    new and locked, the generation bumped and the lease taken for ``ticket.run_id``; the ticket
+    records the generation it locked. Leaving the transaction commits the start."""
+    jobs = tables_for(db.schema).jobs
+    job, run_id, lost = ticket.job, ticket.run_id, ticket.locked
+    conn.execute(pg_insert(jobs).values(job=job).on_conflict_do_nothing())
+    state = _lock_for_start(conn, db, job)
+    if state.run_id == run_id:  # our lost COMMIT was applied: this run goes on
+        logger.warning("job %r: the lost start of run %r had committed", job, run_id)
+        return Run(job, state.generation, run_id)
+    if lost is not None and state.generation != lost:
+        raise Fenced(job, lost + 1, state.generation)  # another run started meanwhile
+    if state.live and not force:
+        raise JobAlreadyRunning(job, state.run_id or "?", state.generation, state.heartbeat_age_s)
+    if state.live:
+        logger.warning(
+            "job %r: forcing a new run, fencing live run %r (generation %r)",
+            job,
+            state.run_id,
+            state.generation,
+        )
+    generation = conn.execute(
+        sa.update(jobs)
+        .where(jobs.c.job == job)
+        .values(
+            generation=jobs.c.generation + 1,
+            run_id=run_id,
+            run_host=socket.gethostname(),
+            lease_s=lease,
+            started_at=sa.func.now(),
+            heartbeat_at=sa.func.now(),
+            lease_until=sa.func.now() + _seconds(lease),
+        )
+        .returning(jobs.c.generation)
+    ).scalar_one()
+    ticket.locked = state.generation  # the caller's COMMIT (or its loss) decides the rest
     return Run(job, generation, run_id)
 
 

@@ -98,8 +98,11 @@ def test_four_jobs_on_threads_each_exact_and_concurrent(
     # their batches shared Spark jobs: one per round, carrying every batch, fewer than the batches
     batches = sum(s.batches for s in result.summaries.values())
     assert result.round_batches == batches and 1 <= result.rounds < batches, result
-    # and their plans after the first were made together (one Kafka request and transaction each)
-    assert result.plans == batches and 1 <= result.joint_plans < result.plans, result
+    # and their plans were made together (one Kafka request and transaction each): every plan, from
+    # the first (which seeds) to the one that found them caught up
+    assert result.plans == batches + JOBS and 1 <= result.joint_plans < result.plans, result
+    # and their runs started in joint transactions (as many as JOBS if none overlapped)
+    assert 1 <= result.joint_starts <= JOBS, result
     # they ran at the same time: every job committed a batch before any job committed its last
     deadline = time.monotonic() + 10
     while any(len(c) < summary.batches for c in commits.values()) and time.monotonic() < deadline:

@@ -1,6 +1,7 @@
 """The plans of several jobs made together (planner.plan_jobs, spark.joint_plans.JointPlans): the
-same plans plan_batch makes, in one Kafka request and one transaction; None wherever plan_batch
-must do more than read; a failure for all of them leaves each job to plan alone."""
+same plans plan_batch makes, in one Kafka request and one transaction (a first plan seeding its
+offsets there too); None wherever plan_batch must do more than read or raise; a failure for all
+of them leaves each job to plan alone."""
 
 from __future__ import annotations
 
@@ -156,6 +157,49 @@ def test_a_joint_plan_is_none_where_plan_batch_must_do_more_than_read(
     assert {r.topic for r in _alone(store, migrated, kafka, more).ranges} == {grown, steady}  # seeded
     with pytest.raises(DataLoss):
         _alone(store, migrated, kafka, gone)
+
+
+def test_a_first_plan_seeds_by_its_start_policy_in_the_joint_transaction(
+    store: sa.Engine,
+    engine: sa.Engine,
+    migrated: DatabaseSettings,
+    kafka: KafkaSettings,
+    topic_factory: TopicFactory,
+    job_name: str,
+) -> None:
+    """run_jobs' jobs make their first plans together too: each job's offsets are seeded by its own
+    start policy (audited, first_plan_at set, as plan_batch seeds them), in a savepoint of its own;
+    a first plan that raises (no start policy) is None for that job only and leaves nothing behind."""
+    early, late, bare = _topics(topic_factory, kafka, 3, {0: 6, 1: 3})
+    requests = [
+        JobPlanRequest(start_run(store, migrated, f"{job_name}-{name}"), TopicSelection((t,)), LIMITS, start)
+        for name, t, start in (
+            ("early", early, StartPolicy.earliest()),
+            ("late", late, StartPolicy.latest()),
+            ("bare", bare, None),
+        )
+    ]
+    plans = plan_jobs(store, migrated, kafka, requests)
+    assert plans[2] is None
+    first, last = plans[0], plans[1]
+    assert first is not None and last is not None
+    assert [r.span for r in first.ranges] == [4, 3] and set(first.stored.values()) == {0}
+    assert last.ranges == () and dict(last.stored) == {(late, 0): 6, (late, 1): 3}
+    # what plan_batch finds afterwards is what the joint plan seeded: the same plans again
+    assert [_alone(store, migrated, kafka, r) for r in requests[:2]] == [first, last]
+    audit = tables_for(migrated.schema).audit
+    with engine.connect() as conn:
+        for request, seeded in zip(requests, (2, 2, 0), strict=True):
+            job = request.run.job
+            rows = conn.execute(sa.select(audit.c.action, audit.c.reason).where(audit.c.job == job)).all()
+            assert len(rows) == seeded and all(a == "seed" and "first run" in r for a, r in rows), rows
+            assert (lock_job(conn, migrated, job, for_update=False).first_plan_at is None) is (seeded == 0)
+    bare_request = requests[2]
+    with pytest.raises(ConfigError, match="choose where a first run starts"):  # alone: what is missing
+        plan_batch(
+            store, migrated, kafka, job=bare_request.run.job, selection=bare_request.selection,
+            start=None, limits=LIMITS, run=bare_request.run,
+        )  # fmt: skip
 
 
 def test_a_failed_joint_plan_leaves_each_job_to_plan_alone(
