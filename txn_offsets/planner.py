@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.data_loss import ON_DATA_LOSS, OnDataLoss, check_on_data_loss, lost
+from txn_offsets.data_loss import ON_DATA_LOSS, OnDataLoss, check_on_data_loss
 from txn_offsets.errors import ConfigError
 from txn_offsets.kafka import metadata
 from txn_offsets.kafka.start import StartPolicy
@@ -28,7 +28,6 @@ from txn_offsets.plan_moves import settle_offsets
 from txn_offsets.ranges import BatchShare, OffsetRange, TopicPartition, check_share, plan_ranges
 from txn_offsets.store import lineage, offset_rows
 from txn_offsets.store.database import translate_errors
-from txn_offsets.store.offset_rows import StoredOffset
 from txn_offsets.store.runs import Run, renew_lease
 from txn_offsets.store.schema import tables_for
 
@@ -41,7 +40,6 @@ __all__ = [
     "check_on_data_loss",
     "plan_batch",
     "plan_from",
-    "plan_settled",
     "preflight",
 ]
 
@@ -190,42 +188,6 @@ def plan_batch(
             timeout_s=timeout_s,
             generation=generation,
         )
-    return plan_from(stored, marks, partitions, limits, topic_ids)
-
-
-def plan_settled(
-    rows: Mapping[TopicPartition, StoredOffset],
-    partitions: Sequence[TopicPartition],
-    marks: Mapping[TopicPartition, tuple[int, int]],
-    limits: Limits,
-    topic_ids: Mapping[str, str],
-    *,
-    committing: Sequence[OffsetRange] = (),
-) -> Plan | None:
-    """The plan :func:`plan_batch` makes from `rows` (the job's offset rows, read in a transaction
-    that renewed its run's lease) when it has nothing to move: None where it would move an offset
-    or raise (a partition without a row, a row without its topic id, data lost: plan_batch's).
-
-    `committing`: the ranges of the run's batch in flight when `rows` were read, planned from their
-    ends as they will be once ALL of them committed (the caller uses the plan only then). Each one's
-    row must be at the range's start or end and of its topic id, and its partition still selected;
-    else None."""
-    at_end = {r.key: r for r in committing}
-    if not at_end.keys() <= set(partitions):
-        return None  # a partition of the batch in flight left the selection: plan_batch decides
-    stored: dict[TopicPartition, int] = {}
-    for tp in partitions:
-        row = rows.get(tp)
-        if row is None or row.topic_id is None:
-            return None  # a row to seed or a topic id to adopt: moves, plan_batch's
-        rng = at_end.get(tp)
-        if rng is not None:
-            if row.off not in (rng.start, rng.until) or rng.topic_id not in (None, row.topic_id):
-                return None  # moved by someone else meanwhile: plan_batch (or the guard) decides
-            row = StoredOffset(rng.until, row.topic_id)
-        if lost(row, topic_ids[tp[0]], marks[tp]) is not None:
-            return None  # data lost: plan_batch skips or raises
-        stored[tp] = row.off
     return plan_from(stored, marks, partitions, limits, topic_ids)
 
 

@@ -26,12 +26,12 @@ from typing import Any
 import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.data_loss import OnDataLoss
+from txn_offsets.data_loss import OnDataLoss, lost
 from txn_offsets.errors import TxnOffsetsError
 from txn_offsets.kafka import metadata
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.plan_moves import settle_offsets
-from txn_offsets.planner import Limits, Plan, TopicSelection, plan_from, plan_settled
+from txn_offsets.planner import Limits, Plan, TopicSelection, plan_from
 from txn_offsets.ranges import TopicPartition
 from txn_offsets.spark.gathering import Gathering
 from txn_offsets.store import lineage, offset_rows
@@ -100,8 +100,17 @@ def plan_jobs(
             plans.append(firsts.get(request.run.job))
             continue
         partitions = [(t, p) for t in topics for p in infos[t].partitions]
-        # None: a move (seed, adopt, skip) or an error, plan_batch's
-        plans.append(plan_settled(rows[request.run.job], partitions, marks, request.limits, topic_ids))
+        job_rows = rows[request.run.job]
+        stored: dict[TopicPartition, int] = {}
+        for tp in partitions:
+            row = job_rows.get(tp)
+            if row is None or row.topic_id is None or lost(row, topic_ids[tp[0]], marks[tp]) is not None:
+                break  # a move (seed, adopt, skip) or an error: plan_batch's
+            stored[tp] = row.off
+        else:
+            plans.append(plan_from(stored, marks, partitions, request.limits, topic_ids))
+            continue
+        plans.append(None)
     return plans
 
 

@@ -21,7 +21,6 @@ from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits, plan_batch
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark import joint_plans, rounds
-from txn_offsets.spark.ahead import PlanAhead
 from txn_offsets.spark.batch import Batch, batch_deadline, check_execution
 from txn_offsets.spark.joint_plans import JobPlanRequest
 from txn_offsets.spark.lowlatency.options import LowLatency
@@ -165,8 +164,6 @@ def run_job(
                 generation=run.generation,
             ),
             lease=LeaseKeeper(engine, database, run, every_s=max(1.0, lease_s / 3)),
-            # the next plan's rows read while a batch runs (shared rounds plan jointly instead)
-            ahead=PlanAhead(engine, database, run) if rounds.current() is None else None,
         )
         started = time.monotonic()
         restore = stop_on_signals(stop)
@@ -184,8 +181,6 @@ def run_job(
             loop.publisher.run_failed(exc)
             raise
         finally:
-            if loop.ahead is not None:  # a read in flight renews the lease: before the run ends
-                loop.ahead.close()
             loop.lease.close()
             loop.publisher.close()
             restore()
@@ -207,7 +202,6 @@ class _Loop:
     summary: JobSummary
     publisher: BatchPublisher
     lease: LeaseKeeper
-    ahead: PlanAhead | None = None
 
 
 def _loop(
@@ -251,8 +245,6 @@ def _step(loop: _Loop) -> bool:
     joint = joint_plans.current()
     request = JobPlanRequest(loop.run, spec.selection, spec.limits, spec.start, spec.on_data_loss)
     plan = joint.plan(loop.engine, loop.database, loop.kafka, request) if joint is not None else None
-    if plan is None and loop.ahead is not None:  # its rows read while the last batch ran, if all committed
-        plan = loop.ahead.take(loop.kafka, spec.selection, spec.limits)
     if plan is None:  # alone, or what a joint plan does not do (seed, skip, raise): plan_batch's
         plan = plan_batch(
             loop.engine,
@@ -284,8 +276,6 @@ def _run_batch(loop: _Loop, ranges: tuple[OffsetRange, ...], *, lag_after: int) 
         if rounds.current() is None
         else contextlib.nullcontext(threading.Event())
     )
-    if loop.ahead is not None:
-        loop.ahead.start(ranges)
     try:
         with deadline as expired:
             reports = loop.writer.commit(batch)
@@ -299,9 +289,6 @@ def _run_batch(loop: _Loop, ranges: tuple[OffsetRange, ...], *, lag_after: int) 
     for task in reports:
         if task.error is not None:
             raise task.error
-    moved = {r.range.key for r in reports if r.outcome in ("committed", "already_committed")}
-    if loop.ahead is not None and moved >= {r.key for r in ranges}:
-        loop.ahead.confirm()  # every range is at its end: the rows read meanwhile plan the next batch
     records = sum(max(0, r.records) for r in reports)
     committed = sum(1 for r in reports if r.outcome == "committed")
     already = sum(1 for r in reports if r.outcome == "already_committed")
