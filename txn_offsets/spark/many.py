@@ -17,7 +17,7 @@ and batch, whose fixed cost dominates small batches.
 Every job is a separate run with its own generation, lease and offset rows: the jobs share the
 offsets tables, not a row, so none waits on another's locks. What they do at the same moments is
 done together: the runs that start at once start in one transaction (each job's start in a
-savepoint of its own, :mod:`txn_offsets.store.run_starts`), and the plans asked for at once are one
+savepoint of its own, :mod:`txn_offsets.store.many_runs`), and the plans asked for at once are one
 Kafka request and one transaction (:mod:`txn_offsets.spark.joint_plans`). A job that fails does not stop the
 others (unless ``stop_on_error``): :class:`JobsResult` holds each job's summary or error.
 
@@ -76,7 +76,7 @@ class JobsResult:
     round_batches: int = 0  # the jobs' batches they carried
     plans: int = 0  # plans asked for jointly (a job's first plan and those after are)
     joint_plans: int = 0  # the joint plans that made them (one Kafka request and transaction each)
-    joint_starts: int = 0  # the transactions that started the runs together (run_starts)
+    joint_starts: int = 0  # the transactions that started the runs together (many_runs)
 
     def raise_for_errors(self) -> None:
         if self.errors:

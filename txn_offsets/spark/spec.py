@@ -32,8 +32,8 @@ from txn_offsets.spark.frames import Execution, check_execution
 from txn_offsets.spark.gathering import Gathering
 from txn_offsets.spark.tasks import ReadOptions
 from txn_offsets.store.database import engine_for
+from txn_offsets.store.many_runs import StartRequest, end_runs, start_runs
 from txn_offsets.store.roles import check_run_role
-from txn_offsets.store.run_starts import StartRequest, start_runs
 from txn_offsets.store.runs import Run, StartTicket, end_run, new_run_id, start_run
 
 __all__ = [
@@ -142,14 +142,14 @@ def job_run(
     try:
         yield engine, run
     finally:
-        end_quietly(engine, database, run)
+        _end(engine, database, run)
         if own:
             engine.dispose()
 
 
 def _start(engine: sa.Engine, database: DatabaseSettings, spec: JobSpec) -> Run:
     """The role check and the run's start: with the other jobs starting meanwhile under
-    :func:`shared_engines` (one transaction, :mod:`txn_offsets.store.run_starts`), else alone - as
+    :func:`shared_engines` (one transaction, :mod:`txn_offsets.store.many_runs`), else alone - as
     a job does whose joint start was refused or failed, going on with the same ticket."""
     starts: JointStarts | None = getattr(_local, "starts", None)
     ticket = StartTicket(spec.job, new_run_id())
@@ -162,12 +162,26 @@ def _start(engine: sa.Engine, database: DatabaseSettings, spec: JobSpec) -> Run:
     return start_run(engine, database, spec.job, force=spec.force, lease_s=spec.lease_s, resume=ticket)
 
 
+def _end(engine: sa.Engine, database: DatabaseSettings, run: Run) -> None:
+    """Release the run's lease: with the other jobs' runs ending meanwhile under
+    :func:`shared_engines` (one statement), else - or where that failed - alone."""
+    starts: JointStarts | None = getattr(_local, "starts", None)
+    if starts is not None and starts.ends.ask((engine, database), run) is not None:
+        return
+    end_quietly(engine, database, run)
+
+
 class JointStarts(Gathering[tuple[sa.Engine, DatabaseSettings], StartRequest, Run]):
     """The runs of many jobs (``run_jobs``) started together: the starts asked for at the same time
-    are one transaction (:func:`~txn_offsets.store.run_starts.start_runs`) per database."""
+    are one transaction (:func:`~txn_offsets.store.many_runs.start_runs`) per database; and
+    (``ends``) their leases released together when they end at the same time
+    (:func:`~txn_offsets.store.many_runs.end_runs`)."""
 
     def __init__(self) -> None:
         super().__init__("start", lambda key, requests: start_runs(*key, requests))
+        self.ends: Gathering[tuple[sa.Engine, DatabaseSettings], Run, bool] = Gathering(
+            "end", lambda key, runs: end_runs(*key, runs)
+        )
 
 
 def in_shared_engines(database: DatabaseSettings) -> bool:

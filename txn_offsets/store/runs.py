@@ -162,7 +162,7 @@ def start_run(
     another run took the job meanwhile: Fenced. Never a second bump, never a guess.
 
     `resume`: the ticket of a start of this job tried before in a joint transaction
-    (:mod:`txn_offsets.store.run_starts`) that did not say whether it committed: this start goes
+    (:mod:`txn_offsets.store.many_runs`) that did not say whether it committed: this start goes
     on with its run id and the generation it locked, exactly as after a lost COMMIT of its own.
     """
     validate_job(job)

@@ -101,8 +101,16 @@ def test_four_jobs_on_threads_each_exact_and_concurrent(
     # and their plans were made together (one Kafka request and transaction each): every plan, from
     # the first (which seeds) to the one that found them caught up
     assert result.plans == batches + JOBS and 1 <= result.joint_plans < result.plans, result
-    # and their runs started in joint transactions (as many as JOBS if none overlapped)
+    # and their runs started in joint transactions (as many as JOBS if none overlapped)...
     assert 1 <= result.joint_starts <= JOBS, result
+    # ...and all of them released their leases at the end (ended together or alone)
+    jobs_table = f'"{db.schema}".jobs'
+    with engine.connect() as conn:
+        held = conn.execute(
+            sa.text(f"SELECT count(*) FROM {jobs_table} WHERE job = ANY(:jobs) AND run_id IS NOT NULL"),
+            {"jobs": list(jobs)},
+        ).scalar_one()
+    assert held == 0
     # they ran at the same time: every job committed a batch before any job committed its last
     deadline = time.monotonic() + 10
     while any(len(c) < summary.batches for c in commits.values()) and time.monotonic() < deadline:

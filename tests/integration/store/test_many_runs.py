@@ -1,4 +1,4 @@
-"""Many runs started in one transaction (store.run_starts.start_runs, run_jobs' starts): each job
+"""Many runs started (and ended) in one transaction (store.many_runs, run_jobs' starts): each job
 starts as it would alone (one bump, its run id, a live lease), a job whose start is refused gets
 None and leaves the others started, and a lost COMMIT of the joint start is settled by each job's
 own start with its ticket: never a second bump, never a guess.
@@ -22,8 +22,8 @@ from txn_offsets.config import DatabaseSettings, Secret
 from txn_offsets.errors import ConfigError, JobAlreadyRunning, ServiceUnavailable
 from txn_offsets.spark.spec import JointStarts
 from txn_offsets.store.database import engine_for
+from txn_offsets.store.many_runs import LOCK_TIMEOUT_S, StartRequest, end_runs, start_runs
 from txn_offsets.store.roles import check_run_role
-from txn_offsets.store.run_starts import LOCK_TIMEOUT_S, StartRequest, start_runs
 from txn_offsets.store.runs import Run, StartTicket, end_run, new_run_id, start_run
 from txn_offsets.store.schema import run_role_grants, tables_for
 
@@ -214,3 +214,43 @@ def test_starts_asked_at_the_same_moment_are_made_together(
         assert run is not None and (run.generation, run.run_id) == (1, request.ticket.run_id)
         assert _row(engine, migrated, run.job) == (1, run.run_id, True)
     assert starts.asked == len(requests) and 1 <= starts.gatherings < len(requests)
+
+
+def test_runs_ending_together_release_only_the_leases_they_hold(
+    engine: sa.Engine, migrated: DatabaseSettings, job_name: str
+) -> None:
+    jobs = [f"{job_name}-{i}" for i in range(3)]
+    runs = [r for r in start_runs(engine, migrated, _requests(jobs)) if r is not None]
+    newer = start_run(engine, migrated, jobs[1], force=True)  # the second run was fenced meanwhile
+    assert end_runs(engine, migrated, runs) == [True, False, True]
+    assert _row(engine, migrated, jobs[0]) == (runs[0].generation, None, False)
+    assert _row(engine, migrated, jobs[1]) == (newer.generation, newer.run_id, True)  # not the old run's
+    assert _row(engine, migrated, jobs[2]) == (runs[2].generation, None, False)
+    assert end_runs(engine, migrated, []) == []
+    with pytest.raises(ConfigError, match="one run per job"):
+        end_runs(engine, migrated, [newer, newer])
+
+
+def test_ends_asked_at_the_same_moment_are_made_together(
+    engine: sa.Engine, migrated: DatabaseSettings, job_name: str
+) -> None:
+    runs = [
+        r for r in start_runs(engine, migrated, _requests([f"{job_name}-{i:02d}" for i in range(16)])) if r
+    ]
+    assert len(runs) == 16
+    ends = JointStarts().ends
+    got: dict[str, bool | None] = {}
+    go = threading.Barrier(len(runs))
+
+    def ask(run: Run) -> None:
+        go.wait(30)
+        got[run.job] = ends.ask((engine, migrated), run)
+
+    threads = [threading.Thread(target=ask, args=(r,)) for r in runs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert got == {r.job: True for r in runs}
+    assert all(_row(engine, migrated, r.job) == (r.generation, None, False) for r in runs)
+    assert ends.asked == len(runs) and 1 <= ends.gatherings < len(runs)

@@ -1,4 +1,4 @@
-"""The starts of many runs in one transaction (``run_jobs``: dozens of jobs of one application).
+"""The starts and ends of many runs in one transaction (``run_jobs``: dozens of jobs of one application).
 
 A run's start is a role check, then a transaction that makes the job row if new, locks it
 ``FOR UPDATE`` (waiting for claims in flight), bumps the generation and takes the lease
@@ -16,6 +16,10 @@ each job then starts alone with its :class:`~txn_offsets.store.runs.StartTicket`
 (``start_run(resume=...)``), which records the generation this start locked, reads the job row
 again under lock and goes on exactly as after a lost COMMIT of its own - our run id: it committed;
 that generation: it did not; anything else: Fenced. Never a second bump, never a guess.
+
+:func:`end_runs` releases the leases of runs that end at the same moment in one statement, as
+``end_run`` releases one: only a lease the run still holds (its generation and run id). Where it
+fails, each run releases its own.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from txn_offsets.store.database import translate_errors
 from txn_offsets.store.runs import Run, StartTicket, set_lock_timeout, validate_job
 from txn_offsets.store.schema import tables_for
 
-__all__ = ["LOCK_TIMEOUT_S", "StartRequest", "start_runs"]
+__all__ = ["LOCK_TIMEOUT_S", "StartRequest", "end_runs", "start_runs"]
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +114,26 @@ def start_runs(
     return [started.get(r.ticket.job) for r in requests]
 
 
+def end_runs(engine: sa.Engine, db: DatabaseSettings, runs: Sequence[Run]) -> list[bool]:
+    """Release the lease of each run that still holds it, in one statement; whether each did (False:
+    fenced meanwhile), in `runs` order."""
+    if len({r.job for r in runs}) != len(runs):
+        raise ConfigError("runs", "end_runs takes at most one run per job")
+    if not runs:
+        return []
+    values = {
+        "jobs": [r.job for r in runs],
+        "generations": [r.generation for r in runs],
+        "run_ids": [r.run_id for r in runs],
+    }
+    with translate_errors(db), engine.begin() as conn:
+        released = set(conn.execute(_release(db.schema), values).scalars())
+    for run in runs:
+        if run.job not in released:
+            logger.info("job %r: run %r no longer held the lease at its end", run.job, run.run_id)
+    return [r.job in released for r in runs]
+
+
 def _check(requests: Sequence[StartRequest]) -> None:
     jobs = [validate_job(r.ticket.job) for r in requests]
     if len(set(jobs)) != len(jobs):
@@ -158,4 +182,25 @@ FROM unnest(CAST(:jobs AS text[]), CAST(:run_ids AS text[]), CAST(:leases AS dou
     AS w(job, run_id, lease)
 WHERE j.job = w.job
 RETURNING j.job, j.generation"""  # noqa: S608 - identifiers from a validated schema name, values bound
+    return sa.text(sql)
+
+
+@functools.lru_cache(maxsize=64)
+def _release(schema: str) -> sa.TextClause:
+    """end_run's UPDATE for each run that still holds its job, the rows locked in job order first
+    (as renew_leases locks them: two such statements over the same jobs cannot deadlock)."""
+    table = _table(schema)
+    sql = f"""WITH want AS (
+    SELECT * FROM unnest(CAST(:jobs AS text[]), CAST(:generations AS bigint[]), CAST(:run_ids AS text[]))
+        AS w(job, generation, run_id)
+), locked AS (
+    SELECT j.job FROM {table} j JOIN want w
+        ON j.job = w.job AND j.generation = w.generation AND j.run_id = w.run_id
+    ORDER BY j.job
+    FOR NO KEY UPDATE OF j
+)
+UPDATE {table} j SET run_id = NULL, lease_until = NULL
+FROM locked l
+WHERE j.job = l.job
+RETURNING j.job"""  # noqa: S608 - identifiers from a validated schema name, values bound
     return sa.text(sql)
