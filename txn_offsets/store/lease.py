@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -135,14 +136,7 @@ def renew_leases(conn: sa.Connection, db: DatabaseSettings, runs: Sequence[Run])
         raise ConfigError("runs", "renew_leases takes at most one run per job")
     if not runs:
         return {}
-    rows = conn.execute(
-        _renew_leases(db.schema),
-        {
-            "jobs": [r.job for r in runs],
-            "generations": [r.generation for r in runs],
-            "run_ids": [r.run_id for r in runs],
-        },
-    ).all()
+    rows = conn.execute(_renew_leases(db.schema), run_values(runs)).all()
     want = {r.job: r for r in runs}
     return {
         row.job: JobState(
@@ -161,8 +155,30 @@ def renew_leases(conn: sa.Connection, db: DatabaseSettings, runs: Sequence[Run])
 
 @functools.lru_cache(maxsize=64)
 def _renew_leases(schema: str) -> sa.TextClause:
-    """The statement of renew_leases, built once per schema (a validated identifier, tables_for);
-    every value is bound."""
+    """The statement of renew_leases, built once per schema; every value is bound."""
+    return update_held(
+        schema,
+        "heartbeat_at = now(), "
+        "lease_until = now() + make_interval(0, 0, 0, 0, 0, 0, coalesce(j.lease_s, 60.0))",
+        "j.job, j.heartbeat_at, j.lease_until, j.first_plan_at",
+    )
+
+
+def run_values(runs: Sequence[Run]) -> dict[str, list[Any]]:
+    """The bound arrays of :func:`update_held`'s statements: each run's job, generation, run id."""
+    return {
+        "jobs": [r.job for r in runs],
+        "generations": [r.generation for r in runs],
+        "run_ids": [r.run_id for r in runs],
+    }
+
+
+def update_held(schema: str, assignments: str, returning: str) -> sa.TextClause:
+    """An UPDATE (`assignments`, then RETURNING `returning`) of the job row of each run that still
+    holds its job (its generation and run id), the rows locked FOR NO KEY UPDATE in job order first,
+    so two such statements over overlapping jobs cannot deadlock and claims (FOR KEY SHARE) do not
+    wait for them. Built from a validated schema name (tables_for) and our own SQL text; the runs
+    are bound (:func:`run_values`)."""
     jobs = tables_for(schema).jobs
     table = f'"{jobs.schema}".{jobs.name}'
     sql = f"""WITH want AS (
@@ -175,9 +191,9 @@ def _renew_leases(schema: str) -> sa.TextClause:
     FOR NO KEY UPDATE OF j
 )
 UPDATE {table} j
-SET heartbeat_at = now(), lease_until = now() + make_interval(0, 0, 0, 0, 0, 0, coalesce(j.lease_s, 60.0))
+SET {assignments}
 FROM locked l
 WHERE j.job = l.job
-RETURNING j.job, j.heartbeat_at, j.lease_until, j.first_plan_at
+RETURNING {returning}
 """  # noqa: S608 - identifiers from a validated schema name, values bound
     return sa.text(sql)

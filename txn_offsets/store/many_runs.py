@@ -36,6 +36,7 @@ from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import ConfigError
 from txn_offsets.store import roles
 from txn_offsets.store.database import translate_errors
+from txn_offsets.store.lease import run_values, update_held
 from txn_offsets.store.runs import Run, StartTicket, set_lock_timeout, validate_job
 from txn_offsets.store.schema import tables_for
 
@@ -121,13 +122,8 @@ def end_runs(engine: sa.Engine, db: DatabaseSettings, runs: Sequence[Run]) -> li
         raise ConfigError("runs", "end_runs takes at most one run per job")
     if not runs:
         return []
-    values = {
-        "jobs": [r.job for r in runs],
-        "generations": [r.generation for r in runs],
-        "run_ids": [r.run_id for r in runs],
-    }
     with translate_errors(db), engine.begin() as conn:
-        released = set(conn.execute(_release(db.schema), values).scalars())
+        released = set(conn.execute(_release(db.schema), run_values(runs)).scalars())
     for run in runs:
         if run.job not in released:
             logger.info("job %r: run %r no longer held the lease at its end", run.job, run.run_id)
@@ -187,20 +183,5 @@ RETURNING j.job, j.generation"""  # noqa: S608 - identifiers from a validated sc
 
 @functools.lru_cache(maxsize=64)
 def _release(schema: str) -> sa.TextClause:
-    """end_run's UPDATE for each run that still holds its job, the rows locked in job order first
-    (as renew_leases locks them: two such statements over the same jobs cannot deadlock)."""
-    table = _table(schema)
-    sql = f"""WITH want AS (
-    SELECT * FROM unnest(CAST(:jobs AS text[]), CAST(:generations AS bigint[]), CAST(:run_ids AS text[]))
-        AS w(job, generation, run_id)
-), locked AS (
-    SELECT j.job FROM {table} j JOIN want w
-        ON j.job = w.job AND j.generation = w.generation AND j.run_id = w.run_id
-    ORDER BY j.job
-    FOR NO KEY UPDATE OF j
-)
-UPDATE {table} j SET run_id = NULL, lease_until = NULL
-FROM locked l
-WHERE j.job = l.job
-RETURNING j.job"""  # noqa: S608 - identifiers from a validated schema name, values bound
-    return sa.text(sql)
+    """end_run's UPDATE for each run that still holds its job (rows locked as renew_leases locks them)."""
+    return update_held(schema, "run_id = NULL, lease_until = NULL", "j.job")
