@@ -44,7 +44,7 @@ from txn_offsets import from_env
 from txn_offsets.kafka import reader as txn_reader
 from txn_offsets.kafka.metadata import watermarks
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.spark.tasks import _Counting
+from txn_offsets.spark.records import Counting
 
 REPO = Path(__file__).resolve().parent.parent
 Partials = windowed_counts.Partials
@@ -71,7 +71,7 @@ def _ranges_with(read_range: Callable[..., Iterator[Any]]) -> Callable[..., tupl
         totals: Partials = {}
         n = 0
         for rng in ranges:
-            counted = _Counting(read_range(ctx.kafka, rng))
+            counted = Counting(read_range(ctx.kafka, rng))
             _merge(totals, windowed_counts.aggregate(pageviews.decode(r) for r in counted))
             n += counted.n
         return n, totals
@@ -83,7 +83,7 @@ def writer(ctx: Context, ranges: list[OffsetRange]) -> tuple[int, Partials]:
     totals: Partials = {}
     n = 0
     for rng in ranges:
-        counted = _Counting(txn_reader.read_range(ctx.kafka, rng))
+        counted = Counting(txn_reader.read_range(ctx.kafka, rng))
         _merge(totals, windowed_counts.WRITER.prepare(counted, None))
         if counted.unread():
             raise RuntimeError("records left unread")

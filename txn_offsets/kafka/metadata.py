@@ -190,19 +190,20 @@ def check_incarnation(
     records at the planned offsets. Topic ids are never reused, so the same id after the read
     proves every record read came from the planned incarnation; any other answer (another id, no
     topic) means the records cannot be trusted and nothing may be committed."""
-    planned: dict[str, str] = {}
+    planned: dict[str, set[str]] = {}  # each range's own id (ranges of several plans may differ)
     for rng in ranges:
         if rng.topic_id is not None:
-            planned.setdefault(rng.topic, rng.topic_id)
+            planned.setdefault(rng.topic, set()).add(rng.topic_id)
     if not planned:
         return
     try:
         infos = describe_topics(kafka, sorted(planned), timeout_s=timeout_s)
     except TopicMissing as exc:
-        raise TopicChanged(exc.topic, planned[exc.topic], None) from None
-    for topic, topic_id in sorted(planned.items()):
-        if infos[topic].topic_id != topic_id:
-            raise TopicChanged(topic, topic_id, infos[topic].topic_id)
+        raise TopicChanged(exc.topic, min(planned[exc.topic]), None) from None
+    for topic, topic_ids in sorted(planned.items()):
+        for topic_id in sorted(topic_ids):
+            if infos[topic].topic_id != topic_id:
+                raise TopicChanged(topic, topic_id, infos[topic].topic_id)
 
 
 def topics_matching(kafka: KafkaSettings, pattern: str, *, timeout_s: float = 10.0) -> list[str]:

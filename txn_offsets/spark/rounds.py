@@ -29,10 +29,15 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from txn_offsets.errors import TxnOffsetsError
+from txn_offsets.kafka.metadata import check_incarnation
+from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark import frames
 from txn_offsets.spark.batch import assign_ranges, batch_deadline
 from txn_offsets.spark.session import session_cores
-from txn_offsets.spark.tasks import PartitionTask, TaskReport
+from txn_offsets.spark.tasks import PartitionTask, Staged, TaskReport
+from txn_offsets.store.database import worker_engine
+from txn_offsets.store.joint_commit import Settled, commit_together
 
 __all__ = ["Rounds", "UnitFailed", "current", "joined"]
 
@@ -58,22 +63,91 @@ class UnitFailed(Exception):
 
 @dataclass(frozen=True)
 class RoundTask:
-    """The picklable body of a round's Spark task: each unit with its own job's PartitionTask."""
+    """The picklable body of a round's Spark task: each unit with its own job's PartitionTask.
+
+    Every unit is read and prepared first; then the units that may share a transaction (guarded, all
+    of a unit's ranges in one) are committed together, one COMMIT per database instead of one per
+    job (:mod:`txn_offsets.store.joint_commit`): the topic ids of all their ranges checked in one
+    request, each job's ranges claimed under its own run. Where that fast path gives way (any unit
+    not claimed or written), nothing of it was committed and each unit commits alone, exactly as
+    its own batch would."""
 
     tasks: tuple[PartitionTask[Any], ...]
 
     def __call__(self, index: int, assigned: Iterable[Any]) -> Iterator[tuple[int, Any]]:
         # the whole input first: PySpark reuses only a worker whose input was read to the end
         units = [(int(job), tuple(group)) for part in assigned for job, group in part]
+        staged: list[tuple[int, Staged[Any]]] = []
         for job, group in units:
+            task = self.tasks[job]
             try:
-                reports = list(self.tasks[job](index, [group]))
+                if task.joinable(len(group)):
+                    staged.append((job, task.stage([task.ranges[i] for i in group])))
+                    continue
+                reports = list(task(index, [group]))
             except Exception as exc:  # this job's failure, not the round's: the others go on
-                logger.warning("round unit of job %r failed: %s", self.tasks[job].run.job, type(exc).__name__)
-                yield job, UnitFailed(f"{type(exc).__name__}: {str(exc)[:1000]}")
+                yield job, self._failed(job, exc)
                 continue
-            for report in reports:
-                yield job, report
+            yield from ((job, report) for report in reports)
+        groups: dict[tuple[Any, str], list[tuple[int, Staged[Any]]]] = {}
+        for job, st in staged:
+            if st.prepared:
+                task = self.tasks[job]
+                groups.setdefault((task.database, task.isolation_level), []).append((job, st))
+            else:  # its first range was rejected or not consumed: nothing to commit
+                yield from ((job, report) for report in st.close([]))
+        for members in groups.values():
+            yield from self._commit(members)
+
+    def _commit(self, members: list[tuple[int, Staged[Any]]]) -> Iterator[tuple[int, Any]]:
+        """The members' prepared ranges in one transaction, or each in its own where that gives way."""
+        joint = None
+        if len(members) > 1:
+            try:
+                joint = self._together(members)
+            except Exception as exc:  # safe either way: a unit committed alone after it is guarded
+                logger.warning(
+                    "joint commit of a round task failed (%s): each unit alone", type(exc).__name__
+                )
+        for n, (job, st) in enumerate(members):
+            task = self.tasks[job]
+            try:
+                if joint is None:
+                    reports = task.commit(st.prepared)
+                else:
+                    reports = task.settled(st.prepared, _reports(joint[n], [p.range for p in st.prepared]))
+            except Exception as exc:  # as its own task's failure would be: this job's batch fails
+                yield job, self._failed(job, exc)
+                continue
+            yield from ((job, report) for report in st.close(reports))
+
+    def _together(self, members: list[tuple[int, Staged[Any]]]) -> list[Settled] | None:
+        tasks = [self.tasks[job] for job, _ in members]
+        units = [task.unit(st.prepared) for task, (_, st) in zip(tasks, members, strict=True)]
+        by_cluster: dict[Any, list[OffsetRange]] = {}
+        for task, unit in zip(tasks, units, strict=True):
+            by_cluster.setdefault(task.kafka, []).extend(unit.ranges)
+        try:  # after every unit's read: one topic-id request per cluster for all their ranges
+            for kafka, ranges in by_cluster.items():
+                check_incarnation(kafka, ranges)
+        except Exception:  # each unit alone checks its own topics, and meets its own error
+            return None
+        db, isolation_level = tasks[0].database, tasks[0].isolation_level
+        return commit_together(worker_engine(db), db, units, isolation_level=isolation_level)
+
+    def _failed(self, job: int, exc: Exception) -> UnitFailed:
+        logger.warning("round unit of job %r failed: %s", self.tasks[job].run.job, type(exc).__name__)
+        return UnitFailed(f"{type(exc).__name__}: {str(exc)[:1000]}")
+
+
+def _reports(settled: Settled, ranges: list[OffsetRange]) -> list[TaskReport]:
+    """A unit's joint outcome as its task's reports, as its own commit makes them: an error with an
+    outcome is each range's report; one without (after a lost COMMIT: CommitNotApplied) is raised."""
+    if isinstance(settled, TxnOffsetsError):
+        if settled.outcome is None:
+            raise settled
+        return [TaskReport(r, settled.outcome, 0, settled) for r in ranges]
+    return [TaskReport(o.range, o.outcome.value, 0) for o in settled]
 
 
 @dataclass

@@ -29,8 +29,10 @@ from txn_offsets.errors import (
 from txn_offsets.kafka.metadata import check_incarnation
 from txn_offsets.kafka.reader import Record, read_range, read_ranges
 from txn_offsets.ranges import OffsetRange, TopicPartition
+from txn_offsets.spark.records import Counting
 from txn_offsets.store.database import worker_engine
 from txn_offsets.store.dead_letters import DeadLetter, write_dead_letters
+from txn_offsets.store.joint_commit import Unit
 from txn_offsets.store.lineage import Lineage
 from txn_offsets.store.runs import Run
 from txn_offsets.store.transaction import TransactionWrite, commit_ranges
@@ -95,32 +97,11 @@ def success_counts(reports: Iterable[TaskReport]) -> dict[str, int]:
     return counts
 
 
-def decoded(
-    records: Iterable[Record], decode: Callable[[Record], T], dead: list[DeadLetter] | None = None
-) -> Iterator[T]:
-    """Apply the user's decoder. A failure rejects the batch naming the record (topic, partition,
-    offset), or, when `dead` is a list, is appended to it and the record is skipped.
-
-    The error names the exception type only: a decoder's message often quotes the record
-    (``invalid literal for int(): b'...'``), and errors travel to logs and Spark task failures. The
-    full message is kept with the record in the dead-letter table, which holds the payload anyway.
-    """
-    for rec in records:
-        try:
-            yield decode(rec)
-        except Exception as exc:  # any decoder failure rejects the record
-            if dead is None:
-                raise RecordRejected(
-                    rec.topic, rec.partition, rec.offset, f"{type(exc).__name__} (message not shown)"
-                ) from None
-            dead.append(DeadLetter(rec, f"{type(exc).__name__}: {exc}"[:2000]))
-
-
 def commit_reporting(
     db: DatabaseSettings,
     run: Run,
     ranges: list[OffsetRange],
-    write: TransactionWrite,
+    write: TransactionWrite | None,
     *,
     isolation_level: str,
     records: int,
@@ -194,21 +175,26 @@ class PartitionTask(Generic[A]):
         """Read and prepare each range of `group`, then commit them in one transaction. A range whose
         records were rejected or not consumed stops the group: the ranges prepared before it are
         committed (as they were when each range had its own transaction), then its report follows."""
+        staged = self.stage(group)
+        return staged.close(self.commit(staged.prepared) if staged.prepared else [])
+
+    def joinable(self, ranges: int) -> bool:
+        """Whether this task's `ranges` ranges may be committed in a transaction shared with other
+        runs' units (:mod:`txn_offsets.store.joint_commit`): guarded, all in one transaction."""
+        return self.guard and (self.read.ranges_per_transaction or ranges) >= ranges
+
+    def stage(self, group: list[OffsetRange]) -> Staged[A]:
+        """Read and prepare the ranges of `group` up to the first one rejected or not consumed."""
         prepared: list[_Prepared[A]] = []
-        stop: TaskReport | None = None
         fetched: dict[TopicPartition, list[Record]] = {}
         for i, rng in enumerate(group):
             if rng.key not in fetched:
                 fetched = self._prefetch(group[i:])
             item = self._prepare(rng, fetched.pop(rng.key, None))
             if isinstance(item, TaskReport):
-                stop = item
-                break
+                return Staged(prepared, item)
             prepared.append(item)
-        reports = self._commit(prepared) if prepared else []
-        if stop is None or any(r.error is not None for r in reports):
-            return reports
-        return [*reports, stop]
+        return Staged(prepared, None)
 
     def _prefetch(self, rest: list[OffsetRange]) -> dict[TopicPartition, list[Record]]:
         """The records of the small ranges at the head of `rest`, read together (one assignment:
@@ -224,7 +210,7 @@ class PartitionTask(Generic[A]):
     def _prepare(self, rng: OffsetRange, records: list[Record] | None) -> _Prepared[A] | TaskReport:
         opts = self.read
         source = iter(records) if records is not None else None
-        counted = _Counting(
+        counted = Counting(
             source
             or read_range(self.kafka, rng, batch_size=opts.batch_size, stall_timeout_s=opts.stall_timeout_s)
         )
@@ -240,25 +226,39 @@ class PartitionTask(Generic[A]):
             return TaskReport(rng, "not_consumed", counted.n, error)
         return _Prepared(rng, value, dead, counted.n, (counted.first_ms, counted.last_ms))
 
-    def _commit(self, prepared: list[_Prepared[A]]) -> list[TaskReport]:
+    def unit(self, prepared: Sequence[_Prepared[A]]) -> Unit:
+        """What one transaction commits for the `prepared` ranges: the claims, the writer's write of
+        them all and their dead letters, the lineage."""
+
         def write_all(conn: sa.Connection) -> None:
             self.write(conn, [(p.range, p.value) for p in prepared])  # the writer's, all in this transaction
             for p in prepared:
                 if p.dead:
                     write_dead_letters(conn, self.database, self.run.job, p.dead)
 
-        records = {p.range.key: p.records for p in prepared}
+        stamps = {p.range.key: p.stamps for p in prepared}
+        return Unit(self.run, [p.range for p in prepared], write_all, Lineage(self.batch, stamps))
+
+    def commit(self, prepared: list[_Prepared[A]]) -> list[TaskReport]:
+        """Commit the `prepared` ranges in one transaction of their own."""
+        unit = self.unit(prepared)
         reports = commit_reporting(
             self.database,
             self.run,
-            [p.range for p in prepared],
-            write_all,
+            list(unit.ranges),
+            unit.write,
             isolation_level=self.isolation_level,
             records=0,
             kafka=self.kafka,  # one topic-id check for the group's ranges, after all were read
             guard=self.guard,
-            lineage=Lineage(self.batch, {p.range.key: p.stamps for p in prepared}),
+            lineage=unit.lineage,
         )
+        return self.settled(prepared, reports)
+
+    def settled(self, prepared: Sequence[_Prepared[A]], reports: list[TaskReport]) -> list[TaskReport]:
+        """The reports of the committed `prepared` ranges, with their record counts, after the
+        after_commit hook ran for each (unless a range failed)."""
+        records = {p.range.key: p.records for p in prepared}
         reports = [dataclasses.replace(r, records=records[r.range.key]) for r in reports]
         if any(r.error is not None for r in reports):
             return reports  # conflict / fenced / ...: not retried into success, the driver raises it
@@ -268,6 +268,21 @@ class PartitionTask(Generic[A]):
                 # task whose ranges are already committed (fault injection, notifications)
                 self.after_commit(r.range, r.outcome)
         return reports
+
+
+@dataclass(frozen=True)
+class Staged(Generic[A]):
+    """A group's ranges read and prepared, up to `stop`: the report of the range that ended it
+    (rejected or not consumed), committed after the ones before it."""
+
+    prepared: list[_Prepared[A]]
+    stop: TaskReport | None
+
+    def close(self, reports: list[TaskReport]) -> list[TaskReport]:
+        """The group's reports: the prepared ranges', then the stop's unless one of them failed."""
+        if self.stop is None or any(r.error is not None for r in reports):
+            return reports
+        return [*reports, self.stop]
 
 
 def _range_indexes(assigned: Iterable[Any]) -> list[int]:
@@ -285,43 +300,6 @@ class _Prepared(Generic[A]):
     dead: list[DeadLetter] | None
     records: int
     stamps: tuple[int | None, int | None]  # the first and last record timestamp (lineage)
-
-
-class _Counting(Iterator[Record]):
-    """Counts the records that pass through (for the batch log line) and keeps the first and last
-    record timestamp (for the lineage row)."""
-
-    def __init__(self, inner: Iterator[Record]) -> None:
-        self._inner = inner
-        self.n = 0
-        self.first_ms: int | None = None
-        self.last_ms: int | None = None
-
-    def __iter__(self) -> _Counting:
-        return self
-
-    def __next__(self) -> Record:
-        rec = next(self._inner)
-        self.n += 1
-        if rec.timestamp_ms is not None:
-            if self.first_ms is None:
-                self.first_ms = rec.timestamp_ms
-            self.last_ms = rec.timestamp_ms
-        return rec
-
-    def close(self) -> None:
-        close = getattr(self._inner, "close", None)
-        if close is not None:
-            close()
-
-    def unread(self) -> bool:
-        """True if records are left that nobody read (the reader is closed either way)."""
-        try:
-            next(self._inner)
-        except StopIteration:
-            return False
-        self.close()
-        return True
 
 
 @dataclass(frozen=True)

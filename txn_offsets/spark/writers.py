@@ -23,7 +23,8 @@ from txn_offsets.kafka.reader import Record
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark import frames, rounds
 from txn_offsets.spark.batch import Batch
-from txn_offsets.spark.tasks import PartitionTask, TaskReport, commit_reporting, decoded
+from txn_offsets.spark.records import decoded
+from txn_offsets.spark.tasks import PartitionTask, TaskReport, commit_reporting
 from txn_offsets.store.dead_letters import DeadLetter
 from txn_offsets.store.lineage import Lineage
 

@@ -47,7 +47,16 @@ from txn_offsets.store.database import (
 )
 from txn_offsets.store.runs import Run
 
-__all__ = ["ISOLATION_LEVELS", "Outcome", "RangeOutcome", "TransactionWrite", "commit_ranges"]
+__all__ = [
+    "ISOLATION_LEVELS",
+    "Outcome",
+    "RangeOutcome",
+    "TransactionWrite",
+    "commit_ranges",
+    "is_aborted",
+    "settle_lost_commit",
+    "validate",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +87,7 @@ class _Retry(Exception):
     """Internal: the attempt was rolled back by Postgres and nothing was committed."""
 
 
-def _validate(
+def validate(
     run: Run, ranges: Sequence[OffsetRange], isolation_level: str, max_attempts: int
 ) -> list[OffsetRange]:
     if not isinstance(run, Run):
@@ -131,7 +140,7 @@ def commit_ranges(
     * rolled back by Postgres (40001/40P01) with nothing committed: retried up to `max_attempts`
       in all, then CommitNotApplied; a connection lost during COMMIT: re-read, never guessed.
     """
-    ordered = _validate(run, ranges, isolation_level, max_attempts)
+    ordered = validate(run, ranges, isolation_level, max_attempts)
     for attempt in range(1, max_attempts + 1):
         try:
             outcome = _attempt(
@@ -186,7 +195,7 @@ def _attempt(
                 write(conn)
             # A write that caught a database error leaves the transaction aborted: PostgreSQL would
             # answer COMMIT with a silent ROLLBACK while we reported "committed". Never commit blind.
-            if _aborted(conn):
+            if is_aborted(conn):
                 raise TransactionAborted(run.job, _describe(ordered))
             stage = "commit"
         # leaving the `with` block committed the transaction
@@ -222,7 +231,7 @@ def _attempt(
         conn.close()
 
 
-def _aborted(conn: sa.Connection) -> bool:
+def is_aborted(conn: sa.Connection) -> bool:
     """True if PostgreSQL has aborted the connection's transaction (psycopg's transaction status)."""
     raw = conn.connection.dbapi_connection
     info = getattr(raw, "info", None)
@@ -248,6 +257,18 @@ def _where(exc: sa.exc.DBAPIError) -> str:
         if value:
             parts.append(f"{label} {value}")
     return "; ".join(parts)
+
+
+def settle_lost_commit(
+    engine: sa.Engine, db: DatabaseSettings, run: Run, ranges: Sequence[OffsetRange]
+) -> list[RangeOutcome]:
+    """The outcome of `ranges` after a COMMIT whose answer was lost (a joint commit's, see
+    :mod:`txn_offsets.store.joint_commit`), decided from their rows as commit_ranges decides its own:
+    all COMMITTED, or CommitNotApplied (the rows show it did not apply), or a conflict."""
+    ordered = sorted(ranges, key=lambda r: r.key)
+    cause = "connection lost during COMMIT"
+    outcome = _settle(engine, db, run, ordered, cause=cause, ours_may_have_committed=True)
+    return [RangeOutcome(r, outcome) for r in ranges]
 
 
 def _settle(

@@ -98,6 +98,17 @@ def test_four_jobs_on_threads_each_exact_and_concurrent(
     # their batches shared Spark jobs: one per round, carrying every batch, fewer than the batches
     batches = sum(s.batches for s in result.summaries.values())
     assert result.round_batches == batches and 1 <= result.rounds < batches, result
+    # and a round task committed its jobs' units in one transaction (store.joint_commit): lineage
+    # rows are only inserted, so their xmins are the transactions; fewer than the jobs' batches
+    with engine.connect() as conn:
+        units, transactions = conn.execute(
+            sa.text(
+                f'SELECT count(DISTINCT (job, batch)), count(DISTINCT xmin::text) FROM "{db.schema}".commits '
+                "WHERE job = ANY(:jobs)"
+            ),
+            {"jobs": list(jobs)},
+        ).one()
+    assert units == batches and transactions < units, (units, transactions)
     # and their plans were made together (one Kafka request and transaction each): every plan, from
     # the first (which seeds) to the one that found them caught up
     assert result.plans == batches + JOBS and 1 <= result.joint_plans < result.plans, result
@@ -135,12 +146,14 @@ def test_a_failing_job_fails_alone_in_shared_rounds(
     produce: Produce,
     job_name: str,
 ) -> None:
-    """A write that raises in a shared round's task fails its own job's batch only: the other job,
-    whose units share the round's Spark tasks, commits every batch, exact."""
-    good_topic, bad_topic = topic_factory(partitions=PARTITIONS), topic_factory(partitions=PARTITIONS)
-    expected = produce(good_topic, 400, PARTITIONS, keys=17)
+    """A write that raises in a shared round's task fails its own job's batch only: the other jobs,
+    whose units share the round's Spark tasks (and their joint transactions, which then give way to
+    a transaction per unit), commit every batch, exact."""
+    good_topics = [topic_factory(partitions=PARTITIONS) for _ in range(3)]
+    bad_topic = topic_factory(partitions=PARTITIONS)
+    expected = [produce(t, 400, PARTITIONS, keys=17 + i) for i, t in enumerate(good_topics)]
     produce(bad_topic, 400, PARTITIONS)
-    (table,) = _tables(engine, db, 1)
+    tables = _tables(engine, db, 3)
     common = {
         "kafka": kafka,
         "database": db,
@@ -150,21 +163,21 @@ def test_a_failing_job_fails_alone_in_shared_rounds(
         "retries": 1,
         "retry_backoff_s": 0.0,
     }
-    good, bad = f"{job_name}-good", f"{job_name}-bad"
+    goods, bad = [f"{job_name}-good{i}" for i in range(3)], f"{job_name}-bad"
     refusing = PartitionWriter(write=_refusing_write, aggregate=_count)
-    result = run_jobs(
-        spark,
-        {
-            good: {**common, "writer": counting_writer(table), "topics": [good_topic]},
-            bad: {**common, "writer": refusing, "topics": [bad_topic]},
-        },
-    )
-    assert sorted(result.summaries) == [good] and sorted(result.errors) == [bad]
+    jobs = {
+        good: {**common, "writer": counting_writer(tables[i]), "topics": [good_topics[i]]}
+        for i, good in enumerate(goods)
+    }
+    result = run_jobs(spark, {**jobs, bad: {**common, "writer": refusing, "topics": [bad_topic]}})
+    assert sorted(result.summaries) == goods and sorted(result.errors) == [bad]
     error = result.errors[bad]
     assert isinstance(error, BatchFailed) and error.job == bad
     assert "RuntimeError: refused" in str(error), error
-    assert result.summaries[good].records == 400 and totals(engine, table) == dict(expected)
-    assert stored_offsets(engine, db, good) == settled_ends(kafka.bootstrap_servers, good_topic, PARTITIONS)
+    for i, good in enumerate(goods):
+        assert result.summaries[good].records == 400 and totals(engine, tables[i]) == dict(expected[i])
+        ends = settled_ends(kafka.bootstrap_servers, good_topics[i], PARTITIONS)
+        assert stored_offsets(engine, db, good) == ends
     assert stored_offsets(engine, db, bad) == {(bad_topic, p): 0 for p in range(PARTITIONS)}
     assert result.rounds >= 2  # both jobs' batches went to shared rounds
 
