@@ -194,7 +194,8 @@ def markdown(result: dict[str, Any]) -> list[str]:
             f"before starting)."
             if "oldest_transaction_max_s" in hot
             else "."
-        ),
+        )
+        + _attempts(hot.get("attempts", [])),
     ]
     for w in (j, *([j["small"]] if "small" in j else [])):
         lines += [
@@ -221,3 +222,19 @@ def markdown(result: dict[str, Any]) -> list[str]:
 
 def _x(value: float | None, fmt: str = ".2f") -> str:
     return "nan" if value is None else format(value, fmt)
+
+
+def _attempts(attempts: list[dict[str, Any]]) -> str:
+    """What the measurements before the kept one saw (another transaction of the database open
+    while the claims ran: they were measured again)."""
+    if len(attempts) < 2:
+        return ""
+    seen = "; ".join(
+        f"attempt {i}: {'another transaction seen' if a['disturbed'] else 'undisturbed'}, HOT "
+        f"{_x(a['hot_ratio'], '.3f')}, size {_x(a['total_ratio'])}x"
+        for i, a in enumerate(attempts, 1)
+    )
+    return (
+        f" Measured {len(attempts)} times (again whenever another transaction of the database, seen "
+        f"as the stack's superuser, was open during the claims: it holds the dead row versions): {seen}."
+    )

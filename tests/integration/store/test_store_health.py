@@ -254,3 +254,38 @@ def test_the_table_measurement_waits_for_an_old_transaction_and_reports_the_olde
     held.dispose()
     assert released.is_set() and result["waited_s"] >= 1.0, result
     assert result["oldest_transaction_max_s"] >= 0.0 and result["checkpoints"][-1]["batches"] == 40
+
+
+def test_the_table_measurement_is_taken_again_when_another_transaction_was_open(
+    migrated: DatabaseSettings,
+) -> None:
+    """A transaction of another session open while the claims run keeps their dead row versions
+    (the table grows whatever the claims do): the measurement sees it and measures again in a fresh
+    schema, keeping every attempt's figures."""
+    held = engine_for(migrated, poolclass=sa.pool.NullPool)
+    stop = threading.Event()
+
+    def keep_transactions_open() -> None:
+        with held.connect() as conn:
+            while not stop.is_set():
+                conn.execute(sa.text("BEGIN"))
+                conn.execute(sa.text("SELECT 1"))
+                stop.wait(0.3)
+                conn.execute(sa.text("COMMIT"))
+
+    holder = threading.Thread(target=keep_transactions_open, daemon=True)
+    holder.start()
+    try:
+        result = measure_offsets_table(migrated, checkpoints=(20, 200), attempts=2)
+    finally:
+        stop.set()
+        holder.join(10)
+        held.dispose()
+    attempts = result["attempts"]
+    assert len(attempts) == 2 and attempts[0]["disturbed"] is True, attempts
+    assert result["disturbed"] is attempts[1]["disturbed"] and result["others_seen"] >= 1
+    assert result["checkpoints"][-1]["batches"] == 200
+    # undisturbed, it is measured once
+    quiet = measure_offsets_table(migrated, checkpoints=(20, 40), attempts=2)
+    assert quiet["attempts"][0]["disturbed"] is quiet["disturbed"]
+    assert len(quiet["attempts"]) == (2 if quiet["attempts"][0]["disturbed"] else 1)
