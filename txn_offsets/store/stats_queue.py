@@ -18,6 +18,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import threading
+import time
 from collections.abc import Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -27,13 +28,18 @@ import sqlalchemy as sa
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.store.stats import StatRecord, record_many
 
-__all__ = ["WAIT_S", "submit", "wait"]
+__all__ = ["WAIT_S", "WRITE_EVERY_S", "submit", "wait"]
 
 logger = logging.getLogger(__name__)
 
 # how long a run's end waits for its statistics: a write is bounded by the store's connect timeout
 # and the statistics' own lock and statement timeouts (2 s, 5 s)
 WAIT_S = 30.0
+#: at most one write per this many seconds (what came meanwhile is summed into it), unless a run
+#: that ends waits for its records: a write right after every batch took the driver's GIL and a
+#: database connection while the next batch was being planned (plan p50 12.5 -> 11.6 ms with the
+#: statistics off, its Kafka part 4.2 -> 1.8 ms, 8 partitions x 1,000 records per batch)
+WRITE_EVERY_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,8 @@ class _Writer:
         self._cond = threading.Condition()
         self._queued: list[_Queued] = []
         self._thread: threading.Thread | None = None
+        self._last = float("-inf")  # when the last write began (monotonic)
+        self._hurry = 0  # waiters for records still queued: write them now
 
     def submit(self, engine: sa.Engine, db: DatabaseSettings, record: StatRecord) -> Future[bool]:
         done: Future[bool] = Future()
@@ -60,12 +68,22 @@ class _Writer:
             self._cond.notify()
         return done
 
+    def hurry(self, more: int) -> None:
+        """A run waits for its records (`more` = +1), or no longer (-1): no pause between writes."""
+        with self._cond:
+            self._hurry += more
+            self._cond.notify()
+
     def _serve(self) -> None:
         while True:
             with self._cond:
-                while not self._queued:
-                    self._cond.wait()
+                while True:
+                    pause = self._last + WRITE_EVERY_S - time.monotonic()
+                    if self._queued and (pause <= 0 or self._hurry > 0):
+                        break
+                    self._cond.wait(pause if self._queued else None)
                 taken, self._queued = self._queued, []
+                self._last = time.monotonic()
             groups: dict[tuple[int, DatabaseSettings], list[_Queued]] = {}
             for item in taken:  # per engine (a pool of its own) and database settings
                 groups.setdefault((id(item.engine), item.db), []).append(item)
@@ -90,7 +108,11 @@ def submit(engine: sa.Engine, db: DatabaseSettings, record: StatRecord) -> Futur
 def wait(futures: Iterable[Future[bool]], timeout_s: float = WAIT_S) -> bool:
     """Wait (at most `timeout_s`) for queued records; whether all of them were recorded."""
     pending = list(futures)
-    done, late = concurrent.futures.wait(pending, timeout=timeout_s)
+    _writer.hurry(+1)
+    try:
+        done, late = concurrent.futures.wait(pending, timeout=timeout_s)
+    finally:
+        _writer.hurry(-1)
     if late:
         logger.warning("%d batch statistics still queued after %gs; not waiting longer", len(late), timeout_s)
     return not late and all(f.result() for f in done)

@@ -3,6 +3,7 @@ their sums) and the process's statistics queue that the runs' publishers use."""
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -77,3 +78,23 @@ def test_bad_records_are_refused_when_made_and_a_failed_write_is_false(
     bad = stats_queue.submit(unreachable, migrated, stats.batch_record("a-job", 1.0, {"committed": 1}))
     assert stats_queue.wait([bad]) is False and bad.result() is False
     unreachable.dispose()
+
+
+def test_records_queued_after_a_write_wait_for_the_next_one_together(
+    engine: sa.Engine, migrated: DatabaseSettings
+) -> None:
+    """At most one write per WRITE_EVERY_S: the records of batches that end one after another are
+    summed into one transaction instead of one each, right after every batch (while the next one
+    is being planned); a run that ends and waits for its records has them written at once."""
+    first = f"first-{uuid.uuid4().hex[:8]}"
+    assert stats_queue.wait([stats_queue.submit(engine, migrated, stats.batch_record(first, 0.1, {}))])
+    jobs = [f"paced-{uuid.uuid4().hex[:8]}" for _ in range(4)]
+    futures = []
+    for job in jobs:  # batches ending 20 ms apart, no one waiting for their statistics
+        futures.append(stats_queue.submit(engine, migrated, stats.batch_record(job, 0.1, {"committed": 1})))
+        time.sleep(0.02)
+    assert stats_queue.wait(futures)
+    rows = _rows(engine, migrated, jobs)
+    assert {job: row[:3] for job, row in rows.items()} == dict.fromkeys(jobs, (1, 1, 0))
+    assert len({row[3] for row in rows.values()}) == 1  # one transaction for the four
+    assert stats_queue.WRITE_EVERY_S > 4 * 0.02
