@@ -26,7 +26,7 @@ from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.ranges import TopicPartition
 from txn_offsets.store import offset_rows
 
-__all__ = ["settle_offsets"]
+__all__ = ["settle_offsets", "unmoved"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +49,9 @@ def settle_offsets(
     """The stored offset of each of `partitions` once seeded, adopted and skipped as due (see the
     module), in `conn`'s transaction; `first_plan`: the job has never planned (the job row says)."""
     rows = offset_rows.load_rows(conn, db, job)
+    quick = unmoved(rows, partitions, marks, topic_ids, first_plan=first_plan)
+    if quick is not None:
+        return quick
     missing = [tp for tp in partitions if tp not in rows]
     if missing:
         _seed(
@@ -114,6 +117,28 @@ def settle_offsets(
             resume,
         )
         stored[tp] = resume
+    return stored
+
+
+def unmoved(
+    rows: Mapping[TopicPartition, offset_rows.StoredOffset],
+    partitions: Sequence[TopicPartition],
+    marks: Mapping[TopicPartition, tuple[int, int]],
+    topic_ids: Mapping[str, str],
+    *,
+    first_plan: bool,
+) -> dict[TopicPartition, int] | None:
+    """The stored offset of each of `partitions` when :func:`settle_offsets` has nothing to move
+    (not the job's first plan, every partition with a row of its topic's id, every offset in the
+    log); None when it has (pure: the plan's fast path asks it before opening a transaction)."""
+    if first_plan:
+        return None
+    stored: dict[TopicPartition, int] = {}
+    for tp in partitions:
+        row = rows.get(tp)
+        if row is None or row.topic_id is None or lost(row, topic_ids[tp[0]], marks[tp]) is not None:
+            return None
+        stored[tp] = row.off
     return stored
 
 

@@ -24,10 +24,11 @@ from txn_offsets.data_loss import ON_DATA_LOSS, OnDataLoss, check_on_data_loss
 from txn_offsets.errors import ConfigError
 from txn_offsets.kafka import metadata
 from txn_offsets.kafka.start import StartPolicy
-from txn_offsets.plan_moves import settle_offsets
+from txn_offsets.plan_moves import settle_offsets, unmoved
 from txn_offsets.ranges import BatchShare, OffsetRange, TopicPartition, check_share, plan_ranges
-from txn_offsets.store import lineage, offset_rows
+from txn_offsets.store import lineage, offset_rows, pooler
 from txn_offsets.store.database import translate_errors
+from txn_offsets.store.lease import renew_and_load
 from txn_offsets.store.runs import Run, renew_lease
 from txn_offsets.store.schema import tables_for
 
@@ -166,6 +167,10 @@ def plan_batch(
     infos, marks = metadata.topics_and_watermarks(kafka, topics, timeout_s=timeout_s)
     topic_ids = {topic: info.topic_id for topic, info in infos.items()}
     partitions: list[TopicPartition] = [(t, p) for t in topics for p in infos[t].partitions]
+    if run is not None and not lineage.prune_is_due(db, job):
+        quick = _unmoved_offsets(engine, db, run, partitions=partitions, marks=marks, topic_ids=topic_ids)
+        if quick is not None:  # the lease renewed, nothing to move: one statement was the plan's all
+            return plan_from(quick, marks, partitions, limits, topic_ids)
     # a missing offsets table or an unreachable server is one of our errors (SchemaMissing,
     # ServiceUnavailable: retried by the runner), never a raw driver error
     with translate_errors(db), engine.begin() as conn:
@@ -189,6 +194,29 @@ def plan_batch(
             generation=generation,
         )
     return plan_from(stored, marks, partitions, limits, topic_ids)
+
+
+def _unmoved_offsets(
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    run: Run,
+    *,
+    partitions: Sequence[TopicPartition],
+    marks: Mapping[TopicPartition, tuple[int, int]],
+    topic_ids: Mapping[str, str],
+) -> dict[TopicPartition, int] | None:
+    """A running job's plan without a transaction of its own: one statement renews the lease and
+    reads the rows (autocommit; behind a transaction pooler in a transaction, which carries the
+    timeouts). The stored offsets when nothing is to be moved; None otherwise (or fenced): the
+    plan's transaction then settles, or raises, as always."""
+    with translate_errors(db), engine.connect() as opened:
+        conn = opened if pooler.pooled(opened) else opened.execution_options(isolation_level="AUTOCOMMIT")
+        with conn.begin():
+            found = renew_and_load(conn, db, run)
+    if found is None:
+        return None
+    planned_before, rows = found
+    return unmoved(rows, partitions, marks, topic_ids, first_plan=not planned_before)
 
 
 def plan_from(

@@ -19,10 +19,12 @@ import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import ConfigError
+from txn_offsets.ranges import TopicPartition
+from txn_offsets.store.offset_rows import StoredOffset
 from txn_offsets.store.runs import JobState, Run, heartbeat
 from txn_offsets.store.schema import tables_for
 
-__all__ = ["LeaseKeeper", "keep_lease", "renew_leases"]
+__all__ = ["LeaseKeeper", "keep_lease", "renew_and_load", "renew_leases"]
 
 logger = logging.getLogger(__name__)
 
@@ -197,3 +199,36 @@ WHERE j.job = l.job
 RETURNING {returning}
 """  # noqa: S608 - identifiers from a validated schema name, values bound
     return sa.text(sql)
+
+
+def renew_and_load(
+    conn: sa.Connection, db: DatabaseSettings, run: Run
+) -> tuple[bool, dict[TopicPartition, StoredOffset]] | None:
+    """``runs.renew_lease`` and ``offset_rows.load_rows`` in ONE statement (a plan that moves
+    nothing needs no more: one round trip instead of a transaction of four): whether the job has
+    planned before (``first_plan_at`` set) and its offset rows; None if `run` no longer holds the
+    job (the caller's full plan then raises Fenced, naming by whom)."""
+    params = {"job": run.job, "generation": run.generation, "run_id": run.run_id}
+    rows = conn.execute(_renew_and_load(db.schema), params).all()
+    if not rows:
+        return None
+    found = {(r.topic, r.part): StoredOffset(r.off, r.topic_id) for r in rows if r.topic is not None}
+    return rows[0].first_plan_at is not None, found
+
+
+@functools.lru_cache(maxsize=64)
+def _renew_and_load(schema: str) -> sa.TextClause:
+    """The statement of renew_and_load, built once per schema (validated); every value is bound."""
+    t = tables_for(schema)
+    jobs, offsets = (f'"{t.jobs.schema}".{x.name}' for x in (t.jobs, t.offsets))
+    return sa.text(
+        f"""WITH renewed AS (
+    UPDATE {jobs} j SET heartbeat_at = now(),
+        lease_until = now() + make_interval(0, 0, 0, 0, 0, 0, coalesce(j.lease_s, 60.0))
+    WHERE j.job = :job AND j.generation = :generation AND j.run_id = :run_id
+    RETURNING j.job, j.first_plan_at
+)
+SELECT r.first_plan_at, o.topic, o.part, o.off, o.topic_id
+FROM renewed r LEFT JOIN {offsets} o ON o.job = r.job
+ORDER BY o.topic, o.part"""  # noqa: S608 - identifiers from a validated schema name, values bound
+    )

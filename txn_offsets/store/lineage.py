@@ -26,7 +26,16 @@ from txn_offsets.config import DatabaseSettings
 from txn_offsets.ranges import TopicPartition
 from txn_offsets.store.schema import tables_for
 
-__all__ = ["PRUNE_EVERY_S", "PRUNE_MAX_ROWS", "Lineage", "at", "forget_prunes", "prune", "prune_due"]
+__all__ = [
+    "PRUNE_EVERY_S",
+    "PRUNE_MAX_ROWS",
+    "Lineage",
+    "at",
+    "forget_prunes",
+    "prune",
+    "prune_due",
+    "prune_is_due",
+]
 
 #: A job's lineage is pruned at most this often per process (unless the last prune was full).
 PRUNE_EVERY_S = 600.0
@@ -65,6 +74,13 @@ def prune(conn: sa.Connection, db: DatabaseSettings, job: str, *, max_rows: int 
     )
     result = conn.execute(sa.delete(c).where(c.c.id.in_(old)))
     return int(result.rowcount)
+
+
+def prune_is_due(db: DatabaseSettings, job: str) -> bool:
+    """Whether :func:`prune_due` would prune `job` now (it changes nothing)."""
+    with _lock:
+        last = _pruned.get((db.schema, job))
+    return last is None or time.monotonic() - last >= PRUNE_EVERY_S
 
 
 def prune_due(

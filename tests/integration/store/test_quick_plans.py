@@ -1,0 +1,171 @@
+"""A running job's plan that moves nothing is ONE statement (planner._unmoved_offsets,
+lease.renew_and_load: the lease renewed and the rows read together, autocommit) instead of a
+transaction of four round trips; whatever has to be moved or raised (a first plan, a partition
+to seed, a lineage prune due, a fenced run) still goes through the plan's transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+from confluent_kafka.admin import AdminClient, NewPartitions
+
+from tests.fix_services import TopicFactory
+from txn_offsets.config import DatabaseSettings, KafkaSettings, Secret
+from txn_offsets.errors import Fenced, TxnOffsetsError
+from txn_offsets.kafka.start import StartPolicy
+from txn_offsets.planner import Limits, Plan, TopicSelection, plan_batch
+from txn_offsets.store import lineage
+from txn_offsets.store.database import engine_for
+from txn_offsets.store.runs import Run, lock_job, start_run
+
+from .helpers import offsets_of, produce_counts
+
+
+@pytest.fixture
+def kafka(kafka_bootstrap: str) -> KafkaSettings:
+    return KafkaSettings(kafka_bootstrap)
+
+
+def _plan(engine: sa.Engine, db: DatabaseSettings, kafka: KafkaSettings, run: Run, topic: str) -> Plan:
+    return plan_batch(
+        engine,
+        db,
+        kafka,
+        job=run.job,
+        selection=TopicSelection((topic,)),
+        start=StartPolicy.earliest(),
+        limits=Limits(max_records_per_partition=3),
+        run=run,
+    )
+
+
+class _Statements:
+    """The statements an engine sends (their first words), while counting."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self.seen: list[str] = []
+        sa.event.listen(engine, "before_cursor_execute", self._one)
+
+    def _one(self, conn: object, cursor: object, statement: str, *args: object) -> None:
+        self.seen.append(" ".join(statement.split())[:60])
+
+
+@pytest.fixture
+def counted(migrated: DatabaseSettings) -> Iterator[tuple[sa.Engine, _Statements]]:
+    eng = engine_for(migrated)
+    yield eng, _Statements(eng)
+    eng.dispose()
+
+
+def _lease_until(engine: sa.Engine, db: DatabaseSettings, job: str) -> object:
+    with engine.connect() as conn:
+        return lock_job(conn, db, job, for_update=False).lease_until
+
+
+def test_a_plan_that_moves_nothing_is_one_statement(
+    counted: tuple[sa.Engine, _Statements],
+    migrated: DatabaseSettings,
+    kafka: KafkaSettings,
+    kafka_bootstrap: str,
+    topic_factory: TopicFactory,
+    job_name: str,
+) -> None:
+    engine, statements = counted
+    topic = topic_factory(partitions=2)
+    produce_counts(kafka_bootstrap, topic, {0: 5, 1: 2})
+    run = start_run(engine, migrated, job_name)
+    first = _plan(engine, migrated, kafka, run, topic)  # seeds the rows: the plan's transaction
+    assert offsets_of(engine, migrated, job_name) == {(topic, 0): 0, (topic, 1): 0}
+    before = _lease_until(engine, migrated, job_name)
+    statements.seen.clear()
+    again = _plan(engine, migrated, kafka, run, topic)
+    assert len(statements.seen) == 1 and statements.seen[0].startswith("WITH renewed AS"), statements.seen
+    assert again == first  # the same plan, the same stored offsets
+    assert [(r.partition, r.start, r.until) for r in again.ranges] == [(0, 0, 3), (1, 0, 2)]
+    assert _lease_until(engine, migrated, job_name) > before  # type: ignore[operator]  # renewed
+
+
+def test_what_must_be_moved_or_pruned_takes_the_plans_transaction(
+    counted: tuple[sa.Engine, _Statements],
+    migrated: DatabaseSettings,
+    kafka: KafkaSettings,
+    kafka_bootstrap: str,
+    topic_factory: TopicFactory,
+    job_name: str,
+) -> None:
+    engine, statements = counted
+    topic = topic_factory(partitions=1)
+    produce_counts(kafka_bootstrap, topic, {0: 4})
+    run = start_run(engine, migrated, job_name)
+    _plan(engine, migrated, kafka, run, topic)
+    # a partition added: seeded (at its log start) by the plan's transaction
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_partitions([NewPartitions(topic, 2)])[topic].result(30)
+    produce_counts(kafka_bootstrap, topic, {1: 1})
+    statements.seen.clear()
+    plan = _plan(engine, migrated, kafka, run, topic)
+    assert offsets_of(engine, migrated, job_name) == {(topic, 0): 0, (topic, 1): 0}
+    assert [(r.partition, r.until) for r in plan.ranges] == [(0, 3), (1, 1)]
+    assert len(statements.seen) > 1, statements.seen
+    # a lineage prune due: the plan's transaction prunes (the fast path never does)
+    lineage.forget_prunes()
+    statements.seen.clear()
+    _plan(engine, migrated, kafka, run, topic)
+    assert any("DELETE" in s for s in statements.seen), statements.seen
+    assert not lineage.prune_is_due(migrated, job_name)
+
+
+def test_a_fenced_run_is_fenced_as_before(
+    counted: tuple[sa.Engine, _Statements],
+    migrated: DatabaseSettings,
+    kafka: KafkaSettings,
+    kafka_bootstrap: str,
+    topic_factory: TopicFactory,
+    job_name: str,
+) -> None:
+    engine, _ = counted
+    topic = topic_factory(partitions=1)
+    produce_counts(kafka_bootstrap, topic, {0: 2})
+    run = start_run(engine, migrated, job_name)
+    _plan(engine, migrated, kafka, run, topic)
+    newer = start_run(engine, migrated, job_name, force=True)
+    with pytest.raises(Fenced) as caught:
+        _plan(engine, migrated, kafka, run, topic)
+    assert caught.value.current == newer.generation  # type: ignore[attr-defined]
+    assert _lease_until(engine, migrated, job_name) is not None  # the newer run's lease, untouched
+
+
+def test_behind_a_transaction_pooler_the_one_statement_keeps_its_timeouts(
+    pooled_database_url: str,
+    engine: sa.Engine,
+    migrated: DatabaseSettings,
+    kafka: KafkaSettings,
+    kafka_bootstrap: str,
+    topic_factory: TopicFactory,
+    job_name: str,
+) -> None:
+    """Through PgBouncer (transaction pooling) the session has no startup timeouts: the statement
+    runs in a transaction that sets them (SET LOCAL), never bare - a job row held elsewhere makes
+    the plan fail after lock_timeout, not wait for the holder."""
+    db = DatabaseSettings(Secret(pooled_database_url), schema=migrated.schema, lock_timeout_s=1.0)
+    pooled = engine_for(db)
+    statements = _Statements(pooled)
+    try:
+        topic = topic_factory(partitions=1)
+        produce_counts(kafka_bootstrap, topic, {0: 3})
+        run = start_run(pooled, db, job_name)
+        _plan(pooled, db, kafka, run, topic)
+        statements.seen.clear()
+        plan = _plan(pooled, db, kafka, run, topic)
+        assert [(r.partition, r.start, r.until) for r in plan.ranges] == [(0, 0, 3)]
+        assert len(statements.seen) == 1 and statements.seen[0].startswith("WITH renewed AS")
+        with engine.connect() as holder:  # a direct session holds the job row (as a new run would)
+            lock_job(holder, migrated, job_name, for_update=True)
+            with pytest.raises((TxnOffsetsError, sa.exc.DBAPIError)) as caught:
+                _plan(pooled, db, kafka, run, topic)
+            holder.rollback()
+        assert "lock" in str(caught.value).lower(), caught.value
+    finally:
+        pooled.dispose()
