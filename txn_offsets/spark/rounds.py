@@ -29,13 +29,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from txn_offsets.errors import TxnOffsetsError
 from txn_offsets.kafka.metadata import check_incarnation
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark import frames
 from txn_offsets.spark.batch import assign_ranges, batch_deadline
 from txn_offsets.spark.session import session_cores
-from txn_offsets.spark.tasks import PartitionTask, Staged, TaskReport
+from txn_offsets.spark.tasks import PartitionTask, Staged, TaskReport, reports_of
 from txn_offsets.store.database import worker_engine
 from txn_offsets.store.joint_commit import Settled, commit_together
 
@@ -115,7 +114,7 @@ class RoundTask:
                 if joint is None:
                     reports = task.commit(st.prepared)
                 else:
-                    reports = task.settled(st.prepared, _reports(joint[n], [p.range for p in st.prepared]))
+                    reports = task.settled(st.prepared, reports_of(joint[n], [p.range for p in st.prepared]))
             except Exception as exc:  # as its own task's failure would be: this job's batch fails
                 yield job, self._failed(job, exc)
                 continue
@@ -138,16 +137,6 @@ class RoundTask:
     def _failed(self, job: int, exc: Exception) -> UnitFailed:
         logger.warning("round unit of job %r failed: %s", self.tasks[job].run.job, type(exc).__name__)
         return UnitFailed(f"{type(exc).__name__}: {str(exc)[:1000]}")
-
-
-def _reports(settled: Settled, ranges: list[OffsetRange]) -> list[TaskReport]:
-    """A unit's joint outcome as its task's reports, as its own commit makes them: an error with an
-    outcome is each range's report; one without (after a lost COMMIT: CommitNotApplied) is raised."""
-    if isinstance(settled, TxnOffsetsError):
-        if settled.outcome is None:
-            raise settled
-        return [TaskReport(r, settled.outcome, 0, settled) for r in ranges]
-    return [TaskReport(o.range, o.outcome.value, 0) for o in settled]
 
 
 @dataclass

@@ -35,7 +35,7 @@ from txn_offsets.store.dead_letters import DeadLetter, write_dead_letters
 from txn_offsets.store.joint_commit import Unit
 from txn_offsets.store.lineage import Lineage
 from txn_offsets.store.runs import Run
-from txn_offsets.store.transaction import TransactionWrite, commit_ranges
+from txn_offsets.store.transaction import RangeOutcome, TransactionWrite, commit_ranges
 
 logger = logging.getLogger(__name__)
 
@@ -132,13 +132,23 @@ def commit_reporting(
             lineage=lineage,
         )
     except TxnOffsetsError as exc:
-        # An error with an outcome is reported, not raised: Spark's own task retry could not change
-        # it (or, for ClaimBlocked, should not wait again in place); the driver raises it with its
-        # context, and the runner plans again from the stored offsets when it is Transient.
-        if exc.outcome is None:
-            raise
-        return [TaskReport(r, exc.outcome, records, exc) for r in ranges]
-    return [TaskReport(o.range, o.outcome.value, records) for o in outcomes]
+        return reports_of(exc, ranges, records)
+    return reports_of(outcomes, ranges, records)
+
+
+def reports_of(
+    result: Sequence[RangeOutcome] | TxnOffsetsError, ranges: Sequence[OffsetRange], records: int = 0
+) -> list[TaskReport]:
+    """A commit's result as its ranges' reports: each range's outcome, or an error with an outcome
+    on every range. An error without one is raised. An error with an outcome is reported, not
+    raised: Spark's own task retry could not change it (or, for ClaimBlocked, should not wait again
+    in place); the driver raises it with its context, and the runner plans again from the stored
+    offsets when it is Transient."""
+    if isinstance(result, TxnOffsetsError):
+        if result.outcome is None:
+            raise result
+        return [TaskReport(r, result.outcome, records, result) for r in ranges]
+    return [TaskReport(o.range, o.outcome.value, records) for o in result]
 
 
 @dataclass(frozen=True)
