@@ -123,7 +123,8 @@ def measure_offsets_table(
     whatever the claims do: the measurement watches for one (as the superuser of the stack when
     ``TXN_OFFSETS_ADMIN_DATABASE_URL`` names one: a plain role sees only its own sessions) and,
     when it saw one, measures again in a fresh schema, up to `attempts` times in all; the result is
-    the first undisturbed attempt (else the last), with every attempt's figures in ``attempts``."""
+    the first undisturbed attempt (else the last), with every attempt's figures in ``attempts`` and
+    ``waited_s`` the seconds all of them waited for an old transaction to end before starting."""
     with _observer(db) as observer:
         tried: list[dict[str, Any]] = []
         for _ in range(max(1, attempts)):
@@ -133,6 +134,7 @@ def measure_offsets_table(
     chosen = next((t for t in tried if not t["disturbed"]), tried[-1])
     return {
         **chosen,
+        "waited_s": round(sum(t["waited_s"] for t in tried), 1),  # before any attempt's claims
         "attempts": [
             {k: t[k] for k in ("disturbed", "hot_ratio", "total_ratio", "oldest_transaction_max_s")}
             for t in tried
@@ -142,7 +144,7 @@ def measure_offsets_table(
 
 def _measure_once(
     db: DatabaseSettings,
-    observer: sa.Engine,
+    observer: sa.Connection,
     partitions: int,
     checkpoints: Sequence[int],
     records_per_range: int,
@@ -206,10 +208,11 @@ def _measure_once(
 
 
 @contextlib.contextmanager
-def _observer(db: DatabaseSettings) -> Iterator[sa.Engine]:
-    """An engine that watches the database's other transactions: the stack's admin connection when
-    it is one on the same database (a superuser sees every backend, autovacuum workers included),
-    else the bench's own role."""
+def _observer(db: DatabaseSettings) -> Iterator[sa.Connection]:
+    """ONE connection, held for the whole measurement, that watches the database's other
+    transactions: the stack's admin connection when it is one on the same database (a superuser
+    sees every backend, autovacuum workers included), else the bench's own role. In autocommit:
+    between its looks it holds no snapshot of its own."""
     admin = os.environ.get("TXN_OFFSETS_ADMIN_DATABASE_URL")
     engine = engine_for(db, poolclass=sa.pool.NullPool)
     if admin:
@@ -225,7 +228,8 @@ def _observer(db: DatabaseSettings) -> Iterator[sa.Engine]:
         else:
             watcher.dispose()
     try:
-        yield engine
+        with engine.connect() as conn:
+            yield conn.execution_options(isolation_level="AUTOCOMMIT")
     finally:
         engine.dispose()
 
@@ -233,16 +237,15 @@ def _observer(db: DatabaseSettings) -> Iterator[sa.Engine]:
 _DB = sa.text("SELECT current_database()")
 
 
-def _others(observer: sa.Engine) -> tuple[float, int]:
+def _others(observer: sa.Connection) -> tuple[float, int]:
     """The age in seconds of the oldest other transaction of the database, and how many are open."""
-    with observer.connect() as conn:
-        row = conn.execute(
-            sa.text(
-                "SELECT coalesce(max(extract(epoch FROM now() - xact_start)), 0), count(*)"
-                " FROM pg_stat_activity WHERE datname = current_database() AND xact_start IS NOT NULL"
-                " AND pid <> pg_backend_pid()"
-            )
-        ).one()
+    row = observer.execute(
+        sa.text(
+            "SELECT coalesce(max(extract(epoch FROM now() - xact_start)), 0), count(*)"
+            " FROM pg_stat_activity WHERE datname = current_database() AND xact_start IS NOT NULL"
+            " AND pid <> pg_backend_pid()"
+        )
+    ).one()
     return max(0.0, float(row[0])), int(row[1])
 
 
@@ -251,14 +254,14 @@ HORIZON_EVERY = 20
 QUIET_WAIT_S = 30.0
 
 
-def _wait_for_no_old_transaction(engine: sa.Engine) -> float:
+def _wait_for_no_old_transaction(observer: sa.Connection) -> float:
     """Wait (at most QUIET_WAIT_S) until no other transaction of this database is older than a
     second - an ANALYZE or a report holding a snapshot keeps every dead row version and the
     table grows whatever the claims do; returns the seconds waited. What the role may not see
     (other roles' sessions without pg_read_all_stats) is not waited for."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < QUIET_WAIT_S:
-        if _others(engine)[0] < 1.0:
+        if _others(observer)[0] < 1.0:
             break
         time.sleep(0.5)
     return time.monotonic() - t0

@@ -285,7 +285,8 @@ def test_the_table_measurement_is_taken_again_when_another_transaction_was_open(
     assert len(attempts) == 2 and attempts[0]["disturbed"] is True, attempts
     assert result["disturbed"] is attempts[1]["disturbed"] and result["others_seen"] >= 1
     assert result["checkpoints"][-1]["batches"] == 200
-    # undisturbed, it is measured once
-    quiet = measure_offsets_table(migrated, checkpoints=(20, 40), attempts=2)
-    assert quiet["attempts"][0]["disturbed"] is quiet["disturbed"]
-    assert len(quiet["attempts"]) == (2 if quiet["attempts"][0]["disturbed"] else 1)
+    # undisturbed, it is measured once; disturbed (the machine's other work), again; the result is
+    # disturbed only if every attempt was
+    again = measure_offsets_table(migrated, checkpoints=(20, 40), attempts=2)
+    assert len(again["attempts"]) == (2 if again["attempts"][0]["disturbed"] else 1)
+    assert again["disturbed"] is all(a["disturbed"] for a in again["attempts"])
