@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from confluent_kafka import IsolationLevel, Producer
 from confluent_kafka import TopicPartition as KafkaTP
 from confluent_kafka.admin import AdminClient, NewPartitions, OffsetSpec
@@ -14,7 +15,9 @@ from confluent_kafka.admin import AdminClient, NewPartitions, OffsetSpec
 from tests.fix_services import TopicFactory
 from tests.kafka_ends import settled_ends
 from txn_offsets.config import KafkaSettings
+from txn_offsets.errors import TopicChanged
 from txn_offsets.kafka import metadata
+from txn_offsets.ranges import OffsetRange
 
 
 def _public(admin: AdminClient, topic: str, parts: int) -> dict[tuple[str, int], tuple[int, int]]:
@@ -78,3 +81,20 @@ def test_topics_and_watermarks_follow_added_partitions(
     again, marks = metadata.topics_and_watermarks(kafka, [topic], timeout_s=30)
     assert again[topic].partitions == (0, 1, 2) and again[topic].topic_id == infos[topic].topic_id
     assert marks == {(topic, p): (0, 0) for p in range(3)}
+
+
+def test_the_incarnation_check_holds_every_range_to_its_own_planned_id(
+    kafka_bootstrap: str, topic_factory: TopicFactory
+) -> None:
+    """check_incarnation over the ranges of several plans (a shared round's jobs, checked in one
+    request): a range planned from an older incarnation fails the check even when another range of
+    the same topic, listed first, carries the current id."""
+    kafka = KafkaSettings(kafka_bootstrap)
+    topic = topic_factory(partitions=2)
+    current = metadata.describe_topics(kafka, [topic], timeout_s=30)[topic].topic_id
+    fresh = OffsetRange(topic, 0, 0, 1, topic_id=current)
+    stale = OffsetRange(topic, 1, 0, 1, topic_id="AAAAAAAAAAAAAAAAAAAAAA")
+    metadata.check_incarnation(kafka, [fresh], timeout_s=30)  # the same incarnation: passes
+    with pytest.raises(TopicChanged) as caught:
+        metadata.check_incarnation(kafka, [fresh, stale], timeout_s=30)
+    assert caught.value.topic == topic and current in str(caught.value)
