@@ -252,11 +252,7 @@ def f17_commit_in_flight(ctx: Context, messages: int, _n: int) -> ScenarioResult
                 break
             time.sleep(0.01)
         t_fault, fault_at = time.monotonic(), time.time()
-        postmaster = postgres._postmaster_pid(old)
-        frozen = [] if postmaster is None else [postmaster, *replica._children(postmaster)]
-        for pid in frozen:  # the old primary stops dead inside the COMMIT: no answer, no commit
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGSTOP)
+        replica.freeze(old, [])  # the old primary stops dead inside the COMMIT: no answer, no commit
         replica.promote(ha.pair.replica, ha.pair.admin_password)
         replica.kill_9(old)  # SIGKILL ends the stopped processes: nothing of them runs again
         result.notes.append(f"COMMIT caught in flight; promoted in {time.monotonic() - t_fault:.1f}s")

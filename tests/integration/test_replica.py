@@ -202,18 +202,8 @@ def _commit_in_flight(info: dict[str, object], timeout_s: float) -> None:
             time.sleep(0.01)
 
 
-def _freeze(cluster: postgres.PgCluster, frozen: list[int]) -> None:
-    """SIGSTOP the server's postmaster and every backend (no answer, no commit); each pid goes into
-    `frozen` before it is stopped, so the caller's ``finally`` can always release it."""
-    postmaster = postgres._postmaster_pid(cluster)
-    assert postmaster is not None
-    for pid in (postmaster, *replica._children(postmaster)):
-        frozen.append(pid)
-        os.kill(pid, signal.SIGSTOP)
-
-
 def _release(frozen: list[int]) -> None:
-    """Kill what `_freeze` stopped, whatever happened in between: a stopped server's kernel still
+    """Kill what `replica.freeze` stopped, whatever happened in between: a stopped server's kernel still
     acknowledges TCP, so a client waiting on it would wait forever (the CI hang of c50a54e)."""
     for pid in frozen:
         for sig in (signal.SIGKILL, signal.SIGCONT):
@@ -255,7 +245,7 @@ def test_commit_in_flight_during_failover_is_resolved_on_the_new_primary(pair: r
         worker = threading.Thread(target=commit, name="commit-in-flight", daemon=True)
         worker.start()
         _commit_in_flight(postgres.admin_conninfo(pair.primary, pair.admin_password, postgres.APP_DB), 20)
-        _freeze(pair.primary, frozen)
+        replica.freeze(pair.primary, frozen)
         replica.promote(pair.replica, pair.admin_password, timeout_s=30)
         replica.kill_9(pair.primary)
         worker.join(60)
@@ -319,7 +309,7 @@ def test_synchronous_replication_loses_no_acknowledged_commit_in_a_failover(pair
                 assert time.monotonic() < deadline, "no COMMIT waiting for the synchronous standby"
                 time.sleep(0.02)
         assert worker.is_alive() and outcome == []
-        _freeze(pair.primary, frozen)  # as F17: the client notices once the new primary is up
+        replica.freeze(pair.primary, frozen)  # as F17: the client notices once the new primary is up
         replica.promote(pair.replica, pair.admin_password, timeout_s=30)
         replica.kill_9(pair.primary)
         worker.join(60)

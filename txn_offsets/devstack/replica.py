@@ -194,6 +194,24 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def freeze(cluster: postgres.PgCluster, frozen: list[int]) -> None:
+    """SIGSTOP the server's postmaster, then every process it has (the machine hangs: no answer,
+    no commit, the kernel still acknowledges TCP). Each pid goes into `frozen` before it is
+    stopped, so a caller's ``finally`` can always kill what was stopped. The postmaster stops
+    first, so nothing new forks while its children are listed; a child that exits between the
+    listing and its signal (a backend whose client just closed) is gone, which is as frozen as
+    stopped. Nothing happens if the server does not run."""
+    postmaster = postgres._postmaster_pid(cluster)
+    if postmaster is None or not pid_alive(postmaster):
+        return
+    frozen.append(postmaster)
+    os.kill(postmaster, signal.SIGSTOP)
+    for pid in _children(postmaster):
+        frozen.append(pid)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+
+
 def kill_9(cluster: postgres.PgCluster) -> int | None:
     """SIGKILL the server's postmaster and every one of its processes (the machine dies: nothing
     is flushed, no client gets a goodbye); returns the postmaster's pid, None if none ran."""
