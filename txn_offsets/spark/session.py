@@ -47,7 +47,8 @@ def local_session(
     conf: Mapping[str, str] | None = None,
     serve_connect: bool = False,
 ) -> Any:  # pyspark.sql.SparkSession (pyspark ships no type information)
-    """A SparkSession on `master` bound to 127.0.0.1, with the Spark UI off.
+    """A SparkSession on `master` bound to 127.0.0.1, with the Spark UI off, Python workers reused
+    and reached over a Unix domain socket (loopback TCP stalled each Python task ~40 ms).
 
     PYSPARK_PYTHON is set to the running interpreter so Python workers import the same installed
     txn_offsets as the driver. Raises :class:`txn_offsets.JavaNotFound` before starting a JVM if
@@ -68,6 +69,9 @@ def local_session(
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.sql.shuffle.partitions": "8",
         "spark.python.worker.reuse": "true",
+        # Python workers reach their executor over a Unix socket (Spark >= 4.1): over loopback
+        # TCP each Python task stalled ~40 ms here, a third of a small batch (docs/operations.md)
+        "spark.python.unix.domain.socket.enabled": "true",
         "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
     }
     if serve_connect:
