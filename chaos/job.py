@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from chaos.faults import AfterCommit, CountUsers, CountWrite, FaultPlan, decode_user
-from txn_offsets import LowLatency, run_job
+from txn_offsets import JobSummary, LowLatency, run_job
 from txn_offsets.config import DatabaseSettings, KafkaSettings, Secret
 from txn_offsets.errors import TxnOffsetsError
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits
 from txn_offsets.spark import runner
+from txn_offsets.spark.many import run_jobs
 from txn_offsets.spark.runner import BatchReport
 from txn_offsets.spark.writers import PartitionWriter
 
@@ -93,6 +94,11 @@ def parser() -> argparse.ArgumentParser:
         default=0.0,
         help="F18: low-latency mode, epochs of this many seconds (commit_max_records: --max-per-partition)",
     )
+    p.add_argument(
+        "--many",
+        action="store_true",
+        help="F19: each topic is a job of its own (JOB-0, JOB-1, ...), all run by run_jobs in shared rounds",
+    )
     p.add_argument("--faults", default="{}", help="a FaultPlan as JSON")
     p.add_argument("--kill-at-plan", type=int, default=0, help="F1: SIGKILL self after the n-th plan")
     p.add_argument("--run-dir", default="", help="progress files for the harness")
@@ -113,6 +119,25 @@ def _kill_after_plan(n: int) -> None:
         return plan
 
     runner.plan_batch = plan_then_die  # type: ignore[attr-defined]
+
+
+def _many(spark: Any, job: str, topics: list[str], common: dict[str, Any]) -> JobSummary:
+    """F19: a job per topic (``job-<i>``), all at once in shared rounds; their summaries summed, or
+    the first failed job's error raised."""
+    result = run_jobs(spark, {f"{job}-{i}": {**common, "topics": [t]} for i, t in enumerate(topics)})
+    for name, exc in sorted(result.errors.items()):
+        logger.error("job %s failed: %s: %s", name, type(exc).__name__, exc)
+    if result.errors:
+        raise next(iter(v for _, v in sorted(result.errors.items())))
+    total = JobSummary(job=job, generation=max(s.generation for s in result.summaries.values()))
+    for summary in result.summaries.values():
+        total.records += summary.records
+        total.batches += summary.batches
+        total.committed += summary.committed
+        total.already_committed += summary.already_committed
+        total.stopped_by = summary.stopped_by
+    logger.info("run_jobs: %d rounds carried %d batches", result.rounds, result.round_batches)
+    return total
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,26 +195,28 @@ def main(argv: list[str] | None = None) -> int:
         if args.low_latency:
             low = LowLatency(epoch_s=args.low_latency, commit_max_records=args.max_per_partition)
             options["low_latency"] = low
+        common: dict[str, Any] = {
+            "kafka": kafka,
+            "database": db,
+            "writer": writer,
+            "start": StartPolicy.earliest(),
+            "limits": limits,
+            "batch_interval_s": args.batch_interval,
+            "until_caught_up": not args.follow,
+            "on_data_loss": args.on_data_loss,
+            "force": args.force,
+            "lease_s": args.lease_s,
+            "on_batch": progress,
+            "retries": args.retries,
+            "retry_backoff_s": 0.5,
+            **options,
+        }
+        topics = args.topics.split(",")
         try:
-            summary = run_job(
-                spark,
-                job=args.job,
-                kafka=kafka,
-                database=db,
-                writer=writer,
-                topics=args.topics.split(","),
-                start=StartPolicy.earliest(),
-                limits=limits,
-                batch_interval_s=args.batch_interval,
-                until_caught_up=not args.follow,
-                on_data_loss=args.on_data_loss,
-                force=args.force,
-                lease_s=args.lease_s,
-                on_batch=progress,
-                retries=args.retries,
-                retry_backoff_s=0.5,
-                **options,
-            )
+            if args.many:
+                summary = _many(spark, args.job, topics, common)
+            else:
+                summary = run_job(spark, job=args.job, topics=topics, **common)
         finally:
             if spark.session is not None:
                 spark.session.stop()

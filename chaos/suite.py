@@ -27,6 +27,7 @@ FULL = (
     *("F11", "F9", "F7", "F10", "F2", "F5", "F6", "F8", "F3", "F4", "F1", "F14", "F12", "F12b", "F13"),
     *("F15", "F16", "F17", "F18"),
     "F1b",  # F1 at 1,024 partitions (full suite only: tens of seconds per restart)
+    "F19",  # many jobs in shared rounds, the driver killed (full suite only)
 )
 
 # share of the message budget per scenario; F1 (the driver kills) gets what is left
@@ -50,6 +51,7 @@ _SHARE = {
     "F17": 0.01,
     "F18": 0.02,
     "F1b": 0.05,
+    "F19": 0.04,
 }
 # make test's smoke runs 60,000 messages: F2 keeps the 19,800 it needs to hit every one of its
 # five fault points at seed 1 (at 10,800 no range drew 'after_write')
