@@ -51,12 +51,6 @@ def consumer_config(kafka: KafkaSettings) -> dict[str, Any]:
         # further on) waited out the postponement: ~1.1 s batches, 2-4 in every 50 of 8,000
         # records (8 partitions); 10 ms: none, 56,000 instead of 43,000 records/s. The user's wins.
         "fetch.queue.backoff.ms": 10,
-        # a partition's fetch brings up to this much from the range's start; what lies past the
-        # range's end is still delivered to Python (~1 us per record) and skipped. At librdkafka's
-        # 1 MB a range of 1,000 records (~200 B each) came with ~4,000 more: reading 4 such ranges
-        # took 12.0 us per record; 5.8 at 256 kB, and ranges of 40,000 records the same (2.1-2.4).
-        # A record batch larger than this is still fetched whole. The user's setting wins.
-        "max.partition.fetch.bytes": 262_144,
         **kafka.client_config(),  # secrets in clear (Secret values unwrapped)
         "bootstrap.servers": kafka.bootstrap_servers,
         # librdkafka requires a group id even for assign(); nothing is ever committed to it
