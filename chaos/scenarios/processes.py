@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 
 import sqlalchemy as sa
 
@@ -45,35 +46,60 @@ def driver_kills(
     min_per_partition: int,
     first_batch_s: float = 120.0,
     final_per_partition: int | None = None,
+    jobs: int = 1,
+    crash_rate: float = 0.0,
 ) -> ScenarioResult:
     """F1's kills and restarts on a topic of `parts` partitions (F1b: 1,024); a timer kill waits
     up to `first_batch_s` for the run's first batch; the final run reads `final_per_partition`
-    offsets per partition and batch (default: 4 x the killed runs')."""
+    offsets per partition and batch (default: 4 x the killed runs').
+
+    With `jobs` > 1 (F19) the driver runs that many jobs with ``run_jobs`` in shared rounds
+    (``chaos.job --many``), each on a topic of `parts` partitions of its own, all in one schema,
+    and every job is checked; the kill point 'plan' is left out (a joint plan is not the runner's
+    plan_batch). `crash_rate`: the share of ranges (seeded) whose Python worker crashes after the
+    claim on a task's first attempt, so Spark retries the task (in shared rounds: the whole round
+    task, its joint transaction rolled back)."""
     result = ScenarioResult(name)
-    topic, schema, job = ctx.topic(parts), ctx.schema(), ctx.name(name.lower())
-    oracle = ctx.produce(topic, messages, parts)
-    result.messages = oracle.messages
-    log = ctx.log({topic: parts})
-    producer_matches(result, log, oracle)
+    topics = [ctx.topic(parts) for _ in range(jobs)]
+    schema, base = ctx.schema(), ctx.name(name.lower())
+    names = [base] if jobs == 1 else [f"{base}-{i}" for i in range(jobs)]  # as chaos.job --many names them
+    oracles = [ctx.produce(topic, messages // jobs, parts) for topic in topics]
+    result.messages = sum(o.messages for o in oracles)
+    logs = [ctx.log({topic: parts}) for topic in topics]
+    for log, oracle in zip(logs, oracles, strict=True):
+        producer_matches(result, log, oracle)
     # small batches: each killed run gets through a few of them, and `kills` runs fit in the data
-    mpp = max(min_per_partition, messages // parts // (3 * kills + 4))
-    modes = list(KILL_POINTS)
+    mpp = max(min_per_partition, messages // jobs // parts // (3 * kills + 4))
+    modes = [m for m in KILL_POINTS if jobs == 1 or m != "plan"]
+    extra = ["--force"] if jobs == 1 else ["--force", "--many"]
+
+    def check(final: bool, when: str) -> None:
+        for job, log in zip(names, logs, strict=True):
+            where = when if jobs == 1 else f"{when}: {job}"
+            ctx.check(result, schema=schema, job=job, log=log, final=final, when=where)
+
     ctx.rng.shuffle(modes)
     attempts = 0
     while result.faults < kills and attempts < kills * 2:
         attempts += 1
         mode = modes[result.faults % len(modes)]
         run_dir = ctx.work_dir / name / f"run-{attempts:03d}"
-        plan = FaultPlan(seed=ctx.seed)
-        extra = ["--force"]
+        points = ("crash_after_claim",) if crash_rate else ()
+        plan = FaultPlan(seed=ctx.seed, executor_rate=crash_rate, executor_points=points)
+        run_extra = list(extra)
         if mode == "plan":
-            extra += ["--kill-at-plan", str(ctx.rng.randint(1, 3))]
+            run_extra += ["--kill-at-plan", str(ctx.rng.randint(1, 3))]
         elif mode != "timer":
-            plan = FaultPlan(
-                seed=ctx.seed, kill_point=mode, kill_after=ctx.rng.randint(1, 2 * parts), run_dir=str(run_dir)
-            )
+            after = ctx.rng.randint(1, 2 * parts * jobs)
+            plan = replace(plan, kill_point=mode, kill_after=after, run_dir=str(run_dir))
         jp = ctx.job(
-            run_dir, job=job, schema=schema, topics=[topic], max_per_partition=mpp, faults=plan, extra=extra
+            run_dir,
+            job=base,
+            schema=schema,
+            topics=topics,
+            max_per_partition=mpp,
+            faults=plan,
+            extra=run_extra,
         ).start()
         result.runs += 1
         if mode == "timer":
@@ -89,20 +115,18 @@ def driver_kills(
             break
         else:
             result.fail(f"{name} run {attempts} ({mode}): exited {res.returncode}: {res.last_error()}")
-        ctx.check(
-            result, schema=schema, job=job, log=log, final=False, when=f"after kill {attempts} ({mode})"
-        )
+        check(False, f"after kill {attempts} ({mode})")
     final = ctx.job(
         ctx.work_dir / name / "final",
-        job=job,
+        job=base,
         schema=schema,
-        topics=[topic],
+        topics=topics,
         max_per_partition=final_per_partition or mpp * 4,
-        extra=["--force"],
+        extra=extra,
     ).start()
     result.runs += 1
     expect_ok(result, final.wait(JOB_TIMEOUT_S), f"{name} final run")
-    ctx.check(result, schema=schema, job=job, log=log, final=True, when=f"{name} final")
+    check(True, f"{name} final")
     if result.faults < kills:
         result.fail(f"{name}: only {result.faults} of {kills} kills landed")
     return result
