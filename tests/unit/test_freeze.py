@@ -28,6 +28,13 @@ TREE = (
 )
 
 
+def _cluster(where: Path) -> postgres.PgCluster:
+    """A cluster whose data directory is `where` (its postmaster.pid names the stand-in)."""
+    return postgres.PgCluster(
+        data_dir=where, log_file=where / "log", pid_file=where / "pid", port=1, bin_dir=where, os_user=None
+    )
+
+
 def _state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
@@ -38,14 +45,7 @@ def tree(tmp_path: Path) -> Iterator[tuple[postgres.PgCluster, int, list[int]]]:
     assert parent.stdout is not None
     kids = [int(p) for p in parent.stdout.readline().split()]
     (tmp_path / "postmaster.pid").write_text(f"{parent.pid}\n{tmp_path}\n")
-    cluster = postgres.PgCluster(
-        data_dir=tmp_path,
-        log_file=tmp_path / "log",
-        pid_file=tmp_path / "pid",
-        port=1,
-        bin_dir=tmp_path,
-        os_user=None,
-    )
+    cluster = _cluster(tmp_path)
     try:
         yield cluster, parent.pid, kids
     finally:
@@ -98,14 +98,7 @@ def test_a_child_that_exits_before_its_signal_is_passed_over(
 
 
 def test_freeze_of_a_server_that_does_not_run_stops_nothing(tmp_path: Path) -> None:
-    cluster = postgres.PgCluster(
-        data_dir=tmp_path,
-        log_file=tmp_path / "log",
-        pid_file=tmp_path / "pid",
-        port=1,
-        bin_dir=tmp_path,
-        os_user=None,
-    )
+    cluster = _cluster(tmp_path)
     frozen: list[int] = []
     replica.freeze(cluster, frozen)
     assert frozen == []
