@@ -12,7 +12,6 @@ import functools
 import logging
 import re
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -237,37 +236,11 @@ def _ask(
     return fut
 
 
-_LEADER_MOVING = {KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION}
-
-
-class _LeaderMoving(Exception):
-    """A partition's broker did not lead it yet (or any more): ask again after a fresh look-up."""
-
-
 def _list_offsets(
     kafka: KafkaSettings, *specs: dict[TopicPartition, OffsetSpec], timeout_s: float
 ) -> list[dict[TP, ListOffsetsResultInfo]]:
     """The answers to each of `specs`, all asked for before waiting for any (one broker round
-    trip per chunk of :data:`LIST_OFFSETS_CHUNK` partitions, all in flight together).
-
-    A partition answered NOT_LEADER_FOR_PARTITION or LEADER_NOT_AVAILABLE is asked again (its
-    leader looked up afresh) until `timeout_s`: right after a topic is created its broker's
-    metadata names the leader a moment before that broker answers as one (36 of 40 plans made
-    straight after create_topics failed so on the stack's broker), and a leader moves in a
-    rolling restart. Only when it still has no leader at the deadline is it ServiceUnavailable."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return _list_offsets_once(kafka, specs, max(0.1, deadline - time.monotonic()))
-        except _LeaderMoving as exc:
-            if time.monotonic() + leaders.RETRY_S > deadline:
-                raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, str(exc)) from None
-            time.sleep(leaders.RETRY_S)
-
-
-def _list_offsets_once(
-    kafka: KafkaSettings, specs: Sequence[dict[TopicPartition, OffsetSpec]], timeout_s: float
-) -> list[dict[TP, ListOffsetsResultInfo]]:
+    trip per chunk of :data:`LIST_OFFSETS_CHUNK` partitions, all in flight together)."""
     # AdminClient.list_offsets defaults to read_uncommitted: always pass the readers' level, or the
     # planner could hand out ranges past the LSO that read_committed readers can never finish.
     level = (
@@ -296,8 +269,6 @@ def _list_offsets_once(
                         refresh()
                     if info.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                         raise TopicMissing(tp.topic, f"{what} does not exist on {kafka.bootstrap_servers}")
-                    if info.code() in _LEADER_MOVING:
-                        raise _LeaderMoving(f"{what}: {info.name()}")
                     if info.code() in NO_ANSWER:
                         forget_admin_client(kafka)
                     raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, f"{what}: {info.name()}")
