@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -179,6 +180,7 @@ def topic_factory(kafka_admin: AdminClient) -> Iterator[TopicFactory]:
         )[name]
         fut.result(timeout=30)
         created.append(name)
+        _until_described(kafka_admin, name)
         return name
 
     yield make
@@ -186,6 +188,18 @@ def topic_factory(kafka_admin: AdminClient) -> Iterator[TopicFactory]:
         for fut in kafka_admin.delete_topics(created, operation_timeout=30).values():
             with contextlib.suppress(KafkaException):
                 fut.result(timeout=30)
+
+
+def _until_described(admin: AdminClient, topic: str) -> None:
+    """create_topics returns once the controller has the topic; the broker's metadata follows a
+    moment later, and a look-up before then says it does not exist. Wait for it (bounded)."""
+    deadline = time.monotonic() + 30
+    while True:
+        info = admin.list_topics(topic=topic, timeout=10).topics.get(topic)
+        if info is not None and info.error is None and info.partitions:
+            return
+        assert time.monotonic() < deadline, f"{topic} not in the broker's metadata after 30 s"
+        time.sleep(0.05)
 
 
 @contextlib.contextmanager

@@ -22,7 +22,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -135,12 +135,13 @@ def admin_client(kafka: KafkaSettings, role: str = "metadata") -> AdminClient:
     return admin
 
 
-def forget_admin_client(kafka: KafkaSettings) -> None:
-    """Retire the cached clients (every role) after Kafka was unreachable: a client kept for an
-    address that does not answer reconnects (and logs) forever; the next call makes a fresh one."""
+def forget_admin_client(kafka: KafkaSettings, roles: Sequence[str] = ROLES) -> None:
+    """Retire the cached clients (every role, or those of `roles`) after Kafka was unreachable: a
+    client kept for an address that does not answer reconnects (and logs) forever; the next call
+    makes a fresh one. A retired client is destroyed only once its requests are answered (:func:`reap`)."""
     gone: list[AdminClient] = []
     with _state.lock:
-        for role in ROLES:
+        for role in roles:
             admin = _state.admins.pop(client_key(kafka, role), None)
             _state.contacted.discard(client_key(kafka, role))
             if admin is not None:

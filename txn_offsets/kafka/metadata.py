@@ -12,8 +12,10 @@ import functools
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
+from concurrent.futures import wait as wait_all
 from dataclasses import dataclass
 from typing import Any
 
@@ -236,11 +238,44 @@ def _ask(
     return fut
 
 
+# NOT_LEADER_FOR_PARTITION / LEADER_NOT_AVAILABLE: the partition's leader is not serving yet (a
+# topic just created: its metadata names the leader a moment before that broker answers as one) or
+# has moved (a rolling restart). Asked again, on a fresh offsets client, every LEADER_WAIT_S.
+_LEADER_MOVING = {KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION}
+LEADER_WAIT_S = 0.5
+
+
+class _LeaderMoving(Exception):
+    def __init__(self, said: str, asked: Sequence[Future[Any]]) -> None:
+        super().__init__(said)
+        self.asked = asked  # every request of the attempt: waited for before anything is asked again
+
+
 def _list_offsets(
     kafka: KafkaSettings, *specs: dict[TopicPartition, OffsetSpec], timeout_s: float
 ) -> list[dict[TP, ListOffsetsResultInfo]]:
     """The answers to each of `specs`, all asked for before waiting for any (one broker round
-    trip per chunk of :data:`LIST_OFFSETS_CHUNK` partitions, all in flight together)."""
+    trip per chunk of :data:`LIST_OFFSETS_CHUNK` partitions, all in flight together).
+
+    A partition whose broker does not lead it (yet) is asked again until `timeout_s` (36 of 40
+    watermarks asked straight after create_topics failed so on the stack). First every request of
+    the attempt is answered and the offsets client retired: the next attempt starts as every first
+    call does, on a fresh client that looks the leaders up before asking (:mod:`.leaders`)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return _list_offsets_once(kafka, specs, max(0.1, deadline - time.monotonic()))
+        except _LeaderMoving as exc:
+            _, unanswered = wait_all(exc.asked, timeout=max(0.0, deadline - time.monotonic()))
+            if unanswered or time.monotonic() + LEADER_WAIT_S > deadline:
+                raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, str(exc)) from None
+            forget_admin_client(kafka, roles=("offsets",))
+            time.sleep(LEADER_WAIT_S)
+
+
+def _list_offsets_once(
+    kafka: KafkaSettings, specs: Sequence[dict[TopicPartition, OffsetSpec]], timeout_s: float
+) -> list[dict[TP, ListOffsetsResultInfo]]:
     # AdminClient.list_offsets defaults to read_uncommitted: always pass the readers' level, or the
     # planner could hand out ranges past the LSO that read_committed readers can never finish.
     level = (
@@ -269,6 +304,8 @@ def _list_offsets(
                         refresh()
                     if info.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                         raise TopicMissing(tp.topic, f"{what} does not exist on {kafka.bootstrap_servers}")
+                    if info.code() in _LEADER_MOVING:
+                        raise _LeaderMoving(f"{what}: {info.name()}", [f for each in asked for f, _ in each])
                     if info.code() in NO_ANSWER:
                         forget_admin_client(kafka)
                     raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, f"{what}: {info.name()}")
