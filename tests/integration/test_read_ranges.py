@@ -97,3 +97,35 @@ def test_an_unreachable_broker_stalls_into_a_clear_error() -> None:
             poll_timeout_s=0.5,
         )
     assert time.monotonic() - t0 < 30
+
+
+def test_a_record_larger_than_a_small_reads_fetch_is_read_whole(
+    kafka_bootstrap: str, topic_factory: TopicFactory
+) -> None:
+    """read_ranges' consumers fetch 256 kB per partition (SMALL_READS: a small range no longer
+    drags thousands of records past its end through the broker and Python); a record larger than
+    that still comes whole (the broker returns a partition's first batch entire), between small
+    ones, in both readers."""
+    topic = topic_factory(partitions=1)
+    kafka = KafkaSettings(kafka_bootstrap)
+    big = bytes(range(256)) * 2_400  # 614,400 bytes: over twice the fetch size
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 0})
+    for value in (b"a", big, b"b", big, b"c"):
+        producer.produce(topic, value=value, partition=0)
+        producer.flush(30)
+    settled_ends(kafka, topic, 1)
+    rng = OffsetRange(topic, 0, 0, 5)
+    assert [r.value for r in read_range(kafka, rng)] == [b"a", big, b"b", big, b"c"]
+    (got,) = read_ranges(kafka, [OffsetRange(topic, 0, 1, 4)]).values()
+    assert [r.value for r in got] == [big, b"b", big]
+
+
+def test_small_reads_fetch_less_unless_the_user_says_otherwise() -> None:
+    from txn_offsets.kafka.consumers import consumer_config
+
+    small = consumer_config(KafkaSettings("127.0.0.1:1"), small=True)
+    assert (small["max.partition.fetch.bytes"], small["queued.min.messages"]) == (262_144, 2_000)
+    streaming = consumer_config(KafkaSettings("127.0.0.1:1"))
+    assert "max.partition.fetch.bytes" not in streaming and "queued.min.messages" not in streaming
+    mine = KafkaSettings("127.0.0.1:1", extra={"max.partition.fetch.bytes": "1048576"})
+    assert consumer_config(mine, small=True)["max.partition.fetch.bytes"] == "1048576"

@@ -35,8 +35,17 @@ logger = logging.getLogger(__name__)
 METADATA_TIMEOUT_S = 5.0
 
 
-def consumer_config(kafka: KafkaSettings) -> dict[str, Any]:
-    """Consumer properties for range reads (the user's settings first; ours win)."""
+#: What a consumer of :func:`~txn_offsets.kafka.reader.read_ranges` (small ranges, read together)
+#: fetches ahead. librdkafka's defaults - 1 MB per partition per fetch, and fetching on until
+#: 100,000 records per partition are queued - had a task's 4 ranges of 1,000 records drag many
+#: times that past their ends through the broker, librdkafka and Python, all competing for the
+#: same cores as the job. The streaming reader keeps the defaults (large ranges need the depth).
+SMALL_READS: dict[str, Any] = {"max.partition.fetch.bytes": 262_144, "queued.min.messages": 2_000}
+
+
+def consumer_config(kafka: KafkaSettings, *, small: bool = False) -> dict[str, Any]:
+    """Consumer properties for range reads, `small`: for :data:`SMALL_READS` (the user's settings
+    first; ours win)."""
     return {
         # a fetch at the log's end waits on the broker this long for new data, and a pooled
         # consumer cannot start the next range's fetch before it returns: every range that follows
@@ -51,6 +60,7 @@ def consumer_config(kafka: KafkaSettings) -> dict[str, Any]:
         # further on) waited out the postponement: ~1.1 s batches, 2-4 in every 50 of 8,000
         # records (8 partitions); 10 ms: none, 56,000 instead of 43,000 records/s. The user's wins.
         "fetch.queue.backoff.ms": 10,
+        **(SMALL_READS if small else {}),
         **kafka.client_config(),  # secrets in clear (Secret values unwrapped)
         "bootstrap.servers": kafka.bootstrap_servers,
         # librdkafka requires a group id even for assign(); nothing is ever committed to it
@@ -76,15 +86,16 @@ class ConsumerPool:
         self._lock = threading.Lock()
 
     @staticmethod
-    def _key(kafka: KafkaSettings) -> str:
-        return repr((sorted(kafka.client_config().items()), kafka.isolation_level))  # passwords too
+    def _key(kafka: KafkaSettings, small: bool) -> str:
+        return repr((sorted(kafka.client_config().items()), kafka.isolation_level, small))  # passwords too
 
-    def take(self, kafka: KafkaSettings, topics: Iterable[str] = ()) -> Consumer:
-        """An idle consumer (or a new one) with metadata for each of `topics`, to assign them."""
+    def take(self, kafka: KafkaSettings, topics: Iterable[str] = (), *, small: bool = False) -> Consumer:
+        """An idle consumer (or a new one) with metadata for each of `topics`, to assign them;
+        `small`: one for small ranges (:data:`SMALL_READS`)."""
         with self._lock:
-            consumer = self._idle.pop(self._key(kafka), None)
+            consumer = self._idle.pop(self._key(kafka, small), None)
         if consumer is None:
-            consumer = Consumer(client_config(consumer_config(kafka)))
+            consumer = Consumer(client_config(consumer_config(kafka, small=small)))
         with self._lock:
             known = self._known.setdefault(id(consumer), set())
         for topic in sorted(set(topics) - known):
@@ -102,11 +113,11 @@ class ConsumerPool:
         with self._lock:
             return frozenset(self._known.get(id(consumer), ()))
 
-    def give_back(self, kafka: KafkaSettings, consumer: Consumer) -> None:
+    def give_back(self, kafka: KafkaSettings, consumer: Consumer, *, small: bool = False) -> None:
         consumer.unassign()
         with self._lock:
-            old = self._idle.pop(self._key(kafka), None)
-            self._idle[self._key(kafka)] = consumer
+            old = self._idle.pop(self._key(kafka, small), None)
+            self._idle[self._key(kafka, small)] = consumer
         if old is not None:
             self.discard(old)
 

@@ -194,7 +194,7 @@ def read_ranges(
     position = {k: r.start for k, r in todo.items()}
     if not todo:
         return out
-    consumer = pool.take(kafka, {r.topic for r in todo.values()})
+    consumer = pool.take(kafka, {r.topic for r in todo.values()}, small=True)
     clean = False
     resume: list[TopicPartition] = []  # a pause outlives the assignment: resumed before pooling
     try:
@@ -259,7 +259,7 @@ def read_ranges(
         clean = True
     finally:
         if clean:
-            pool.give_back(kafka, consumer)
+            pool.give_back(kafka, consumer, small=True)
         else:  # an error: the consumer's state is unknown
             pool.discard(consumer)
     return out
