@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -29,6 +30,7 @@ from txn_offsets.ranges import BatchShare, OffsetRange, TopicPartition, check_sh
 from txn_offsets.store import lineage, offset_rows, pooler
 from txn_offsets.store.database import translate_errors
 from txn_offsets.store.lease import renew_and_load
+from txn_offsets.store.offset_rows import StoredOffset
 from txn_offsets.store.runs import Run, renew_lease
 from txn_offsets.store.schema import tables_for
 
@@ -163,12 +165,25 @@ def plan_batch(
         generation = run.generation
     check_on_data_loss(on_data_loss)
     topics = selection.resolve(kafka, timeout_s)
-    # topic ids, partitions and their (log start, end): one wait on Kafka, a request per 512
-    infos, marks = metadata.topics_and_watermarks(kafka, topics, timeout_s=timeout_s)
+    # topic ids, partitions and their (log start, end): one wait on Kafka, a request per 512. A
+    # running job's one statement (lease renewed, rows read) runs meanwhile: one wait, not two
+    running = run is not None and not lineage.prune_is_due(db, job)
+    asked = (
+        _ASKING.submit(metadata.topics_and_watermarks, kafka, topics, timeout_s=timeout_s)
+        if running
+        else None
+    )
+    found = _renewed_rows(engine, db, run) if run is not None and running else None
+    infos, marks = (
+        asked.result()
+        if asked is not None
+        else metadata.topics_and_watermarks(kafka, topics, timeout_s=timeout_s)
+    )
     topic_ids = {topic: info.topic_id for topic, info in infos.items()}
     partitions: list[TopicPartition] = [(t, p) for t in topics for p in infos[t].partitions]
-    if run is not None and not lineage.prune_is_due(db, job):
-        quick = _unmoved_offsets(engine, db, run, partitions=partitions, marks=marks, topic_ids=topic_ids)
+    if found is not None:
+        planned_before, rows = found
+        quick = unmoved(rows, partitions, marks, topic_ids, first_plan=not planned_before)
         if quick is not None:  # the lease renewed, nothing to move: one statement was the plan's all
             return plan_from(quick, marks, partitions, limits, topic_ids)
     # a missing offsets table or an unreachable server is one of our errors (SchemaMissing,
@@ -196,27 +211,21 @@ def plan_batch(
     return plan_from(stored, marks, partitions, limits, topic_ids)
 
 
-def _unmoved_offsets(
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    run: Run,
-    *,
-    partitions: Sequence[TopicPartition],
-    marks: Mapping[TopicPartition, tuple[int, int]],
-    topic_ids: Mapping[str, str],
-) -> dict[TopicPartition, int] | None:
+# where a running job's plan asks Kafka while its statement runs (threads made as plans need them)
+_ASKING = ThreadPoolExecutor(max_workers=16, thread_name_prefix="txn-offsets-plan")
+
+
+def _renewed_rows(
+    engine: sa.Engine, db: DatabaseSettings, run: Run
+) -> tuple[bool, dict[TopicPartition, StoredOffset]] | None:
     """A running job's plan without a transaction of its own: one statement renews the lease and
     reads the rows (autocommit; behind a transaction pooler in a transaction, which carries the
-    timeouts). The stored offsets when nothing is to be moved; None otherwise (or fenced): the
-    plan's transaction then settles, or raises, as always."""
+    timeouts). If nothing is to be moved (:func:`unmoved`) they are the plan's stored offsets;
+    otherwise (or None: fenced) the plan's transaction settles, or raises, as always."""
     with translate_errors(db), engine.connect() as opened:
         conn = opened if pooler.pooled(opened) else opened.execution_options(isolation_level="AUTOCOMMIT")
         with conn.begin():
-            found = renew_and_load(conn, db, run)
-    if found is None:
-        return None
-    planned_before, rows = found
-    return unmoved(rows, partitions, marks, topic_ids, first_plan=not planned_before)
+            return renew_and_load(conn, db, run)
 
 
 def plan_from(

@@ -1,19 +1,24 @@
-"""A running job's plan that moves nothing is ONE statement (planner._unmoved_offsets,
+"""A running job's plan that moves nothing is ONE statement (planner._renewed_rows,
 lease.renew_and_load: the lease renewed and the rows read together, autocommit) instead of a
-transaction of four round trips; whatever has to be moved or raised (a first plan, a partition
-to seed, a lineage prune due, a fenced run) still goes through the plan's transaction."""
+transaction of four round trips, sent while Kafka answers the plan's own requests; whatever has to
+be moved or raised (a first plan, a partition to seed, a lineage prune due, a fenced run) still
+goes through the plan's transaction."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from tests.fix_services import TopicFactory
+from txn_offsets import planner
 from txn_offsets.config import DatabaseSettings, KafkaSettings, Secret
 from txn_offsets.errors import Fenced, TxnOffsetsError
+from txn_offsets.kafka import metadata
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits, Plan, TopicSelection, plan_batch
 from txn_offsets.store import lineage
@@ -169,3 +174,43 @@ def test_behind_a_transaction_pooler_the_one_statement_keeps_its_timeouts(
         assert "lock" in str(caught.value).lower(), caught.value
     finally:
         pooled.dispose()
+
+
+def test_a_running_jobs_statement_goes_out_while_kafka_answers(
+    migrated: DatabaseSettings,
+    kafka: KafkaSettings,
+    kafka_bootstrap: str,
+    topic_factory: TopicFactory,
+    job_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The plan's Kafka requests and its one statement overlap (one wait, not two): here Kafka's
+    answer is held until the statement has run. Planned one after the other, the plan would wait
+    out the hold (10 s) and fail the check."""
+    engine = engine_for(migrated)
+    topic = topic_factory(partitions=2)
+    produce_counts(kafka_bootstrap, topic, {0: 5, 1: 2})
+    run = start_run(engine, migrated, job_name)
+    _plan(engine, migrated, kafka, run, topic)  # seeds the rows
+    sent = threading.Event()
+    renew = planner.renew_and_load
+    ask = metadata.topics_and_watermarks
+
+    def renewing(*args: Any, **kwargs: Any) -> Any:
+        out = renew(*args, **kwargs)
+        sent.set()
+        return out
+
+    def asking(*args: Any, **kwargs: Any) -> Any:
+        answer = ask(*args, **kwargs)
+        assert sent.wait(10), "the statement waited for Kafka's answer"
+        return answer
+
+    monkeypatch.setattr(planner, "renew_and_load", renewing)
+    monkeypatch.setattr(metadata, "topics_and_watermarks", asking)
+    try:
+        plan = _plan(engine, migrated, kafka, run, topic)
+    finally:
+        engine.dispose()
+    assert sent.is_set()
+    assert {(r.partition, r.start, r.until) for r in plan.ranges} == {(0, 0, 3), (1, 0, 2)}
