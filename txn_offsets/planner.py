@@ -167,13 +167,13 @@ def plan_batch(
     topics = selection.resolve(kafka, timeout_s)
     # topic ids, partitions and their (log start, end): one wait on Kafka, a request per 512. A
     # running job's one statement (lease renewed, rows read) runs meanwhile: one wait, not two
-    running = run is not None and not lineage.prune_is_due(db, job)
+    quick_run = run if run is not None and not lineage.prune_is_due(db, job) else None
     asked = (
         _ASKING.submit(metadata.topics_and_watermarks, kafka, topics, timeout_s=timeout_s)
-        if running
+        if quick_run is not None
         else None
     )
-    found = _renewed_rows(engine, db, run) if run is not None and running else None
+    found = _renewed_rows(engine, db, quick_run) if quick_run is not None else None
     infos, marks = (
         asked.result()
         if asked is not None
