@@ -212,8 +212,9 @@ def renew_and_load(
     rows = conn.execute(_renew_and_load(db.schema), params).all()
     if not rows:
         return None
-    found = {(r.topic, r.part): StoredOffset(r.off, r.topic_id) for r in rows if r.topic is not None}
-    return rows[0].first_plan_at is not None, found
+    # unpacked, not read by name: a Row's attribute costs ~1 us, 4,096 rows x 5 of them per plan
+    found = {(t, p): StoredOffset(off, tid) for _, t, p, off, tid in rows if t is not None}
+    return rows[0][0] is not None, found
 
 
 @functools.lru_cache(maxsize=64)
