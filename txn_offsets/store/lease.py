@@ -207,7 +207,11 @@ def renew_and_load(
     """``runs.renew_lease`` and ``offset_rows.load_rows`` in ONE statement (a plan that moves
     nothing needs no more: one round trip instead of a transaction of four): whether the job has
     planned before (``first_plan_at`` set) and its offset rows; None if `run` no longer holds the
-    job (the caller's full plan then raises Fenced, naming by whom)."""
+    job (the caller's full plan then raises Fenced, naming by whom).
+
+    Its transaction commits without waiting for the WAL flush (``synchronous_commit`` off, local
+    to it): a lost renewal only makes the lease look older. Beside a disk busy with synced writes
+    the statement took p50 1.7 ms / p90 2.8 ms instead of 2.4 / 4.4 ms (alternating, 400 each)."""
     params = {"job": run.job, "generation": run.generation, "run_id": run.run_id}
     rows = conn.execute(_renew_and_load(db.schema), params).all()
     if not rows:
@@ -227,7 +231,7 @@ def _renew_and_load(schema: str) -> sa.TextClause:
     UPDATE {jobs} j SET heartbeat_at = now(),
         lease_until = now() + make_interval(0, 0, 0, 0, 0, 0, coalesce(j.lease_s, 60.0))
     WHERE j.job = :job AND j.generation = :generation AND j.run_id = :run_id
-    RETURNING j.job, j.first_plan_at
+    RETURNING j.job, j.first_plan_at, set_config('synchronous_commit', 'off', true)
 )
 SELECT r.first_plan_at, o.topic, o.part, o.off, o.topic_id
 FROM renewed r LEFT JOIN {offsets} o ON o.job = r.job

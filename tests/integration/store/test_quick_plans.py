@@ -21,9 +21,12 @@ from txn_offsets.errors import Fenced, TxnOffsetsError
 from txn_offsets.kafka import metadata
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits, Plan, TopicSelection, plan_batch
+from txn_offsets.ranges import OffsetRange
 from txn_offsets.store import lineage
 from txn_offsets.store.database import engine_for
+from txn_offsets.store.lease import renew_and_load
 from txn_offsets.store.runs import Run, lock_job, start_run
+from txn_offsets.store.transaction import Outcome, commit_ranges
 
 from .helpers import offsets_of, produce_counts
 
@@ -214,3 +217,36 @@ def test_a_running_jobs_statement_goes_out_while_kafka_answers(
         engine.dispose()
     assert sent.is_set()
     assert {(r.partition, r.start, r.until) for r in plan.ranges} == {(0, 0, 3), (1, 0, 2)}
+
+
+def test_only_the_lease_renewal_commits_without_waiting_for_the_disk(
+    counted: tuple[sa.Engine, _Statements],
+    migrated: DatabaseSettings,
+    kafka: KafkaSettings,
+    kafka_bootstrap: str,
+    topic_factory: TopicFactory,
+    job_name: str,
+) -> None:
+    """The one statement's commit does not wait for its WAL to reach the disk (a lease renewal lost
+    to a crash only makes the lease look older: nothing depends on it being durable), and that
+    setting stays in its own transaction: a range's commit, results and offset, still waits."""
+    engine, _ = counted
+    topic = topic_factory(partitions=1)
+    produce_counts(kafka_bootstrap, topic, {0: 3})
+    run = start_run(engine, migrated, job_name)
+    _plan(engine, migrated, kafka, run, topic)  # seeds the row
+    with engine.connect() as conn:
+        with conn.begin():
+            found = renew_and_load(conn, migrated, run)
+            assert found is not None and found[1][(topic, 0)].off == 0
+            assert conn.exec_driver_sql("SHOW synchronous_commit").scalar() == "off"
+        assert conn.exec_driver_sql("SHOW synchronous_commit").scalar() == "on"
+    settings: list[str] = []
+
+    def write(conn: sa.Connection) -> None:  # inside the range's claim transaction
+        settings.append(str(conn.exec_driver_sql("SHOW synchronous_commit").scalar()))
+
+    _plan(engine, migrated, kafka, run, topic)  # a quick plan on the pool's connections first
+    outcomes = commit_ranges(engine, migrated, run, [OffsetRange(topic, 0, 0, 3)], write)
+    assert [o.outcome for o in outcomes] == [Outcome.COMMITTED] and settings == ["on"]
+    assert offsets_of(engine, migrated, job_name) == {(topic, 0): 3}
