@@ -17,6 +17,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -34,23 +35,45 @@ from txn_offsets.spark.runner import BatchReport
 from txn_offsets.spark.writers import PartitionWriter
 
 logger = logging.getLogger("chaos.job")
+SPARK_STARTING = "starting the Spark session"  # F11: a bad configuration fails before this line
 
 
 class LazySpark:
     """Stands in for the SparkSession and starts it on first use (run_job only touches it to run
-    a batch)."""
+    a batch). Its context's ``defaultParallelism`` (the connection budget's slots, checked before
+    the run starts) is answered from a ``local[N]`` master without starting the JVM."""
 
     def __init__(self, app: str, master: str, conf: dict[str, str]) -> None:
         self._args = (app, master, conf)
         self.session: Any = None
+        threads = re.fullmatch(r"local\[(\d+)(?:,\s*\d+)?\]", master)
+        if threads:  # else sparkContext starts the session like any other attribute
+            self.sparkContext = _LazyContext(self, int(threads.group(1)))
 
-    def __getattr__(self, name: str) -> Any:
+    def started(self) -> Any:
         if self.session is None:
             from txn_offsets.spark.session import local_session
 
             app, master, conf = self._args
+            logger.info(SPARK_STARTING)
             self.session = local_session(app, master=master, conf=conf)
-        return getattr(self.session, name)
+            self.sparkContext = self.session.sparkContext
+        return self.session
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.started(), name)
+
+
+class _LazyContext:
+    """The session's SparkContext until the session starts: its local thread count as the default
+    parallelism (what Spark answers for ``local[N]``); anything else starts the session."""
+
+    def __init__(self, owner: LazySpark, threads: int) -> None:
+        self._owner = owner
+        self.defaultParallelism = threads
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._owner.started().sparkContext, name)
 
 
 def parser() -> argparse.ArgumentParser:

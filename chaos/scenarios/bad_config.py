@@ -10,6 +10,7 @@ import socket
 
 import sqlalchemy as sa
 
+from chaos.job import SPARK_STARTING
 from chaos.report import ScenarioResult
 from chaos.scenarios.context import (
     Context,
@@ -82,6 +83,8 @@ def f11_bad_config(ctx: Context, messages: int, _n: int) -> ScenarioResult:
         for secret in (real_password, wrong_password):
             if secret and secret in res.log:
                 result.fail(f"F11 {name}: the log shows a password")
+        if SPARK_STARTING in res.log:
+            result.fail(f"F11 {name}: started Spark before failing on its configuration")
         if res.seconds > 60:
             result.fail(f"F11 {name}: took {res.seconds:.0f}s to fail")
     if snapshot(ctx, schema, "f11") != before:
