@@ -244,11 +244,11 @@ def _ask(
     return fut
 
 
+_EARLIEST: OffsetSpec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+_LATEST: OffsetSpec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
 # NOT_LEADER_FOR_PARTITION / LEADER_NOT_AVAILABLE: the partition's leader is not serving yet (a
 # topic just created: its metadata names the leader a moment before that broker answers as one) or
 # has moved (a rolling restart). Asked again, on a fresh offsets client, every LEADER_WAIT_S.
-_EARLIEST: OffsetSpec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
-_LATEST: OffsetSpec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
 _LEADER_MOVING = {KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION}
 LEADER_WAIT_S = 0.5
 
