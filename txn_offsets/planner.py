@@ -1,7 +1,8 @@
 """Driver side, step 1 of the protocol: turn stored offsets and Kafka's end offsets into a batch.
 
 Each plan discovers the topics' partitions again, so partitions added while the job runs are
-picked up. A partition without an offset row gets one (audited): at the start policy when the job
+picked up (a job catching up plans from its last batch's plan for up to a second in between:
+:func:`plan_next`). A partition without an offset row gets one (audited): at the start policy when the job
 planned for the first time, at the log start for a topic or partition that appears later. End
 offsets come from Kafka at the readers' isolation level (the LSO under read_committed).
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
@@ -43,6 +44,7 @@ __all__ = [
     "check_on_data_loss",
     "plan_batch",
     "plan_from",
+    "plan_next",
     "preflight",
 ]
 
@@ -107,6 +109,7 @@ class Plan:
     ranges: tuple[OffsetRange, ...]
     ends: Mapping[TopicPartition, int]
     stored: Mapping[TopicPartition, int]
+    topic_ids: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def lag(self) -> int:
@@ -246,4 +249,31 @@ def plan_from(
         share=limits.batch_share,
         topic_ids=topic_ids,
     )
-    return Plan(ranges=tuple(ranges), ends=ends, stored=stored)
+    return Plan(ranges=tuple(ranges), ends=ends, stored=stored, topic_ids=topic_ids)
+
+
+def plan_next(committed: Plan, limits: Limits) -> Plan | None:
+    """The batch after `committed` (every range of it committed) from what its plan saw, with no
+    round trip, or None when only a fresh plan will do: unless the ends it saw still fill a whole
+    ``max_records_per_batch``, a fresh plan may find more to read (pure).
+
+    The runner uses it while a job catches up. It needs no proof from the store or Kafka: its
+    ranges start where the committed ranges ended (the offsets the claims stored), so the claims'
+    guard (``off = start`` and the generation, the topic id after the read) holds it to the same
+    rules as a fresh plan - a newer run fences it, a re-created topic fails its task, a start
+    deleted by retention fails its read; each of those plans afresh, as any failed batch does."""
+    cap = limits.max_records_per_batch
+    if cap is None:
+        return None
+    stored = {**committed.stored, **{r.key: r.until for r in committed.ranges}}
+    ranges = plan_ranges(
+        stored,
+        committed.ends,
+        max_per_partition=limits.max_records_per_partition,
+        max_total=cap,
+        share=limits.batch_share,
+        topic_ids=committed.topic_ids,
+    )
+    if sum(r.span for r in ranges) < cap:
+        return None
+    return Plan(ranges=tuple(ranges), ends=committed.ends, stored=stored, topic_ids=committed.topic_ids)

@@ -18,7 +18,7 @@ from typing import Any
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import BatchFailed, ConfigError, Transient, TxnOffsetsError
 from txn_offsets.kafka.start import StartPolicy
-from txn_offsets.planner import Limits, plan_batch
+from txn_offsets.planner import Limits, Plan, plan_batch, plan_next
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark import joint_plans, rounds
 from txn_offsets.spark.batch import Batch, batch_deadline, check_execution
@@ -39,6 +39,10 @@ from txn_offsets.store.runs import Run
 __all__ = ["BatchReport", "JobSummary", "run_job"]
 
 logger = logging.getLogger(__name__)
+
+#: While a job catches up (full batches), a batch is planned from the last one's plan (plan_next) for at
+#: most this long after a fresh plan (which renews the lease, finds new partitions and Kafka's ends).
+REPLAN_EVERY_S = 1.0
 
 
 def run_job(
@@ -202,6 +206,8 @@ class _Loop:
     summary: JobSummary
     publisher: BatchPublisher
     lease: LeaseKeeper
+    carried: Plan | None = None  # the last batch's plan, once it committed whole
+    planned_at: float = 0.0  # monotonic time of the last fresh plan
 
 
 def _loop(
@@ -239,29 +245,41 @@ def _loop(
 
 
 def _step(loop: _Loop) -> bool:
-    """Plan (renewing the lease), and run one batch if there is anything to read; True if a batch ran."""
+    """Plan (see REPLAN_EVERY_S), and run one batch if there is anything to read; True if a batch ran."""
     spec = loop.spec
-    # run_jobs: made with the other jobs' plans of the moment (a first plan seeds there too)
-    joint = joint_plans.current()
-    request = JobPlanRequest(loop.run, spec.selection, spec.limits, spec.start, spec.on_data_loss)
-    plan = joint.plan(loop.engine, loop.database, loop.kafka, request) if joint is not None else None
-    if plan is None:  # alone, or what a joint plan does not do (seed, skip, raise): plan_batch's
-        plan = plan_batch(
-            loop.engine,
-            loop.database,
-            loop.kafka,
-            job=loop.run.job,
-            selection=spec.selection,
-            start=spec.start,
-            limits=spec.limits,
-            on_data_loss=spec.on_data_loss,
-            run=loop.run,  # renews the lease in the plan's transaction; Fenced if a newer run started
-        )
+    committed, loop.carried = loop.carried, None  # a batch that fails is planned afresh
+    recent = time.monotonic() - loop.planned_at < REPLAN_EVERY_S
+    alone = joint_plans.current() is None  # run_jobs plans its jobs together, afresh each round
+    plan = plan_next(committed, spec.limits) if committed and recent and alone else None
+    if plan is None:
+        plan = _fresh_plan(loop)
     if not plan.ranges:
         return False
     with loop.lease.during(spec.batch_timeout_s):
         _run_batch(loop, plan.ranges, lag_after=plan.lag_after)
+    loop.carried = plan
     return True
+
+
+def _fresh_plan(loop: _Loop) -> Plan:
+    """The next batch from the stored offsets and Kafka's ends: under run_jobs, made with the other
+    jobs' plans of the moment; alone, or what a joint plan does not do (seed, skip, raise), plan_batch's."""
+    spec = loop.spec
+    loop.planned_at = time.monotonic()
+    joint = joint_plans.current()
+    request = JobPlanRequest(loop.run, spec.selection, spec.limits, spec.start, spec.on_data_loss)
+    plan = joint.plan(loop.engine, loop.database, loop.kafka, request) if joint is not None else None
+    return plan or plan_batch(
+        loop.engine,
+        loop.database,
+        loop.kafka,
+        job=loop.run.job,
+        selection=spec.selection,
+        start=spec.start,
+        limits=spec.limits,
+        on_data_loss=spec.on_data_loss,
+        run=loop.run,  # renews the lease in the plan's transaction; Fenced if a newer run started
+    )
 
 
 def _run_batch(loop: _Loop, ranges: tuple[OffsetRange, ...], *, lag_after: int) -> None:
