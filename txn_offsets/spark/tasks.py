@@ -13,7 +13,9 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -111,22 +113,18 @@ def commit_reporting(
 ) -> list[TaskReport]:
     """commit_ranges on this worker's engine, with a conflict or a fencing turned into reports:
     nothing was written, and the driver raises the error with its context (a Spark retry of the
-    task could never succeed).
-
-    Call it once the ranges' records have been read: with `kafka`, it first checks that each
-    topic is still the incarnation the ranges were planned from (TopicChanged otherwise, reported
-    like a conflict and planned again by the runner). ``kafka=None`` is for callers that did not
-    read the records themselves. `lineage`: the batch number and record timestamps the ranges'
-    ``commits`` rows get (see :mod:`txn_offsets.store.lineage`)."""
+    task could never succeed). Call it once the ranges' records were read: with `kafka`, COMMIT
+    waits for the proof that each topic is still the incarnation the ranges were planned from
+    (TopicChanged otherwise, reported like a conflict: the runner plans again). `lineage`: the
+    batch number and record timestamps of the ranges' ``commits`` rows (store.lineage)."""
     try:
-        if kafka is not None and guard:
-            check_incarnation(kafka, ranges)
+        checked = _checked(write, kafka, ranges) if kafka is not None and guard else write
         outcomes = commit_ranges(
             worker_engine(db),
             db,
             run,
             ranges,
-            write,
+            checked,
             isolation_level=isolation_level,
             guard=guard,
             lineage=lineage,
@@ -134,6 +132,26 @@ def commit_reporting(
     except TxnOffsetsError as exc:
         return reports_of(exc, ranges, records)
     return reports_of(outcomes, ranges, records)
+
+
+def _checked(
+    write: TransactionWrite | None, kafka: KafkaSettings, ranges: list[OffsetRange]
+) -> TransactionWrite:
+    """`write`, then the wait for the topic-id check (check_incarnation) started now, after the
+    ranges were read: Kafka answers while the transaction claims and writes, and COMMIT is sent
+    only once it passed (TopicChanged rolls the transaction back). A pool per (forked) process."""
+    pool = _CHECKS.get(os.getpid()) or _CHECKS.setdefault(os.getpid(), ThreadPoolExecutor(2))
+    checking = pool.submit(check_incarnation, kafka, ranges)
+
+    def write_then_wait(conn: sa.Connection) -> None:
+        if write is not None:
+            write(conn)
+        checking.result()
+
+    return write_then_wait
+
+
+_CHECKS: dict[int, ThreadPoolExecutor] = {}
 
 
 def reports_of(
