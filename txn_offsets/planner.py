@@ -109,7 +109,8 @@ class Plan:
     ranges: tuple[OffsetRange, ...]
     ends: Mapping[TopicPartition, int]
     stored: Mapping[TopicPartition, int]
-    topic_ids: Mapping[str, str] = field(default_factory=dict)
+    # what the next plan from this one needs (plan_next); the ranges carry their own
+    topic_ids: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @property
     def lag(self) -> int:

@@ -25,7 +25,9 @@ from txn_offsets.ranges import OffsetRange
 from txn_offsets.store import lineage
 from txn_offsets.store.database import engine_for
 from txn_offsets.store.lease import renew_and_load
+from txn_offsets.store.offset_rows import load_rows
 from txn_offsets.store.runs import Run, lock_job, start_run
+from txn_offsets.store.schema import tables_for
 from txn_offsets.store.transaction import Outcome, commit_ranges
 
 from .helpers import offsets_of, produce_counts
@@ -250,3 +252,53 @@ def test_only_the_lease_renewal_commits_without_waiting_for_the_disk(
     outcomes = commit_ranges(engine, migrated, run, [OffsetRange(topic, 0, 0, 3)], write)
     assert [o.outcome for o in outcomes] == [Outcome.COMMITTED] and settings == ["on"]
     assert offsets_of(engine, migrated, job_name) == {(topic, 0): 3}
+
+
+def test_the_one_statement_reads_the_rows_the_plans_transaction_reads(
+    counted: tuple[sa.Engine, _Statements],
+    migrated: DatabaseSettings,
+    kafka: KafkaSettings,
+    kafka_bootstrap: str,
+    topic_factory: TopicFactory,
+    job_name: str,
+) -> None:
+    """Its rows come back a row per topic incarnation (arrays of partitions and offsets): every row
+    of every topic, rows stored before topic ids were kept among them, as load_rows reads them;
+    a job without rows yet has none and has not planned."""
+    engine, _ = counted
+    first, second = topic_factory(partitions=3), topic_factory(partitions=2)
+    produce_counts(kafka_bootstrap, first, {0: 4, 1: 1, 2: 0})
+    produce_counts(kafka_bootstrap, second, {0: 2, 1: 6})
+    run = start_run(engine, migrated, job_name)
+    with engine.connect() as conn, conn.begin():
+        assert renew_and_load(conn, migrated, run) == (False, {})
+    plan_batch(
+        engine,
+        migrated,
+        kafka,
+        job=job_name,
+        selection=TopicSelection((first, second)),
+        start=StartPolicy.latest(),
+        limits=Limits(),
+        run=run,
+    )
+    offsets = tables_for(migrated.schema).offsets
+    with engine.begin() as conn:  # one row of `first` as stored before topic ids were kept
+        conn.execute(
+            sa.update(offsets)
+            .where(offsets.c.job == job_name, offsets.c.topic == first, offsets.c.part == 1)
+            .values(topic_id=None)
+        )
+    with engine.connect() as conn, conn.begin():
+        found = renew_and_load(conn, migrated, run)
+        assert found is not None
+        assert found == (True, load_rows(conn, migrated, job_name))
+    rows = found[1]
+    assert {tp: row.off for tp, row in rows.items()} == {
+        (first, 0): 4,
+        (first, 1): 1,
+        (first, 2): 0,
+        (second, 0): 2,
+        (second, 1): 6,
+    }
+    assert rows[(first, 1)].topic_id is None and rows[(first, 0)].topic_id is not None
