@@ -86,6 +86,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--app-name", default="chaos-job", help="application_name of the job's connections")
     p.add_argument("--master", default="local[2,3]", help="local[2,3]: 2 threads, 3 attempts per task")
     p.add_argument("--max-per-partition", type=int, default=2_000)
+    p.add_argument("--max-per-batch", type=int, default=0, help="a cap on each batch in all (0: none)")
     p.add_argument("--follow", action="store_true", help="run until SIGTERM instead of until caught up")
     p.add_argument("--batch-interval", type=float, default=0.5)
     p.add_argument("--force", action="store_true", help="fence a live run (restart after a crash)")
@@ -191,7 +192,9 @@ def main(argv: list[str] | None = None) -> int:
             aggregate=CountUsers(plan),
             after_commit=AfterCommit(plan),
         )
-        limits = Limits(max_records_per_partition=args.max_per_partition)
+        limits = Limits(
+            max_records_per_partition=args.max_per_partition, max_records_per_batch=args.max_per_batch or None
+        )
         conf = {"spark.task.maxFailures": "3"}
         if args.speculation:
             # F6: speculate early and often, so duplicate attempts of the same range really run

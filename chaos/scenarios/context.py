@@ -59,6 +59,7 @@ class Context:
     admin_engine: sa.Engine = field(init=False)
     admin: AdminClient = field(init=False)
     topics: list[str] = field(default_factory=list)
+    partitions: dict[str, int] = field(default_factory=dict)  # of each topic made here
     schemas: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -113,6 +114,7 @@ class Context:
                 logger.warning("chaos: topic %s exists (left by another run); adding a suffix", name)
                 continue
             self.topics.append(name)
+            self.partitions[name] = partitions
             return name
         raise RuntimeError(f"chaos: topics {base} and {base}-1..9 all exist: delete the leftovers")
 
@@ -204,6 +206,12 @@ class Context:
             json.dumps({k: v for k, v in asdict(plan).items() if k != "driver_pid"}),
             *(extra or []),
         ]
+        # each batch capped in all too, at what the partition caps allow (the same batches): a job
+        # catching up plans its next batch from the last one's, so every scenario runs carried plans
+        known = [self.partitions[t] for t in topics if t in self.partitions]
+        if max_per_partition > 0 and len(known) == len(topics) and "--low-latency" not in args:
+            per_job = max(known) if "--many" in args else sum(known)  # --many: a job per topic
+            args += ["--max-per-batch", str(max_per_partition * per_job)]
         full_env = {
             **os.environ,
             "TXN_OFFSETS_DATABASE_URL": self.services.database_url,
