@@ -46,8 +46,18 @@ class Record(NamedTuple):
 
 
 def _position(consumer: Consumer, rng: OffsetRange) -> int:
+    """librdkafka's position of the range's partition, -1 while it has none."""
     pos = consumer.position([TopicPartition(rng.topic, rng.partition)])[0].offset
-    return int(pos) if pos is not None and pos >= 0 else rng.start
+    return int(pos) if pos is not None and pos >= 0 else -1
+
+
+# Right after assign(), librdkafka may still answer position() with where a pooled consumer's
+# previous read of the same partition ended - ahead of the new start - until it has taken the new
+# assignment in (9 of 50 reassigns in a scratch loop on the stack). Trusted then, a range would end
+# before a record of it was read, and its claim would commit it: a lost record (seen once by the
+# scale bench at 4,096 partitions). So a partition's position() is only used once it is *fresh*:
+# a record or an end-of-partition event of it was delivered, or position() said "none yet"
+# (librdkafka resets it when the new assignment starts).
 
 
 def _headers(headers: Any) -> Headers:
@@ -92,6 +102,7 @@ def read_range(
     try:
         consumer.assign([TopicPartition(topic, partition, rng.start)])
         position = rng.start
+        fresh = False  # see above: position() is not used before
         polled_at = position  # the position at the last progress check
         last_progress = time.monotonic()
         while position < until:
@@ -106,6 +117,7 @@ def read_range(
                 messages = consume(1, poll_timeout_s)
             for msg in messages:
                 err = msg.error()
+                fresh = True
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
                         continue  # the position check below sees where the log ends
@@ -145,7 +157,9 @@ def read_range(
                 position = offset + 1
             if position < until:
                 # the position moves past markers and aborted records that are never delivered
-                position = max(position, _position(consumer, rng))
+                reported = _position(consumer, rng)
+                fresh = fresh or reported < 0
+                position = max(position, reported) if fresh else position
             # progress is the position moving, not messages arriving: a consumer handed messages
             # that do not advance it is as stuck as one handed nothing
             if position > polled_at or position >= until:
@@ -192,6 +206,7 @@ def read_ranges(
         raise ConfigError("ranges", "read_ranges reads one range per partition")
     todo = {r.key: r for r in ranges if not r.empty}
     position = {k: r.start for k, r in todo.items()}
+    fresh: set[TP] = set()  # partitions whose position() is used (see above)
     if not todo:
         return out
     consumer = pool.take(kafka, {r.topic for r in todo.values()}, small=True)
@@ -204,7 +219,8 @@ def read_ranges(
             messages = consumer.consume(batch_size, 0) or consumer.consume(1, poll_timeout_s)
             for msg in messages:
                 err = msg.error()
-                rng = todo.get((str(msg.topic()), int(msg.partition() or 0)))
+                rng = todo.get(tp_key := (str(msg.topic()), int(msg.partition() or 0)))
+                fresh.add(tp_key)
                 if err is not None and err.code() != KafkaError._PARTITION_EOF:
                     at = rng or next(iter(todo.values()))  # an error of no partition: of the read
                     raise _read_error(at, position[at.key], err)
@@ -237,8 +253,11 @@ def read_ranges(
             open_ = [k for k in todo if position[k] < todo[k].until]
             # positions move past markers and aborted records that are never delivered
             for tp in consumer.position([TopicPartition(t, p) for t, p in open_]) if open_ else []:
-                if tp.offset is not None and tp.offset >= 0:
-                    position[(tp.topic, tp.partition)] = max(position[(tp.topic, tp.partition)], tp.offset)
+                key = (tp.topic, tp.partition)
+                if tp.offset is None or tp.offset < 0:
+                    fresh.add(key)  # reset: the new assignment has started (see above)
+                elif key in fresh:
+                    position[key] = max(position[key], tp.offset)
             done = [k for k in todo if position[k] >= todo[k].until]
             if done:
                 consumer.pause(paused := [TopicPartition(t, p) for t, p in done])
