@@ -249,8 +249,7 @@ def _step(loop: _Loop) -> bool:
     spec = loop.spec
     committed, loop.carried = loop.carried, None  # a batch that fails is planned afresh
     recent = time.monotonic() - loop.planned_at < REPLAN_EVERY_S
-    alone = joint_plans.current() is None  # run_jobs plans its jobs together, afresh each round
-    plan = plan_next(committed, spec.limits) if committed and recent and alone else None
+    plan = plan_next(committed, spec.limits) if committed and recent else None
     if plan is None:
         plan = _fresh_plan(loop)
     if not plan.ranges:

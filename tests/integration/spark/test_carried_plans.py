@@ -16,8 +16,10 @@ from tests.integration.spark.test_counting_job import counting_writer, stored_of
 from tests.kafka_ends import settled_ends
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import Fenced
+from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits
 from txn_offsets.spark import runner
+from txn_offsets.spark.many import run_jobs
 from txn_offsets.spark.summary import BatchReport
 from txn_offsets.store.database import engine_for
 from txn_offsets.store.runs import start_run
@@ -25,16 +27,16 @@ from txn_offsets.store.runs import start_run
 
 @pytest.fixture
 def fresh_plans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The fresh plans (plan_batch calls) of the runner, one entry each; carried plans make none.
-    REPLAN_EVERY_S is made long, so that a slow machine does not make the count vary."""
+    """The fresh plans of the runner (its own or a joint one), one entry each; carried plans make
+    none. REPLAN_EVERY_S is made long, so that a slow machine does not make the count vary."""
     made: list[int] = []
-    plan_batch = runner.plan_batch
+    fresh_plan = runner._fresh_plan
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         made.append(1)
-        return plan_batch(*args, **kwargs)
+        return fresh_plan(*args, **kwargs)
 
-    monkeypatch.setattr(runner, "plan_batch", counted)
+    monkeypatch.setattr(runner, "_fresh_plan", counted)
     monkeypatch.setattr(runner, "REPLAN_EVERY_S", 3600.0)
     return made
 
@@ -94,3 +96,43 @@ def test_a_carried_batch_of_a_fenced_run_writes_nothing(
     assert fenced.value.current == newer[0]
     assert sum(totals(engine, counts_table).values()) == 1_000  # the first batch, once
     assert sum(stored_offsets(engine, db, job_name).values()) == 1_000
+
+
+def test_jobs_in_shared_rounds_carry_their_plans_and_stay_exact(
+    spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    job_name: str,
+    fresh_plans: list[int],
+) -> None:
+    """Under run_jobs a job whose last batch was full plans the next from it, without the round's
+    joint planner; its batches still share the rounds' Spark jobs and commits."""
+    topics = [topic_factory(partitions=2) for _ in range(3)]
+    expected = [produce(t, 3_000, 2, keys=31 + i) for i, t in enumerate(topics)]
+    tables = [f'"{db.schema}".carried_{i}' for i in range(3)]
+    with engine.begin() as conn:
+        for table in tables:
+            conn.execute(sa.text(f"CREATE TABLE {table} (k text PRIMARY KEY, n bigint NOT NULL)"))
+    jobs = {
+        f"{job_name}-{i}": {
+            "kafka": kafka,
+            "database": db,
+            "writer": counting_writer(tables[i]),
+            "topics": [topics[i]],
+            "start": StartPolicy.earliest(),
+            "limits": Limits(max_records_per_batch=500),
+            "until_caught_up": True,
+        }
+        for i in range(3)
+    }
+    result = run_jobs(spark, jobs)
+    result.raise_for_errors()
+    assert [result.summaries[name].batches for name in jobs] == [6, 6, 6]
+    assert len(fresh_plans) == 6  # per job: its first plan, five carried, a last fresh one
+    assert result.round_batches == 18
+    for i, name in enumerate(jobs):
+        assert totals(engine, tables[i]) == dict(expected[i])
+        assert stored_offsets(engine, db, name) == settled_ends(kafka, topics[i], 2)
