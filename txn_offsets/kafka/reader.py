@@ -54,8 +54,8 @@ def _position(consumer: Consumer, rng: OffsetRange) -> int:
 # Right after assign(), librdkafka may still answer position() with where a pooled consumer's
 # previous read of the same partition ended - ahead of the new start - until it has taken the new
 # assignment in (9 of 50 reassigns in a scratch loop on the stack). Trusted then, a range would end
-# before a record of it was read, and its claim would commit it: a lost record (seen once by the
-# scale bench at 4,096 partitions). So a partition's position() is only used once it is *fresh*:
+# before a record of it was read, and its claim would commit it: a lost record. So a partition's
+# position() is only used once it is *fresh*:
 # a record or an end-of-partition event of it was delivered, or position() said "none yet"
 # (librdkafka resets it when the new assignment starts).
 
