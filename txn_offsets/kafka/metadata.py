@@ -246,10 +246,11 @@ def _ask(
 
 _EARLIEST: OffsetSpec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
 _LATEST: OffsetSpec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
-# NOT_LEADER_FOR_PARTITION / LEADER_NOT_AVAILABLE: the partition's leader is not serving yet (a
-# topic just created: its metadata names the leader a moment before that broker answers as one) or
-# has moved (a rolling restart). Asked again, on a fresh offsets client, every LEADER_WAIT_S.
-_LEADER_MOVING = {KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION}
+# NOT_LEADER_FOR_PARTITION, LEADER_NOT_AVAILABLE, UNKNOWN/FENCED_LEADER_EPOCH (make test, once): the
+# leader is not serving yet (a topic just created: its metadata names it a moment before it answers as
+# one) or has moved (a rolling restart). Asked again, on a fresh offsets client, every LEADER_WAIT_S.
+_MOVING = ("LEADER_NOT_AVAILABLE", "NOT_LEADER_FOR_PARTITION", "FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH")
+_LEADER_MOVING = {getattr(KafkaError, name) for name in _MOVING}
 LEADER_WAIT_S = 0.5
 
 
