@@ -173,7 +173,9 @@ def plan_batch(
     # running job's one statement (lease renewed, rows read) runs meanwhile: one wait, not two
     quick_run = run if run is not None and not lineage.prune_is_due(db, job) else None
     asked = (
-        _ASKING.submit(metadata.topics_and_watermarks, kafka, topics, timeout_s=timeout_s)
+        _ASKING.submit(
+            metadata.topics_and_watermarks, kafka, topics, timeout_s=timeout_s, reuse_within_s=DESCRIBED_FOR_S
+        )
         if quick_run is not None
         else None
     )
@@ -190,6 +192,10 @@ def plan_batch(
         quick = unmoved(rows, partitions, marks, topic_ids, first_plan=not planned_before)
         if quick is not None:  # the lease renewed, nothing to move: one statement was the plan's all
             return plan_from(quick, marks, partitions, limits, topic_ids)
+    if not all(info.described for info in infos.values()):  # moves are decided on Kafka's word of now
+        infos, marks = metadata.topics_and_watermarks(kafka, topics, timeout_s=timeout_s)
+        topic_ids = {topic: info.topic_id for topic, info in infos.items()}
+        partitions = [(t, p) for t in topics for p in infos[t].partitions]
     # a missing offsets table or an unreachable server is one of our errors (SchemaMissing,
     # ServiceUnavailable: retried by the runner), never a raw driver error
     with translate_errors(db), engine.begin() as conn:
@@ -217,6 +223,9 @@ def plan_batch(
 
 # where a running job's plan asks Kafka while its statement runs (threads made as plans need them)
 _ASKING = ThreadPoolExecutor(max_workers=16, thread_name_prefix="txn-offsets-plan")
+# a running job's plan over more than LIST_OFFSETS_CHUNK partitions reuses its topics' description
+# for this long (kafka.described): partitions added to them are planned within it
+DESCRIBED_FOR_S = 5.0
 
 
 def _renewed_rows(

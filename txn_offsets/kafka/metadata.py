@@ -11,12 +11,10 @@ from __future__ import annotations
 import functools
 import logging
 import re
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_all
-from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicCollection, TopicPartition
@@ -26,7 +24,7 @@ from confluent_kafka.cimpl import _AdminClientImpl
 
 from txn_offsets.config import KafkaSettings
 from txn_offsets.errors import ConfigError, ServiceUnavailable, TopicChanged, TopicMissing
-from txn_offsets.kafka import leaders
+from txn_offsets.kafka import described, leaders
 from txn_offsets.kafka.admins import (
     NO_ANSWER,
     client_key,
@@ -35,6 +33,7 @@ from txn_offsets.kafka.admins import (
     forget_admin_client,
     issued,
 )
+from txn_offsets.kafka.described import TopicInfo
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.ranges import TopicPartition as TP
 
@@ -50,8 +49,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-_seen: dict[tuple[str, str], tuple[int, ...]] = {}  # (client key, topic) -> its partitions, last described
-_seen_lock = threading.Lock()
 # a ListOffsets answer that means the offsets client's knowledge of the topic is out of date (a
 # partition added, a leader moved, the topic gone): it is looked up again next time (leaders.forget)
 _STALE = {
@@ -91,16 +88,6 @@ def partitions_for(kafka: KafkaSettings, topic: str, *, timeout_s: float = 10.0)
             raise ConfigError("topics", f"topic {topic!r} does not exist on {kafka.bootstrap_servers}")
         raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, f"metadata for {topic!r}: {info.error}")
     return sorted(info.partitions)
-
-
-@dataclass(frozen=True)
-class TopicInfo:
-    """One topic as Kafka describes it now: its id (a new one each time the topic is created under
-    this name) and its partition ids."""
-
-    name: str
-    topic_id: str
-    partitions: tuple[int, ...]
 
 
 def _result(
@@ -154,32 +141,42 @@ def _describing(
         for topic, fut in futures.items():
             desc = _result(kafka, fut, timeout_s, f"topic {topic!r}", topic)
             out[topic] = TopicInfo(topic, str(desc.topic_id), tuple(sorted(p.id for p in desc.partitions)))
-        with _seen_lock:
-            _seen.update({(client_key(kafka), topic): info.partitions for topic, info in out.items()})
+        described.remember(client_key(kafka), out.values())
         return out
 
     return answer
 
 
 def topics_and_watermarks(
-    kafka: KafkaSettings, topics: Sequence[str], *, timeout_s: float = 10.0
+    kafka: KafkaSettings, topics: Sequence[str], *, timeout_s: float = 10.0, reuse_within_s: float = 0.0
 ) -> tuple[dict[str, TopicInfo], dict[TP, tuple[int, int]]]:
     """:func:`describe_topics` and :func:`watermarks` in one wait: the partitions last seen (the previous
     plan) are asked for while the topics are described; only new ones after.
 
     Past one request's worth of partitions (:data:`LIST_OFFSETS_CHUNK`) they are asked one after the
     other instead: the two answers then cost more to take in than the round trip saved (4,096
-    partitions: ~165-190 ms one after the other, ~185-210 ms together; 8: ~2.3 vs ~2.0 ms)."""
-    described = _describing(kafka, topics, timeout_s)
-    with _seen_lock:
-        guess = [(t, p) for t in topics for p in _seen.get((client_key(kafka), t), ())]
+    partitions: ~165-190 ms one after the other, ~185-210 ms together; 8: ~2.3 vs ~2.0 ms). There,
+    with `reuse_within_s`, topics described that recently are not described again (``described=False``
+    in their TopicInfo; :mod:`.described`): a partition added since is seen within that time."""
+    key = client_key(kafka)
+    guess = described.partitions_seen(key, topics)
+    known = described.recent(key, topics, reuse_within_s) if len(guess) > LIST_OFFSETS_CHUNK else None
+    if known is not None:
+        try:
+            return known, watermarks(kafka, guess, timeout_s=timeout_s)
+        except TopicMissing:  # gone, or re-created with fewer partitions: what does Kafka say now?
+            described.forget(topics)
+        except ServiceUnavailable:  # no answer (asked again on a fresh client), or no leader yet
+            described.forget(topics)
+            raise
+    asked = _describing(kafka, topics, timeout_s)
     marks: dict[TP, tuple[int, int]] = {}
     if len(guess) <= LIST_OFFSETS_CHUNK:
         try:
             marks = watermarks(kafka, guess, timeout_s=timeout_s)
         except (TopicMissing, ServiceUnavailable):  # a guess: gone, or re-created ("No leaders found")
             marks = {}
-    out = described()
+    out = asked()
     parts = [(t, p) for t in topics for p in out[t].partitions]
     new = [tp for tp in parts if tp not in marks]
     if new:

@@ -31,7 +31,7 @@ from txn_offsets.errors import TxnOffsetsError
 from txn_offsets.kafka import metadata
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.plan_moves import settle_offsets
-from txn_offsets.planner import Limits, Plan, TopicSelection, plan_from
+from txn_offsets.planner import DESCRIBED_FOR_S, Limits, Plan, TopicSelection, plan_from
 from txn_offsets.ranges import TopicPartition
 from txn_offsets.spark.gathering import Gathering
 from txn_offsets.store import lineage, offset_rows
@@ -74,15 +74,20 @@ def plan_jobs(
     Each plan is the one :func:`plan_batch` makes for that run; a run's first plan seeds its
     offsets here (by the request's start policy, in a savepoint of its own). None where plan_batch
     would do more than read after its first plan, or raise: a fenced run, a partition to seed, a
-    topic id to adopt, data lost, a first plan without a start policy.
+    topic id to adopt, data lost, a first plan without a start policy, a first plan while the
+    topics' description is a reused one (planner.DESCRIBED_FOR_S).
     The caller then plans that job with plan_batch, which does (or raises) what is due.
     A Kafka or database error here is raised for all: the callers then plan one by one, so an
     error stays with the job it belongs to."""
     topics_of = [r.selection.resolve(kafka, timeout_s) for r in requests]
     infos, marks = metadata.topics_and_watermarks(
-        kafka, sorted({t for topics in topics_of for t in topics}), timeout_s=timeout_s
+        kafka,
+        sorted({t for topics in topics_of for t in topics}),
+        timeout_s=timeout_s,
+        reuse_within_s=DESCRIBED_FOR_S,
     )
     topic_ids = {topic: info.topic_id for topic, info in infos.items()}
+    seeding = all(info.described for info in infos.values())  # a first plan seeds on Kafka's word of now
     with translate_errors(db), engine.begin() as conn:
         states = renew_leases(conn, db, [r.run for r in requests])
         for job in states:
@@ -91,7 +96,7 @@ def plan_jobs(
         firsts = {
             request.run.job: _first_plan(conn, db, kafka, request, topics, infos, marks, timeout_s)
             for request, topics in zip(requests, topics_of, strict=True)
-            if request.run.job in states and states[request.run.job].first_plan_at is None
+            if seeding and request.run.job in states and states[request.run.job].first_plan_at is None
         }
     plans: list[Plan | None] = []
     for request, topics in zip(requests, topics_of, strict=True):

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.errors import BatchFailed, ConfigError, Transient, TxnOffsetsError
+from txn_offsets.errors import BatchFailed, ConfigError, TopicChanged, Transient, TxnOffsetsError
+from txn_offsets.kafka import described
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits, Plan, plan_batch, plan_next
 from txn_offsets.ranges import OffsetRange
@@ -230,6 +231,8 @@ def _loop(
         try:
             worked = _step(loop)
         except Transient as exc:  # planning again from the stored offsets may get past it
+            if isinstance(exc, TopicChanged):  # the next plan describes the topic again
+                described.forget([exc.topic])
             retry.wait_after(exc)
             continue
         retry.succeeded()
@@ -327,14 +330,7 @@ def _run_batch(loop: _Loop, ranges: tuple[OffsetRange, ...], *, lag_after: int) 
     )
     logger.info(
         "job=%r batch=%d ranges=%d records=%d committed=%d already_committed=%d seconds=%.2f lag=%d",
-        run.job,
-        number,
-        len(ranges),
-        records,
-        committed,
-        already,
-        report.seconds,
-        lag_after,
+        *(run.job, number, len(ranges), records, committed, already, report.seconds, lag_after),
     )
     loop.publisher.batch_committed(report, report.seconds, reports)
 
