@@ -22,7 +22,7 @@ logger = logging.getLogger(__name__)
 # F12, F12b, F13, F15 and F16 are in the full suite only: their faults are also integration tests
 # in make test (test_no_silent_exits: a re-created topic and a frozen claim holder;
 # test_recreated_in_flight; test_replica: a promotion, a switchover, commits lost or in flight)
-SMOKE = ("F11", "F2", "F5", "F3", "F1", "F18")
+SMOKE = ("F11", "F2", "F3", "F1", "F18")
 FULL = (
     *("F11", "F9", "F7", "F10", "F2", "F5", "F6", "F8", "F3", "F4", "F1", "F14", "F12", "F12b", "F13"),
     *("F15", "F16", "F17", "F18"),
@@ -58,7 +58,6 @@ _SHARE = {
 _SMOKE_SHARE = {
     "F2": 0.33,
     "F3": 0.13,
-    "F5": 0.09,
     "F11": 0.01,
     "F18": 0.05,
 }
