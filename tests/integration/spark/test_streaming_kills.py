@@ -106,7 +106,7 @@ def test_stream_survives_kill9_mid_batch(
     tmp_path: Path,
 ) -> None:
     topic = topic_factory(partitions=2)
-    expected = produce(topic, 1_500, 2)
+    expected = produce(topic, 750, 2)  # 5 batches of 150: killed inside one of the last three
     ends = settled_ends(kafka, topic, 2)
     client_args = ("client", job_name, topic, db.schema, counts_table, str(tmp_path / "checkpoints"))
     server, url = processes.server("first")
