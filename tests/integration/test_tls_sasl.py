@@ -246,9 +246,10 @@ def test_a_failing_task_and_a_wrong_password_show_no_secret(
 
     writer = PartitionWriter(write=boom, decode=key_of, aggregate=list)
     job = f"job-{uuid.uuid4().hex[:10]}"
-    with pytest.raises(TxnOffsetsError) as failed:
+    with pytest.raises(TxnOffsetsError) as failed:  # retried once (the retry's warning logged), then raised
         run_job(spark, job=job, kafka=kafka, database=db, writer=writer, topics=[topic],
-                start=StartPolicy.earliest(), until_caught_up=True)  # fmt: skip
+                start=StartPolicy.earliest(), until_caught_up=True, retries=1,
+                retry_backoff_s=0.1)  # fmt: skip
     text = "".join([str(failed.value), repr(failed.value), str(failed.value.__cause__)])
     assert "ValueError" in text and "write" in text, text  # the task's error reached the driver ...
     db_password = str(db.url.password)
