@@ -48,14 +48,18 @@ class Processes:
         return proc
 
     def server(self, name: str) -> tuple[subprocess.Popen[bytes], str]:
+        proc = self.start("serve", str(self.tmp / f"{name}.url"))
+        return proc, self.wait_for_server(proc, name)
+
+    def wait_for_server(self, proc: subprocess.Popen[bytes], name: str) -> str:
+        """The URL file of the Connect server `proc` started as `name`, once it wrote it."""
         url_file = self.tmp / f"{name}.url"
-        proc = self.start("serve", str(url_file))
         deadline = time.monotonic() + 180
         while not url_file.exists():
             assert proc.poll() is None, self.logs()
             assert time.monotonic() < deadline, "the Connect server did not start"
             time.sleep(0.5)
-        return proc, str(url_file)
+        return str(url_file)
 
     def logs(self) -> str:
         return "\n".join(p.read_text(errors="replace")[-3000:] for p in sorted(self.tmp.glob("proc-*.log")))
@@ -111,6 +115,8 @@ def test_stream_survives_kill9_mid_batch(
     client_args = ("client", job_name, topic, db.schema, counts_table, str(tmp_path / "checkpoints"))
     server, url = processes.server("first")
     first = processes.start(client_args[0], url, *client_args[1:])
+    # the server the second client will use starts now, while the first works (a JVM start, ~10 s)
+    spare = processes.start("serve", str(tmp_path / "second.url")) if victim == "server" else None
     # let a few batches commit, then kill inside a batch's open transaction
     deadline = time.monotonic() + 240
     while sum(stored_offsets(engine, db, job_name).values()) < 300:
@@ -123,7 +129,8 @@ def test_stream_survives_kill9_mid_batch(
     else:
         os.killpg(server.pid, signal.SIGKILL)
         os.killpg(first.pid, signal.SIGKILL)
-        server, url = processes.server("second")
+        assert spare is not None
+        url = processes.wait_for_server(spare, "second")
     assert stored_offsets(engine, db, job_name) != ends  # the kill left work to do
     second = processes.start(client_args[0], url, *client_args[1:])
     assert second.wait(360) == 0, processes.logs()
