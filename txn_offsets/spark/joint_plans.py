@@ -25,13 +25,14 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from txn_offsets import planner
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.data_loss import OnDataLoss, lost
 from txn_offsets.errors import TxnOffsetsError
 from txn_offsets.kafka import metadata
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.plan_moves import settle_offsets
-from txn_offsets.planner import DESCRIBED_FOR_S, Limits, Plan, TopicSelection, plan_from
+from txn_offsets.planner import Limits, Plan, TopicSelection, plan_from
 from txn_offsets.ranges import TopicPartition
 from txn_offsets.spark.gathering import Gathering
 from txn_offsets.store import lineage, offset_rows
@@ -84,7 +85,7 @@ def plan_jobs(
         kafka,
         sorted({t for topics in topics_of for t in topics}),
         timeout_s=timeout_s,
-        reuse_within_s=DESCRIBED_FOR_S,
+        reuse_within_s=planner.DESCRIBED_FOR_S,
     )
     topic_ids = {topic: info.topic_id for topic, info in infos.items()}
     seeding = all(info.described for info in infos.values())  # a first plan seeds on Kafka's word of now
