@@ -58,18 +58,7 @@ class RecreateOnce:
             os.close(os.open(self.flag, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         except FileExistsError:
             return
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        admin.delete_topics([self.topic], operation_timeout=30)[self.topic].result(timeout=30)
-        deadline = time.monotonic() + 60
-        while True:  # deletion completes asynchronously: retry the creation, bounded
-            try:
-                new = NewTopic(self.topic, num_partitions=1, replication_factor=1)
-                admin.create_topics([new])[self.topic].result(timeout=30)
-                break
-            except KafkaException:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.3)
+        recreate_topic(self.bootstrap, self.topic, 1)
         producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all"})
         for i in range(NEW):
             producer.produce(self.topic, key=f"new-{i % 13}".encode(), value=b"1", partition=0)
@@ -79,6 +68,22 @@ class RecreateOnce:
         while _end(consumer_ends, self.topic) < NEW:  # visible to the job's next plan
             assert time.monotonic() < deadline, f"{self.topic} never reached {NEW} records"
             time.sleep(0.1)
+
+
+def recreate_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """Delete `topic` and create it again (a new topic id) with `partitions` partitions."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([topic], operation_timeout=30)[topic].result(timeout=30)
+    deadline = time.monotonic() + 60
+    while True:  # deletion completes asynchronously: retry the creation, bounded
+        try:
+            new = NewTopic(topic, num_partitions=partitions, replication_factor=1)
+            admin.create_topics([new])[topic].result(timeout=30)
+            return
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
 
 
 def _end(admin: AdminClient, topic: str) -> int:

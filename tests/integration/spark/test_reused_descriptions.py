@@ -8,19 +8,16 @@ from __future__ import annotations
 
 import collections
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from confluent_kafka import KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.fix_services import TopicFactory
-from tests.integration.spark.conftest import RunTestJob
+from tests.integration.spark.conftest import Produce, RunTestJob
 from tests.integration.spark.test_counting_job import counting_writer, stored_offsets, totals
-from tests.kafka_ends import settled_ends
+from tests.integration.spark.test_recreated_in_flight import recreate_topic
 from txn_offsets import DataLoss, Limits, planner
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.kafka import described, metadata
@@ -30,28 +27,7 @@ from txn_offsets.store.runs import end_run, start_run
 
 PARTITIONS = metadata.LIST_OFFSETS_CHUNK + 88  # past one ListOffsets request: descriptions are reused
 OLD, NEW = 120, 180  # records over partitions 0-2 before and after the re-creation
-
-
-def _produce(bootstrap: str, topic: str, n: int, prefix: str) -> collections.Counter[str]:
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
-    for i in range(n):
-        producer.produce(topic, key=f"{prefix}{i % 7}".encode(), value=b"1", partition=i % 3)
-    assert producer.flush(60) == 0
-    settled_ends(bootstrap, topic, PARTITIONS)
-    return collections.Counter(f"{prefix}{i % 7}" for i in range(n))
-
-
-def _recreate(bootstrap: str, topic: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.delete_topics([topic], operation_timeout=30)[topic].result(timeout=30)
-    deadline = time.monotonic() + 90
-    while True:  # deletion completes asynchronously: retry the creation, bounded
-        try:
-            admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(timeout=30)
-            return
-        except KafkaException:
-            assert time.monotonic() < deadline, f"{topic} could not be created again"
-            time.sleep(0.3)
+WRITTEN = 3  # the partitions written to
 
 
 @pytest.fixture
@@ -74,12 +50,13 @@ def test_a_running_jobs_plans_reuse_the_description_for_a_while(
     db: DatabaseSettings,
     kafka: KafkaSettings,
     topic_factory: TopicFactory,
+    produce: Produce,
     job_name: str,
     describes: list[tuple[str, ...]],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     topic = topic_factory(partitions=PARTITIONS)
-    _produce(kafka.bootstrap_servers, topic, 30, "k")
+    produce(topic, 30, WRITTEN)
     topic_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
     describes.clear()
     run = start_run(engine, db, job_name)
@@ -121,6 +98,7 @@ def test_a_topic_recreated_under_a_reused_description_is_never_committed_as_the_
     kafka: KafkaSettings,
     counts_table: str,
     topic_factory: TopicFactory,
+    produce: Produce,
     job_name: str,
     run_test_job: RunTestJob,
     describes: list[tuple[str, ...]],
@@ -137,14 +115,14 @@ def test_a_topic_recreated_under_a_reused_description_is_never_committed_as_the_
     described at that moment does."""
     monkeypatch.setattr(planner, "DESCRIBED_FOR_S", 3600.0)  # the window outlasts the re-creation
     topic = topic_factory(partitions=PARTITIONS)
-    old = _produce(kafka.bootstrap_servers, topic, OLD, "old")
+    old = produce(topic, OLD, WRITTEN)
     old_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
     new: collections.Counter[str] = collections.Counter()
 
     def recreate_once(report: Any) -> None:
         if report.number == 1:
-            _recreate(kafka.bootstrap_servers, topic)
-            new.update(_produce(kafka.bootstrap_servers, topic, NEW, "new"))
+            recreate_topic(kafka.bootstrap_servers, topic, PARTITIONS)
+            new.update(produce(topic, NEW, WRITTEN, start=OLD))
 
     caplog.set_level(logging.WARNING, logger="txn_offsets.spark.retry")
     options: dict[str, Any] = {
