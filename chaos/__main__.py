@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--smoke",
         action="store_true",
-        help="the smoke subset of make test (F1, F2, F3, F11, F18)",
+        help="the smoke subset of make test (F1, F2, F11)",
     )
     p.add_argument(
         "--work-dir",

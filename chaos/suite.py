@@ -19,10 +19,12 @@ logger = logging.getLogger(__name__)
 # stay reproducible
 # F15-F17 (a PostgreSQL failover, each on a primary+replica pair of its own) after those, likewise;
 # F18 (low-latency mode: a driver and a task worker killed) last
-# F12, F12b, F13, F15 and F16 are in the full suite only: their faults are also integration tests
-# in make test (test_no_silent_exits: a re-created topic and a frozen claim holder;
-# test_recreated_in_flight; test_replica: a promotion, a switchover, commits lost or in flight)
-SMOKE = ("F11", "F2", "F3", "F1", "F18")
+# F3, F12, F12b, F13, F15, F16 and F18 are in the full suite only: their faults are also integration
+# tests in make test (test_lost_commit, test_failover_errors: a backend terminated during COMMIT;
+# test_no_silent_exits: a re-created topic and a frozen claim holder; test_recreated_in_flight;
+# test_replica: a promotion, a switchover, commits lost or in flight; test_low_latency: a
+# long-running task that fails and is retried from the table)
+SMOKE = ("F11", "F2", "F1")
 FULL = (
     *("F11", "F9", "F7", "F10", "F2", "F5", "F6", "F8", "F3", "F4", "F1", "F14", "F12", "F12b", "F13"),
     *("F15", "F16", "F17", "F18"),
@@ -53,13 +55,11 @@ _SHARE = {
     "F1b": 0.05,
     "F19": 0.04,
 }
-# make test's smoke runs 60,000 messages: F2 keeps the 19,800 it needs to hit every one of its
+# make test's smoke runs 45,000 messages: F2 keeps the 19,800 it needs to hit every one of its
 # five fault points at seed 1 (at 10,800 no range drew 'after_write')
 _SMOKE_SHARE = {
-    "F2": 0.33,
-    "F3": 0.13,
+    "F2": 0.44,
     "F11": 0.01,
-    "F18": 0.05,
 }
 
 
