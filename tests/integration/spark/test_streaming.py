@@ -38,6 +38,13 @@ def any_spark(request: pytest.FixtureRequest) -> Any:
     return request.getfixturevalue("spark" if request.param == "classic" else "connect_spark")
 
 
+# the Connect variant of some tests is the same planning over Spark Connect's transport, which the
+# other tests cover on a Connect server: it runs with the slow ones (make test keeps its time)
+CLASSIC_IN_MAKE_TEST = pytest.mark.parametrize(
+    "any_spark", ["classic", pytest.param("connect", marks=pytest.mark.slow)], indirect=True
+)
+
+
 def key_counts(batch: Any) -> list[tuple[str, int]]:
     """compute_df: the batch's counts per key (a shuffle over the batch DataFrame)."""
     rows = batch.selectExpr("CAST(key AS STRING) AS k").groupBy("k").count().collect()
@@ -242,9 +249,7 @@ def test_streaming_state_and_unknown_jobs_are_refused(
         query.stop()
 
 
-# the Connect variant is the same planning over Spark Connect's transport, which the two tests above
-# cover on a Connect server: it runs with the slow ones (make test keeps its time)
-@pytest.mark.parametrize("any_spark", ["classic", pytest.param("connect", marks=pytest.mark.slow)], indirect=True)
+@CLASSIC_IN_MAKE_TEST
 def test_a_reset_while_the_stream_is_stopped_is_honoured_on_restart(
     any_spark: Any,
     engine: sa.Engine,
@@ -322,9 +327,7 @@ def test_a_second_query_over_the_same_stream_fails_and_the_first_stays_exact(
     assert totals(engine, counts_table) == dict(expected)
 
 
-# the Connect variant is the same planning over Spark Connect's transport, which the two tests above
-# cover on a Connect server: it runs with the slow ones (make test keeps its time)
-@pytest.mark.parametrize("any_spark", ["classic", pytest.param("connect", marks=pytest.mark.slow)], indirect=True)
+@CLASSIC_IN_MAKE_TEST
 def test_a_stream_with_nothing_to_read_waits_then_counts(
     any_spark: Any,
     engine: sa.Engine,
