@@ -17,7 +17,8 @@ import contextlib
 import functools
 import logging
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +29,16 @@ from txn_offsets.spark.frames import EXECUTION_PATHS, Execution, check_execution
 from txn_offsets.spark.tasks import ReadOptions, ReadTask
 from txn_offsets.store.runs import Run
 
-__all__ = ["EXECUTION_PATHS", "Batch", "assign_ranges", "batch_deadline", "check_execution"]
+__all__ = [
+    "EXECUTION_PATHS",
+    "Batch",
+    "Deadlines",
+    "assign_ranges",
+    "batch_deadline",
+    "check_execution",
+    "deadline",
+    "spark_group",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -97,13 +107,21 @@ def assign_ranges(spans: list[int], tasks: int) -> tuple[tuple[int, ...], ...]:
 @contextlib.contextmanager
 def batch_deadline(spark: Any, group: str, timeout_s: float | None) -> Iterator[threading.Event]:
     """Run the body's Spark jobs in job group `group` (under Spark Connect: with operation tag
-    `group`); after `timeout_s` cancel them.
+    `group`); after `timeout_s` cancel them (:func:`spark_group` + :func:`deadline`).
 
     Cancelling interrupts the tasks and Spark kills their Python workers, even one frozen by
     SIGSTOP, whose database session then ends, releasing any claimed row. The yielded event is set
     if the deadline fired (the body's collect() then fails).
     """
-    expired = threading.Event()
+    with spark_group(spark, group) as interrupt, deadline(interrupt, group, timeout_s) as expired:
+        yield expired
+
+
+@contextlib.contextmanager
+def spark_group(spark: Any, group: str) -> Iterator[Callable[[], None]]:
+    """Run the body's Spark jobs (this thread's) in job group `group` (under Spark Connect: with
+    operation tag `group`); yields the call that cancels them. A run sets it once for all its
+    batches (one at a time): each setting is a round trip to the JVM or the Connect server."""
     if session.is_connect(spark):
         # no SparkContext: tag this thread's operations, interrupt them by tag (a server-side call
         # that any thread may make)
@@ -112,13 +130,24 @@ def batch_deadline(spark: Any, group: str, timeout_s: float | None) -> Iterator[
         clear = functools.partial(spark.removeTag, group)
     else:
         sc = spark.sparkContext
-        sc.setJobGroup(group, "txn_offsets batch", interruptOnCancel=True)
+        sc.setJobGroup(group, "txn_offsets", interruptOnCancel=True)
         interrupt = functools.partial(sc.cancelJobGroup, group)
         clear = functools.partial(sc.setLocalProperty, "spark.jobGroup.id", None)
+    try:
+        yield interrupt
+    finally:
+        clear()
+
+
+@contextlib.contextmanager
+def deadline(interrupt: Callable[[], None], label: str, timeout_s: float | None) -> Iterator[threading.Event]:
+    """Call `interrupt` if the body still runs after `timeout_s` (None: never); the yielded event
+    is set if it did."""
+    expired = threading.Event()
 
     def cancel() -> None:
         expired.set()
-        logger.warning("batch %s: still running after %ss; cancelling its Spark jobs", group, timeout_s)
+        logger.warning("batch %s: still running after %ss; cancelling its Spark jobs", label, timeout_s)
         interrupt()
 
     timer = threading.Timer(timeout_s, cancel) if timeout_s is not None else None
@@ -130,4 +159,68 @@ def batch_deadline(spark: Any, group: str, timeout_s: float | None) -> Iterator[
     finally:
         if timer is not None:
             timer.cancel()
-        clear()
+
+
+class Deadlines:
+    """:func:`deadline` for the batches of one run, one at a time, on one thread for the whole run
+    (a timer thread per batch cost ~2 ms per batch). The run's batches share one job group
+    (:func:`spark_group`), so an interrupt fired just as a batch ends may reach the next batch's
+    Spark job: that batch then fails like any cancelled one and is planned again from the table."""
+
+    def __init__(self, interrupt: Callable[[], None]) -> None:
+        self._interrupt = interrupt
+        self._cond = threading.Condition()
+        self._due: float | None = None  # monotonic time the armed batch expires
+        self._expired = threading.Event()
+        self._label = ""
+        self._timeout_s: float | None = None
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    @contextlib.contextmanager
+    def during(self, label: str, timeout_s: float | None) -> Iterator[threading.Event]:
+        """Interrupt the run's Spark jobs if the body still runs after `timeout_s` (None: never);
+        the yielded event is set if it did."""
+        expired = threading.Event()
+        if timeout_s is None:
+            yield expired
+            return
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("Deadlines is closed")
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name=f"deadline-{label[:30]}", daemon=True)
+                self._thread.start()
+            self._due, self._expired, self._label, self._timeout_s = (
+                time.monotonic() + timeout_s,
+                expired,
+                label,
+                timeout_s,
+            )
+            self._cond.notify_all()
+        try:
+            yield expired
+        finally:
+            with self._cond:
+                self._due = None
+                self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and (self._due is None or time.monotonic() < self._due):
+                    self._cond.wait(None if self._due is None else self._due - time.monotonic())
+                if self._closed:
+                    return
+                self._due = None
+                expired, label, timeout_s = self._expired, self._label, self._timeout_s
+                expired.set()
+            logger.warning("batch %s: still running after %ss; cancelling its Spark jobs", label, timeout_s)
+            self._interrupt()

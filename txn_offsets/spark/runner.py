@@ -22,7 +22,7 @@ from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits, Plan, plan_batch, plan_next
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark import joint_plans, rounds
-from txn_offsets.spark.batch import Batch, batch_deadline, check_execution
+from txn_offsets.spark.batch import Batch, Deadlines, check_execution, spark_group
 from txn_offsets.spark.joint_plans import JobPlanRequest
 from txn_offsets.spark.lowlatency.options import LowLatency
 from txn_offsets.spark.publish import BatchPublisher
@@ -42,8 +42,8 @@ __all__ = ["BatchReport", "JobSummary", "run_job"]
 logger = logging.getLogger(__name__)
 
 #: While a job catches up (full batches), a batch is planned from the last one's plan (plan_next) for at
-#: most this long after a fresh plan (which renews the lease, finds new partitions and Kafka's ends).
-REPLAN_EVERY_S = 1.0
+#: most this long after a fresh plan (which finds new partitions and Kafka's ends; ~10-20 ms each).
+REPLAN_EVERY_S = 5.0
 
 
 def run_job(
@@ -121,14 +121,13 @@ def run_job(
             f"nothing renews the lease, so it would lapse and a second run could start without force",
         )
     if retries < 0 or retry_backoff_s < 0:
-        raise ConfigError(
-            "retries", f"retries ({retries}) and retry_backoff_s ({retry_backoff_s}) must be >= 0"
-        )
+        raise ConfigError("retries", f"{retries=} and {retry_backoff_s=} must be >= 0")
     check_execution(execution, spark)
-    # under run_jobs the server's free connections were checked for all the jobs at once
-    budget = check_budget(
-        database, session_cores(spark), max_store_connections, server=not in_shared_engines(database)
-    )
+    # the server's free connections: under run_jobs checked for all the jobs at once; else on the
+    # run's first connection (job_run), or here in low-latency mode
+    alone = not in_shared_engines(database)
+    server_now = alone and low_latency is not None
+    budget = check_budget(database, session_cores(spark), max_store_connections, server=server_now)
     stop = stop or threading.Event()
     if low_latency is not None:
         from txn_offsets.spark.lowlatency.epochs import check_low_latency, run_epochs
@@ -149,7 +148,7 @@ def run_job(
             mirror_group=mirror_group,
             on_batch=on_batch,
         )
-    with job_run(spec, database, kafka) as (engine, run):
+    with job_run(spec, database, kafka, budget=budget if alone else None) as (engine, run):
         loop = _Loop(
             spark=spark,
             spec=spec,
@@ -172,22 +171,27 @@ def run_job(
         )
         started = time.monotonic()
         restore = stop_on_signals(stop)
+        # the run's Spark jobs in one job group, set once (in shared rounds the round's job has it)
+        group = spark_group(spark, f"txn-offsets-{run.run_id}") if rounds.current() is None else None
         try:
-            _loop(
-                loop,
-                stop=stop,
-                max_batches=max_batches,
-                until_caught_up=until_caught_up,
-                batch_interval_s=batch_interval_s,
-                retries=retries,
-                retry_backoff_s=retry_backoff_s,
-            )
+            with group or contextlib.nullcontext() as interrupt:
+                loop.deadlines = Deadlines(interrupt) if interrupt is not None else None
+                _loop(
+                    loop,
+                    stop=stop,
+                    max_batches=max_batches,
+                    until_caught_up=until_caught_up,
+                    batch_interval_s=batch_interval_s,
+                    retries=retries,
+                    retry_backoff_s=retry_backoff_s,
+                )
         except BaseException as exc:
             loop.publisher.run_failed(exc)
             raise
         finally:
-            loop.lease.close()
-            loop.publisher.close()
+            for part in (loop.lease, loop.deadlines, loop.publisher):  # in this order
+                if part is not None:
+                    part.close()
             restore()
             loop.summary.seconds = time.monotonic() - started
     return loop.summary
@@ -208,6 +212,7 @@ class _Loop:
     publisher: BatchPublisher
     lease: LeaseKeeper
     carried: Plan | None = None  # the last batch's plan, once it committed whole
+    deadlines: Deadlines | None = None  # each batch's batch_timeout_s (None: in shared rounds)
     planned_at: float = 0.0  # monotonic time of the last fresh plan
 
 
@@ -291,13 +296,13 @@ def _run_batch(loop: _Loop, ranges: tuple[OffsetRange, ...], *, lag_after: int) 
     t0 = time.monotonic()
     timeout_s = spec.batch_timeout_s
     # in shared rounds (run_jobs) the round's Spark job has the deadline: no job group of our own
-    deadline = (
-        batch_deadline(loop.spark, f"txn-offsets-{run.run_id}-{number}", timeout_s)
-        if rounds.current() is None
+    watch = (
+        loop.deadlines.during(f"txn-offsets-{run.run_id}-{number}", timeout_s)
+        if loop.deadlines is not None
         else contextlib.nullcontext(threading.Event())
     )
     try:
-        with deadline as expired:
+        with watch as expired:
             reports = loop.writer.commit(batch)
     except TxnOffsetsError:
         raise

@@ -31,7 +31,8 @@ from txn_offsets.planner import Limits, OnDataLoss, TopicSelection, check_on_dat
 from txn_offsets.spark.frames import Execution, check_execution
 from txn_offsets.spark.gathering import Gathering
 from txn_offsets.spark.tasks import ReadOptions
-from txn_offsets.store.database import engine_for
+from txn_offsets.store.budget import ConnectionBudget, check_server
+from txn_offsets.store.database import engine_for, translate_errors
 from txn_offsets.store.many_runs import StartRequest, end_runs, start_runs
 from txn_offsets.store.roles import check_run_role
 from txn_offsets.store.runs import Run, StartTicket, end_run, new_run_id, start_run
@@ -123,15 +124,20 @@ class JobSpec:
 
 @contextlib.contextmanager
 def job_run(
-    spec: JobSpec, database: DatabaseSettings, kafka: KafkaSettings
+    spec: JobSpec, database: DatabaseSettings, kafka: KafkaSettings, *, budget: ConnectionBudget | None = None
 ) -> Iterator[tuple[sa.Engine, Run]]:
     """The driver's engine and a new run of ``spec.job`` (fencing older runs), after the
-    preflight; at exit the lease is released (quietly, see :func:`end_quietly`) and the engine
-    closed. A failed preflight or start changes nothing and leaves nothing open."""
+    preflight (and with `budget`, the server's free connections read on the engine's first
+    connection, which the run keeps); at exit the lease is released (quietly, see
+    :func:`end_quietly`) and the engine closed. A failed preflight or start changes nothing and
+    leaves nothing open."""
     shared: Mapping[DatabaseSettings, sa.Engine] = getattr(_local, "engines", {})
     engine = shared.get(database) or engine_for(database)
     own = database not in shared
     try:
+        if budget is not None:
+            with translate_errors(database), engine.connect() as conn:
+                check_server(conn, database, budget)
         if (database, kafka, spec.selection.topics) not in getattr(_local, "preflighted", ()):
             preflight(engine, database, kafka, job=spec.job, selection=spec.selection)
         run = _start(engine, database, spec)

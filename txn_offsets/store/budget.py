@@ -38,6 +38,7 @@ __all__ = [
     "ConnectionBudget",
     "check_budget",
     "check_jobs_budget",
+    "check_server",
     "plan_budget",
 ]
 
@@ -110,7 +111,7 @@ def _headroom(db: DatabaseSettings) -> ConnectionHeadroom:
 
 
 def _short_of(db: DatabaseSettings, room: ConnectionHeadroom) -> str:
-    # the check's own connection is counted in use and closed before the run opens any
+    # the check's own connection is counted in use: closed before the run opens any, or the run's first
     return (
         f"{db.display_url} has {room.free + 1} free (max_connections {room.max_connections} - "
         f"{room.reserved} reserved - {room.in_use - 1} in use)"
@@ -122,11 +123,21 @@ def check_budget(
 ) -> ConnectionBudget:
     """:func:`plan_budget`, then the server's free connections (one short read on a connection of
     its own): a run that could not open what it needs fails now, naming the setting and the numbers.
-    ``server=False``: the setting only (``run_jobs`` has read the server for all its jobs at once)."""
+    ``server=False``: the setting only (``run_jobs`` has read the server for all its jobs at once;
+    ``run_job`` reads it on its own first connection, :func:`check_server`)."""
     plan = plan_budget(slots, max_store_connections)
-    if not server:
-        return plan
-    room = _headroom(db)
+    if server:
+        _refuse_if_short(db, plan, _headroom(db))
+    return plan
+
+
+def check_server(conn: sa.Connection, db: DatabaseSettings, plan: ConnectionBudget) -> None:
+    """The server half of :func:`check_budget` on `conn`, a connection the run keeps (its first:
+    counted in use, as the check's own connection is there) - no connection opened for the check."""
+    _refuse_if_short(db, plan, connection_headroom(conn))
+
+
+def _refuse_if_short(db: DatabaseSettings, plan: ConnectionBudget, room: ConnectionHeadroom) -> None:
     if plan.needed > room.free + 1:
         raise ConfigError(
             "max_store_connections",
@@ -142,4 +153,3 @@ def check_budget(
         plan.slots,
         room.free + 1,
     )
-    return plan
