@@ -8,8 +8,8 @@ No timing is asserted: performance claims come from ``make bench``.
 
 ``make test`` runs it at one point count (8 partitions), with txn_offsets' PartitionWriter, the
 at-least-once baseline and the limits, the sweep and scale phases (about a third of the time: the
-Structured Streaming contender and the memory phase cost a JVM each; its two ratios print nan); the smoke size as it is (1 and
-8 partitions, every contender, 40 memory batches) is marked slow."""
+Structured Streaming contender and the memory phase cost a JVM each; its two ratios print nan);
+the smoke size as it is (1 and 8 partitions, every contender, 40 memory batches) is marked slow."""
 
 from __future__ import annotations
 
