@@ -1,4 +1,4 @@
-"""The Structured Streaming adapter on classic Spark and on a real Spark Connect server:
+"""The Structured Streaming adapter on classic Spark and (slow variants) on a real Spark Connect server:
 ``readStream.format("txn_offsets")`` + the exactly-once sink give exact results with aborted
 Kafka transactions, commit marker-only ranges, turn replays into no-ops, fence zombies, refuse a
 foreign sink and streaming state, and honour a reset made while the query is stopped."""
@@ -33,16 +33,12 @@ from txn_offsets.store.stats import load_stats
 from txn_offsets.upserts import upsert_add
 
 
-@pytest.fixture(params=["classic", "connect"])
+# the Connect variant of a test is the same planning over Spark Connect's transport: in make test
+# the streaming adapter runs on a real Connect server in test_streaming_kills.py (a server killed -9
+# mid-batch, exact after a new one); the Connect variants here run with the slow ones
+@pytest.fixture(params=["classic", pytest.param("connect", marks=pytest.mark.slow)])
 def any_spark(request: pytest.FixtureRequest) -> Any:
     return request.getfixturevalue("spark" if request.param == "classic" else "connect_spark")
-
-
-# the Connect variant of some tests is the same planning over Spark Connect's transport, which the
-# other tests cover on a Connect server: it runs with the slow ones (make test keeps its time)
-CLASSIC_IN_MAKE_TEST = pytest.mark.parametrize(
-    "any_spark", ["classic", pytest.param("connect", marks=pytest.mark.slow)], indirect=True
-)
 
 
 def key_counts(batch: Any) -> list[tuple[str, int]]:
@@ -249,7 +245,6 @@ def test_streaming_state_and_unknown_jobs_are_refused(
         query.stop()
 
 
-@CLASSIC_IN_MAKE_TEST
 def test_a_reset_while_the_stream_is_stopped_is_honoured_on_restart(
     any_spark: Any,
     engine: sa.Engine,
@@ -327,7 +322,6 @@ def test_a_second_query_over_the_same_stream_fails_and_the_first_stays_exact(
     assert totals(engine, counts_table) == dict(expected)
 
 
-@CLASSIC_IN_MAKE_TEST
 def test_a_stream_with_nothing_to_read_waits_then_counts(
     any_spark: Any,
     engine: sa.Engine,
