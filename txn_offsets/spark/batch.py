@@ -36,7 +36,6 @@ __all__ = [
     "assign_ranges",
     "batch_deadline",
     "check_execution",
-    "deadline",
     "spark_group",
 ]
 
@@ -107,14 +106,19 @@ def assign_ranges(spans: list[int], tasks: int) -> tuple[tuple[int, ...], ...]:
 @contextlib.contextmanager
 def batch_deadline(spark: Any, group: str, timeout_s: float | None) -> Iterator[threading.Event]:
     """Run the body's Spark jobs in job group `group` (under Spark Connect: with operation tag
-    `group`); after `timeout_s` cancel them (:func:`spark_group` + :func:`deadline`).
+    `group`); after `timeout_s` cancel them (:func:`spark_group` + :class:`Deadlines`).
 
     Cancelling interrupts the tasks and Spark kills their Python workers, even one frozen by
     SIGSTOP, whose database session then ends, releasing any claimed row. The yielded event is set
     if the deadline fired (the body's collect() then fails).
     """
-    with spark_group(spark, group) as interrupt, deadline(interrupt, group, timeout_s) as expired:
-        yield expired
+    with spark_group(spark, group) as interrupt:
+        deadlines = Deadlines(interrupt)  # one batch: its thread ends with it
+        try:
+            with deadlines.during(group, timeout_s) as expired:
+                yield expired
+        finally:
+            deadlines.close()
 
 
 @contextlib.contextmanager
@@ -139,33 +143,12 @@ def spark_group(spark: Any, group: str) -> Iterator[Callable[[], None]]:
         clear()
 
 
-@contextlib.contextmanager
-def deadline(interrupt: Callable[[], None], label: str, timeout_s: float | None) -> Iterator[threading.Event]:
-    """Call `interrupt` if the body still runs after `timeout_s` (None: never); the yielded event
-    is set if it did."""
-    expired = threading.Event()
-
-    def cancel() -> None:
-        expired.set()
-        logger.warning("batch %s: still running after %ss; cancelling its Spark jobs", label, timeout_s)
-        interrupt()
-
-    timer = threading.Timer(timeout_s, cancel) if timeout_s is not None else None
-    if timer is not None:
-        timer.daemon = True
-        timer.start()
-    try:
-        yield expired
-    finally:
-        if timer is not None:
-            timer.cancel()
-
-
 class Deadlines:
-    """:func:`deadline` for the batches of one run, one at a time, on one thread for the whole run
-    (a timer thread per batch cost ~2 ms per batch). The run's batches share one job group
-    (:func:`spark_group`), so an interrupt fired just as a batch ends may reach the next batch's
-    Spark job: that batch then fails like any cancelled one and is planned again from the table."""
+    """Interrupt the Spark jobs of a batch still running after its timeout: for the batches of one
+    run, one at a time, on one thread for the whole run (a timer thread per batch cost ~2 ms).
+    The run's batches share one job group (:func:`spark_group`), so an interrupt fired just as a
+    batch ends may reach the next batch's Spark job: that batch then fails like any cancelled one
+    and is planned again from the table."""
 
     def __init__(self, interrupt: Callable[[], None]) -> None:
         self._interrupt = interrupt
