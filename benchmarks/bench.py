@@ -49,7 +49,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from benchmarks import latency, lineage, lowlatency, machine, partial, plot, report, scale
+from benchmarks import latency, lineage, lowlatency, machine, partial, plot, report, scale, sink
 from benchmarks.dataset import Dataset, delete_topics, produce_dataset
 from benchmarks.settings import (
     COPY,
@@ -394,6 +394,11 @@ def measure(size: Size) -> dict[str, Any]:
     )
     try:
         described = machine.describe(bench.engine)
+        deleted, topics, kept = sink.remove_leftovers(bench.engine, kafka)
+        if deleted:
+            say(f"removed {deleted:,} result rows of {topics} benchmark topics Kafka no longer has")
+        if kept:
+            say(f"the result table holds {kept:,} rows of other topics: they slow every writer")
         bench.produce()
         if SWEEP in size.phases:
             bench.sweep()

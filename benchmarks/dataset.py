@@ -57,6 +57,12 @@ def create_topic(
         time.sleep(0.2)
 
 
+def topic_names(kafka: KafkaSettings) -> list[str]:
+    """Every topic the cluster has."""
+    admin = AdminClient(kafka.client_config())
+    return sorted(admin.list_topics(timeout=30).topics)
+
+
 def delete_topics(kafka: KafkaSettings, topics: list[str]) -> None:
     if not topics:
         return
