@@ -64,10 +64,15 @@ def write_copy(conn: sa.Connection, topic: str, partials: Partials) -> None:
 
 def clear(engine: sa.Engine, topic: str) -> None:
     """Remove a topic's rows and vacuum, so that every timed run starts from the same table."""
+    _remove(engine, [topic], "ANALYZE")
+
+
+def _remove(engine: sa.Engine, topics: list[str], vacuum: str) -> None:
+    """Delete the rows of `topics`, then ``VACUUM (<vacuum>)`` the table (outside a transaction)."""
     with engine.begin() as conn:
-        conn.execute(sa.delete(window_counts).where(window_counts.c.topic == topic))
+        conn.execute(sa.delete(window_counts).where(window_counts.c.topic.in_(topics)))
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(sa.text(f"VACUUM (ANALYZE) {_TABLE}"))
+        conn.execute(sa.text(f"VACUUM ({vacuum}) {_TABLE}"))
 
 
 # the topics benchmarks.dataset.create_topic names (prefix "bench" or "bench-latency")
@@ -89,10 +94,7 @@ def remove_leftovers(engine: sa.Engine, kafka: KafkaSettings) -> tuple[int, int,
     live = set(topic_names(kafka))
     gone = [t for t in counts if BENCH_TOPIC.fullmatch(t) and t not in live]
     if gone:
-        with engine.begin() as conn:
-            conn.execute(sa.delete(window_counts).where(window_counts.c.topic.in_(gone)))
-        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            conn.execute(sa.text(f"VACUUM (FULL, ANALYZE) {_TABLE}"))
+        _remove(engine, gone, "FULL, ANALYZE")
     deleted = sum(counts[t] for t in gone)
     return deleted, len(gone), sum(counts.values()) - deleted
 
