@@ -247,7 +247,9 @@ def apply_import(
                     topic_ids=plan.topic_ids,
                 )
             if moved:  # audits 'reset', bumps the generation and drops the lease
-                offset_rows.reset_offsets(conn, db, plan.job, moved, reason=why_step, actor=who)
+                offset_rows.reset_offsets(
+                    conn, db, plan.job, moved, reason=why_step, actor=who, topic_ids=plan.topic_ids
+                )
         if not plan.existing:  # reset_offsets bumped it otherwise
             conn.execute(
                 sa.update(t.jobs)

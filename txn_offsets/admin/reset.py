@@ -15,8 +15,8 @@ records it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
@@ -24,7 +24,7 @@ import sqlalchemy as sa
 
 from txn_offsets.admin.moves import ALLOW_OUTSIDE_LOG, Move, MovePlan, forced_reason, in_log, outside_log
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.errors import ConfigError, JobAlreadyRunning
+from txn_offsets.errors import ConfigError, JobAlreadyRunning, TopicMissing
 from txn_offsets.kafka import metadata
 from txn_offsets.ranges import TopicPartition
 from txn_offsets.store import offset_rows
@@ -70,6 +70,9 @@ class ResetPlan(MovePlan):
     generation: int  # a reset needs the job to exist
     clamped: tuple[str, ...] = ()  # shifts kept inside the log (written to the audit reason)
     forced: tuple[str, ...] = ()  # moves outside the log (allow_outside_log; in the audit reason)
+    # the Kafka topic id of each topic the targets were chosen against, stored with the offsets
+    # (a topic re-created after the plan is then data loss on the next run, never read from them)
+    topic_ids: Mapping[str, str] = field(default_factory=dict)
 
     def notes(self) -> list[str]:
         """What a front-end shows with the plan: clamps and forced moves."""
@@ -219,11 +222,47 @@ def plan_reset(
         state = lock_job(conn, db, job, for_update=False)
         stored = offset_rows.load_offsets(conn, db, job)
     keys = _select(stored, target, topic=topic, partitions=partitions, kafka=kafka, timeout_s=timeout_s)
+    topics = sorted({t for t, _ in keys})
+    ids = _incarnations(kafka, topics, target, timeout_s)
     asked = _targets(keys, stored, target, kafka, timeout_s)
     new, clamped, forced = _fit(asked, target, kafka, timeout_s)
+    if _incarnations(kafka, topics, target, timeout_s) != ids:
+        raise ConfigError(
+            "--topic",
+            f"{', '.join(topics)} was deleted or re-created while the reset was planned; run it again",
+        )
     steps = tuple(Move(t, p, stored.get((t, p)), new[(t, p)]) for t, p in keys)
     live = state.run_id if state.live else None
-    return ResetPlan(job, state.generation, steps, live, state.heartbeat_age_s, tuple(clamped), tuple(forced))
+    return ResetPlan(
+        job, state.generation, steps, live, state.heartbeat_age_s, tuple(clamped), tuple(forced), ids
+    )
+
+
+def _incarnations(
+    kafka: KafkaSettings | None, topics: list[str], target: ResetTarget, timeout_s: float
+) -> dict[str, str]:
+    """The topic id of each of `topics` (asked before and after the targets: the same ids both
+    times prove the targets are positions of those incarnations). None without Kafka; a topic
+    Kafka does not have is left out only where the target may leave the log (no log to check)."""
+    if kafka is None:
+        return {}
+    try:
+        return {
+            t: info.topic_id
+            for t, info in metadata.describe_topics(kafka, topics, timeout_s=timeout_s).items()
+        }
+    except TopicMissing:
+        if not target.allow_outside_log:
+            raise
+    out = {}
+    for t in topics:  # one at a time: which ones exist
+        try:
+            out.update(
+                {t: i.topic_id for t, i in metadata.describe_topics(kafka, [t], timeout_s=timeout_s).items()}
+            )
+        except TopicMissing:
+            continue
+    return out
 
 
 def apply_reset(
@@ -253,7 +292,9 @@ def apply_reset(
             )
         targets = {(s.topic, s.partition): s.new for s in plan.steps}
         why = plan.audit_reason(reason)
-        offset_rows.reset_offsets(conn, db, plan.job, targets, reason=why, actor=who)
+        offset_rows.reset_offsets(
+            conn, db, plan.job, targets, reason=why, actor=who, topic_ids=plan.topic_ids
+        )
         generation = lock_job(conn, db, plan.job).generation
     logger.info("job %r: reset %r partitions, generation now %r", plan.job, len(plan.steps), generation)
     return generation

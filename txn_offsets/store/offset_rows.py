@@ -288,12 +288,18 @@ def reset_offsets(
     *,
     reason: str,
     actor: str,
+    topic_ids: Mapping[str, str] | None = None,
 ) -> list[OffsetChange]:
     """The admin reset: set the offsets, audit each change, bump the generation and drop the lease.
 
     The job row is locked FOR UPDATE first, so claims in flight finish before the old values are
     read; the generation bump then fences the run that planned from them. Checking whether a live
     run may be fenced is the caller's decision (see :mod:`txn_offsets.admin.reset`).
+
+    `topic_ids`: the Kafka topic id of each topic the new offsets were chosen against (as Kafka
+    described it when the reset was planned). A row's id is set to it, so a topic deleted and
+    re-created after the reset is data loss on the next plan, not the old offsets read in the new
+    topic; a topic without one (no Kafka asked) stores none and the next plan adopts Kafka's.
     """
     check_offsets(targets)
     check_audit("reset", reason, actor)
@@ -303,16 +309,23 @@ def reset_offsets(
     t = tables_for(db.schema)
     current = load_offsets(conn, db, job)
     changes = [OffsetChange(tp, p, current.get((tp, p)), off) for (tp, p), off in sorted(targets.items())]
+    ids = topic_ids or {}
     upsert = pg_insert(t.offsets).values(
-        [{"job": job, "topic": c.topic, "part": c.partition, "off": c.new} for c in changes]
+        [
+            {"job": job, "topic": c.topic, "part": c.partition, "off": c.new, "topic_id": ids.get(c.topic)}
+            for c in changes
+        ]
     )
-    # the admin chose these offsets for the topic as it is now: forget the incarnation the old ones
-    # belonged to (the next plan records the current topic id), or a reset after a topic was
-    # re-created would be reported as data loss again
+    # the new offsets belong to the incarnation the admin chose them for, not to the one the old
+    # offsets were read from (or a reset after a topic was re-created would be data loss again)
     conn.execute(
         upsert.on_conflict_do_update(
             index_elements=["job", "topic", "part"],
-            set_={"off": upsert.excluded.off, "updated_at": sa.func.now(), "topic_id": None},
+            set_={
+                "off": upsert.excluded.off,
+                "updated_at": sa.func.now(),
+                "topic_id": upsert.excluded.topic_id,
+            },
         )
     )
     generation = conn.execute(
