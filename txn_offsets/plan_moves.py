@@ -21,7 +21,8 @@ import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.data_loss import LOSS_REASONS, OnDataLoss, lost
-from txn_offsets.errors import ConfigError, DataLoss
+from txn_offsets.errors import ConfigError, DataLoss, TopicChanged
+from txn_offsets.kafka import metadata
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.ranges import TopicPartition
 from txn_offsets.store import offset_rows
@@ -45,13 +46,15 @@ def settle_offsets(
     on_data_loss: OnDataLoss,
     timeout_s: float,
     generation: int | None,
-) -> dict[TopicPartition, int]:
+) -> tuple[dict[TopicPartition, int], Mapping[TopicPartition, tuple[int, int]]]:
     """The stored offset of each of `partitions` once seeded, adopted and skipped as due (see the
-    module), in `conn`'s transaction; `first_plan`: the job has never planned (the job row says)."""
+    module), in `conn`'s transaction, and the (log start, end) of each to plan with: `marks`, or
+    asked again for a re-created topic (:func:`_confirmed`). `first_plan`: the job has never
+    planned (the job row says)."""
     rows = offset_rows.load_rows(conn, db, job)
     quick = unmoved(rows, partitions, marks, topic_ids, first_plan=first_plan)
     if quick is not None:
-        return quick
+        return quick, marks
     missing = [tp for tp in partitions if tp not in rows]
     if missing:
         _seed(
@@ -75,6 +78,7 @@ def settle_offsets(
     if legacy:
         offset_rows.adopt_topic_ids(conn, db, job, {t: topic_ids[t] for t in legacy})
     stored: dict[TopicPartition, int] = {}
+    marks = _confirmed(kafka, rows, partitions, marks, topic_ids, timeout_s=timeout_s)
     for tp in partitions:
         loss = lost(rows[tp], topic_ids[tp[0]], marks[tp])
         stored[tp] = rows[tp].off
@@ -117,7 +121,36 @@ def settle_offsets(
             resume,
         )
         stored[tp] = resume
-    return stored
+    return stored, marks
+
+
+def _confirmed(
+    kafka: KafkaSettings,
+    rows: Mapping[TopicPartition, offset_rows.StoredOffset],
+    partitions: Sequence[TopicPartition],
+    marks: Mapping[TopicPartition, tuple[int, int]],
+    topic_ids: Mapping[str, str],
+    *,
+    timeout_s: float,
+) -> Mapping[TopicPartition, tuple[int, int]]:
+    """`marks`, but for a topic whose stored id is not its id now (deleted and created again:
+    where its rows resume is the new log's start) its (log start, end) asked again, then its id
+    described once more. Asked while the topic was described, the offsets may be the OLD log's
+    (the request answered before the topic went) beside the NEW id: a skip to the old log's start
+    would pass over the new topic's first records. Asked after a description that gave the new id
+    and followed by one that still does, they are the new topic's; any other id is TopicChanged
+    (the runner plans again)."""
+    recreated = sorted(
+        {t for t, p in partitions if (row := rows.get((t, p))) and row.topic_id not in (None, topic_ids[t])}
+    )
+    if not recreated:
+        return marks
+    fresh = metadata.watermarks(kafka, [tp for tp in partitions if tp[0] in recreated], timeout_s=timeout_s)
+    now = metadata.describe_topics(kafka, recreated, timeout_s=timeout_s)
+    for topic in recreated:
+        if now[topic].topic_id != topic_ids[topic]:
+            raise TopicChanged(topic, topic_ids[topic], now[topic].topic_id)
+    return {**marks, **fresh}
 
 
 def unmoved(

@@ -204,7 +204,7 @@ def plan_batch(
             lineage.prune_due(conn, db, job)  # bounded, at most every few minutes (retention)
         else:
             state = offset_rows.check_generation(conn, db, job, generation)
-        stored = settle_offsets(
+        stored, settled = settle_offsets(
             conn,
             db,
             kafka,
@@ -218,7 +218,7 @@ def plan_batch(
             timeout_s=timeout_s,
             generation=generation,
         )
-    return plan_from(stored, marks, partitions, limits, topic_ids)
+    return plan_from(stored, settled, partitions, limits, topic_ids)
 
 
 # where a running job's plan asks Kafka while its statement runs (threads made as plans need them)

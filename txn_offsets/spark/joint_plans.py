@@ -138,7 +138,7 @@ def _first_plan(  # noqa: PLR0917 - the joint plan's own values, passed on
     partitions = [(t, p) for t in topics for p in infos[t].partitions]
     try:
         with conn.begin_nested():
-            stored = settle_offsets(
+            stored, settled = settle_offsets(
                 conn,
                 db,
                 kafka,
@@ -159,7 +159,7 @@ def _first_plan(  # noqa: PLR0917 - the joint plan's own values, passed on
             type(exc).__name__,
         )
         return None
-    return plan_from(stored, marks, partitions, request.limits, topic_ids)
+    return plan_from(stored, settled, partitions, request.limits, topic_ids)
 
 
 class JointPlans(Gathering[tuple[Any, DatabaseSettings, KafkaSettings], JobPlanRequest, Plan]):

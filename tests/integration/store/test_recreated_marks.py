@@ -1,0 +1,109 @@
+"""A topic deleted and created again is skipped (``on_data_loss="skip"``) to the NEW log's start,
+even when the log offsets Kafka gave the plan were the old topic's.
+
+A plan asks Kafka for the topics' ids and their partitions' (log start, end) at once. When the topic
+is deleted and created again between the two answers, the id can be the new topic's and the offsets
+the old one's. Before: the skip of a re-created topic resumed at that old log start, passing over the
+new topic's first records (audited as a data-loss skip of the wrong size). Now the offsets of a
+re-created topic are asked again after its new id was seen, and the id once more after them
+(plan_moves._confirmed). The old log's answer is injected by replacing the first watermarks call:
+the interleaving itself is a race no test can schedule on a real broker."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.fix_services import TopicFactory
+from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.kafka import metadata
+from txn_offsets.kafka.start import StartPolicy
+from txn_offsets.planner import Limits, TopicSelection, plan_batch
+from txn_offsets.ranges import OffsetRange
+from txn_offsets.store import offset_rows
+from txn_offsets.store.database import engine_for
+from txn_offsets.store.runs import start_run
+
+from .helpers import offsets_of, produce_counts
+
+
+def _recreate(admin: AdminClient, topic: str) -> None:
+    admin.delete_topics([topic], operation_timeout=30)[topic].result(timeout=30)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(
+                timeout=30
+            )
+            return
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def test_a_recreated_topic_resumes_at_the_new_logs_start_whatever_offsets_came_with_its_id(
+    migrated: DatabaseSettings,
+    kafka_bootstrap: str,
+    kafka_admin: AdminClient,
+    topic_factory: TopicFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kafka = KafkaSettings(kafka_bootstrap)
+    topic = topic_factory(partitions=1)
+    produce_counts(kafka_bootstrap, topic, {0: 100})
+    old_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
+    engine = engine_for(migrated)
+    try:
+        run = start_run(engine, migrated, "recreated-marks")
+        with engine.begin() as conn:  # the job had read the old topic to its end
+            offset_rows.seed_offsets(
+                conn, migrated, run.job, {(topic, 0): 100}, reason="t", actor="t", topic_ids={topic: old_id}
+            )
+        _recreate(kafka_admin, topic)
+        produce_counts(kafka_bootstrap, topic, {0: 150})
+        new_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
+        assert new_id != old_id
+
+        real = metadata.watermarks
+        calls: list[int] = []
+
+        def old_log_first(
+            kafka: KafkaSettings, tps: Any, **kw: Any
+        ) -> dict[tuple[str, int], tuple[int, int]]:
+            calls.append(1)
+            if len(calls) == 1:  # the answer the old topic's log gave (its start, had retention run)
+                return dict.fromkeys(tps, (50, 100))
+            return real(kafka, tps, **kw)
+
+        monkeypatch.setattr(metadata, "watermarks", old_log_first)
+        plan = plan_batch(
+            engine,
+            migrated,
+            kafka,
+            job=run.job,
+            selection=TopicSelection((topic,)),
+            start=StartPolicy.earliest(),
+            limits=Limits(),
+            on_data_loss="skip",
+            run=run,
+        )
+        assert len(calls) >= 2  # the offsets asked again once the new id was seen
+        assert plan.ranges == (OffsetRange(topic, 0, 0, 150, new_id),)  # every record of the new topic
+        assert offsets_of(engine, migrated, run.job) == {(topic, 0): 0}
+        with engine.connect() as conn:
+            audit = conn.execute(
+                sa.text(
+                    f'SELECT old_off, new_off, action FROM "{migrated.schema}".offset_audit '
+                    "WHERE job = :j AND action = 'data_loss_skip'"
+                ),
+                {"j": run.job},
+            ).all()
+        assert [tuple(r) for r in audit] == [(100, 0, "data_loss_skip")]
+    finally:
+        engine.dispose()
