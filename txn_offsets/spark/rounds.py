@@ -16,7 +16,10 @@ job only (its batch fails as a transient BatchFailed: it plans again from its st
 the task goes on with the other units. A Spark task that fails as a whole (a lost worker) is retried
 by Spark, its units found ``already_committed`` where they had committed; a round whose Spark job
 fails (or outlives the round's deadline, the smallest ``batch_timeout_s`` of the jobs, and is
-cancelled) fails every batch in it, transiently: each job plans again.
+cancelled) fails every batch in it, transiently: each job plans again, and runs its next batch in
+a Spark job of its own (a round of one, on its own thread) before it joins the rounds again. A job
+whose tasks fail as a whole every time (a Python worker that exits or crashes in its code) then
+fails alone instead of failing every round it shares.
 """
 
 from __future__ import annotations
@@ -142,6 +145,7 @@ class RoundTask:
 @dataclass
 class _Submission:
     task: PartitionTask[Any]
+    member: int  # the submitting thread
     done: threading.Event = field(default_factory=threading.Event)
     reports: list[TaskReport] = field(default_factory=list)
     error: BaseException | None = None
@@ -169,6 +173,7 @@ class Rounds:
         self._pending: list[_Submission] = []
         self._members = 0
         self._submitters: set[int] = set()  # the member threads that have submitted a batch
+        self._alone: set[int] = set()  # members whose last round failed: their next batch runs alone
         self._born = time.monotonic()
         self._closed = False
         self._thread = threading.Thread(target=self._serve, name="txn-offsets-rounds", daemon=True)
@@ -177,13 +182,25 @@ class Rounds:
     def submit(self, task: PartitionTask[Any]) -> list[TaskReport]:
         """Run `task` over all of its ranges in the next round; its reports, or the round's (or this
         unit's) failure raised."""
-        sub = _Submission(task)
+        sub = _Submission(task, threading.get_ident())
         with self._cond:
             if self._closed:
                 raise RuntimeError("txn_offsets rounds are closed: no round will run this batch")
-            self._pending.append(sub)
-            self._submitters.add(threading.get_ident())
-            self._cond.notify_all()
+            alone = sub.member in self._alone
+            if not alone:
+                self._pending.append(sub)
+                self._submitters.add(sub.member)
+                self._cond.notify_all()
+        if alone:  # its last round failed as a whole: a round of one, here, before it shares again
+            try:
+                self._run([sub])
+            except BaseException as exc:
+                sub.error = exc
+                sub.done.set()
+            else:
+                with self._cond:
+                    self._alone.discard(sub.member)
+                    self._cond.notify_all()
         return sub.result()
 
     def close(self) -> None:
@@ -195,6 +212,8 @@ class Rounds:
     def _member(self, delta: int) -> None:
         with self._cond:
             self._members += delta
+            if delta < 0:
+                self._alone.discard(threading.get_ident())
             self._cond.notify_all()
 
     def _serve(self) -> None:
@@ -209,6 +228,8 @@ class Rounds:
             try:
                 self._run(batch)
             except BaseException as exc:  # never leave a member waiting on a round that will not end
+                with self._cond:
+                    self._alone.update(sub.member for sub in batch)
                 for sub in batch:
                     if not sub.done.is_set():
                         sub.error = exc
@@ -218,7 +239,7 @@ class Rounds:
         """Wait (lock held, released while waiting) for the other members' batches of this round."""
         first = last = time.monotonic()
         seen = len(self._pending)
-        while len(self._pending) < self._members and not self._closed:
+        while len(self._pending) < self._members - len(self._alone) and not self._closed:
             now = time.monotonic()
             until = min(last + GATHER_QUIET_S, first + GATHER_MAX_S)
             if len(self._submitters) < self._members:  # runs still starting: their first batch comes
@@ -230,8 +251,10 @@ class Rounds:
                 seen, last = len(self._pending), time.monotonic()
 
     def _run(self, batch: list[_Submission]) -> None:
-        self.count += 1
-        self.batches += len(batch)
+        with self._cond:  # the round thread's rounds, and a member's round of one on its own thread
+            self.count += 1
+            self.batches += len(batch)
+            group = f"txn-offsets-round-{self.count}"
         units: list[tuple[int, tuple[int, ...]]] = []
         for i, sub in enumerate(batch):
             ranges = sub.task.ranges
@@ -246,7 +269,6 @@ class Rounds:
         spans = [sum(batch[i].task.ranges[j].span for j in group) for i, group in units]
         parts = [[units[u] for u in slot] for slot in assign_ranges(spans, min(self._slots, len(units)))]
         body = RoundTask(tuple(sub.task for sub in batch))
-        group = f"txn-offsets-round-{self.count}"
         with batch_deadline(self.spark, group, self.timeout_s), frames.worker_imports():
             rdd = self.spark.sparkContext.parallelize(parts, len(parts))
             out = rdd.mapPartitionsWithIndex(body).collect()  # failing: every batch in it fails
