@@ -55,6 +55,12 @@ class PartitionWriter(Generic[T, A]):
     and an iterator it returns (a generator, ``map(...)``) is materialised before ``write``. With
     ``dead_letters=True`` a record the decoder rejects is not fatal: it goes to the schema's
     ``dead_letters`` table in the same transaction as the range's results and offset.
+
+    ``write`` / ``write_all`` may run more than once for the same aggregates: after PostgreSQL
+    rolled the transaction back (a deadlock, a serialization failure: retried, nothing committed)
+    and when a shared round's joint transaction gives way to a transaction per job. They must
+    not change the aggregates they are given (merge into a new dict, never into one of them): a
+    second run would write what the first one changed.
     """
 
     write: Callable[[sa.Connection, OffsetRange, A], None] | None = None
