@@ -1,10 +1,11 @@
 """Driver side, step 1 of the protocol: turn stored offsets and Kafka's end offsets into a batch.
 
 Each plan discovers the topics' partitions again, so partitions added while the job runs are
-picked up (a job catching up plans from its last batch's plan for up to a second in between:
-:func:`plan_next`). A partition without an offset row gets one (audited): at the start policy when the job
-planned for the first time, at the log start for a topic or partition that appears later. End
-offsets come from Kafka at the readers' isolation level (the LSO under read_committed).
+picked up (a job catching up plans from its last batch's plan in between, for up to
+``runner.REPLAN_EVERY_S``, 5 s: :func:`plan_next`). A partition without an offset row gets one
+(audited): at the start policy when the job planned for the first time, at the log start for a
+topic or partition that appears later. End offsets come from Kafka at the readers' isolation level
+(the LSO under read_committed).
 
 A stored offset is a claim about one incarnation of a topic (its Kafka topic id is stored with
 it). Data loss is any stored offset that no longer points into the topic's log: below the log
