@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from confluent_kafka import KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
 
 from tests.fix_services import TopicFactory
 from tests.integration.spark.conftest import Produce, RunTestJob
@@ -34,6 +34,7 @@ from tests.integration.spark.test_counting_job import (
     totals,
 )
 from tests.kafka_ends import settled_ends
+from tests.kafka_topics import recreate_topic
 from txn_offsets import (
     DataLoss,
     RecordRejected,
@@ -64,24 +65,6 @@ def _audit(engine: sa.Engine, db: DatabaseSettings, job: str) -> list[tuple[str,
     return [(r.topic, r.part, r.old_off, r.new_off, r.action) for r in rows]
 
 
-def _recreate(admin: AdminClient, topic: str, partitions: int, gone_s: float = 0.0) -> None:
-    """Delete `topic` and create it again under the same name (bounded: deletion is asynchronous),
-    leaving it absent for at least `gone_s` seconds."""
-    admin.delete_topics([topic], operation_timeout=30)[topic].result(timeout=30)
-    time.sleep(gone_s)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[
-                topic
-            ].result(timeout=30)
-            return
-        except KafkaException:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
-
-
 # --- 1. a topic deleted and re-created -----------------------------------------------------------
 # Before: the planner compared the stored offset with the log start only. A shorter new topic gave
 # an empty plan ("caught up") and a longer one was read from the old offset on: records below it
@@ -104,7 +87,7 @@ def test_recreated_topic_is_data_loss_then_an_audited_skip(
     run_test_job(counting_writer(counts_table), [topic], retries=0)
     assert stored_offsets(engine, db, job_name) == {(topic, 0): 100, (topic, 1): 100}
 
-    _recreate(kafka_admin, topic, 2)
+    recreate_topic(kafka_admin, topic, 2)
     again = produce(topic, second, 2, start=10_000)
     before = (
         stored_offsets(engine, db, job_name),
@@ -151,7 +134,7 @@ def test_a_reset_then_a_recreated_topic_is_data_loss_not_a_silent_skip(
     plan = plan_reset(engine, db, job_name, ResetTarget("offset", 60), topic=topic, kafka=kafka)
     apply_reset(engine, db, plan, reason="replay the last 40")
 
-    _recreate(kafka_admin, topic, 1)
+    recreate_topic(kafka_admin, topic, 1)
     again = produce(topic, 150, 1, start=10_000)
     before = (stored_offsets(engine, db, job_name), totals(engine, counts_table))
     with pytest.raises(DataLoss) as info:
@@ -168,7 +151,7 @@ def test_a_reset_then_a_recreated_topic_is_data_loss_not_a_silent_skip(
     assert skips == [(topic, 0, 60, 0, "data_loss_skip")]
 
     # the other order: re-created, then reset - the reset's offsets are the new topic's, no data loss
-    _recreate(kafka_admin, topic, 1)
+    recreate_topic(kafka_admin, topic, 1)
     third = produce(topic, 30, 1, start=20_000)
     plan = plan_reset(engine, db, job_name, ResetTarget("earliest"), topic=topic, kafka=kafka)
     apply_reset(engine, db, plan, reason="the topic was re-created")
@@ -220,7 +203,7 @@ def test_a_following_job_outlives_its_topic_deleted_and_created_again(
     try:
         until(lambda: totals(engine, counts_table) == dict(first))
         assert totals(engine, counts_table) == dict(first), outcome
-        _recreate(kafka_admin, topic, 2, gone_s=2.0)  # ~10 plans at batch_interval_s=0.2
+        recreate_topic(kafka_admin, topic, 2, gone_s=2.0)  # ~10 plans at batch_interval_s=0.2
         again = produce(topic, 60, 2, start=10_000)
         until(lambda: totals(engine, counts_table) == dict(first + again))
     finally:
@@ -255,7 +238,7 @@ def test_stored_offset_above_the_end_is_data_loss(
         conn.execute(
             sa.text(f'UPDATE "{db.schema}".offsets SET topic_id = NULL WHERE job = :j'), {"j": job_name}
         )
-    _recreate(kafka_admin, topic, 1)
+    recreate_topic(kafka_admin, topic, 1)
     produce(topic, 20, 1)
     with pytest.raises(DataLoss) as info:
         run_test_job(counting_writer(counts_table), [topic], retries=0)

@@ -28,12 +28,13 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from confluent_kafka import KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from tests.fix_services import TopicFactory
 from tests.integration.spark.conftest import Produce, RunTestJob
 from tests.integration.spark.test_counting_job import counts_table_of, key_of, stored_offsets, totals
 from tests.integration.spark.test_streaming import _wait_for, key_counts
+from tests.kafka_topics import recreate_topic
 from txn_offsets import BatchWriter, DataLoss, PartitionWriter, StartPolicy, TopicChanged
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.kafka.metadata import describe_topics
@@ -68,22 +69,6 @@ class RecreateOnce:
         while _end(consumer_ends, self.topic) < NEW:  # visible to the job's next plan
             assert time.monotonic() < deadline, f"{self.topic} never reached {NEW} records"
             time.sleep(0.1)
-
-
-def recreate_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    """Delete `topic` and create it again (a new topic id) with `partitions` partitions."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.delete_topics([topic], operation_timeout=30)[topic].result(timeout=30)
-    deadline = time.monotonic() + 60
-    while True:  # deletion completes asynchronously: retry the creation, bounded
-        try:
-            new = NewTopic(topic, num_partitions=partitions, replication_factor=1)
-            admin.create_topics([new])[topic].result(timeout=30)
-            return
-        except KafkaException:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.3)
 
 
 def _end(admin: AdminClient, topic: str) -> int:

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from tests.fix_services import TopicFactory
 from tests.integration.spark.conftest import Produce, RunTestJob
 from tests.integration.spark.test_counting_job import counting_writer, stored_offsets, totals
-from tests.integration.spark.test_recreated_in_flight import recreate_topic
+from tests.kafka_topics import recreate_topic
 from txn_offsets import DataLoss, Limits, planner
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.kafka import described, metadata

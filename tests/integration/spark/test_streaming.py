@@ -13,14 +13,13 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from confluent_kafka.admin import AdminClient
 
 from tests.fix_services import TopicFactory
 from tests.integration.spark.conftest import Produce
 from tests.integration.spark.test_connect import produce_transactions
 from tests.integration.spark.test_counting_job import counts_table_of, stored_offsets, totals
-from tests.integration.spark.test_no_silent_exits import _recreate
 from tests.kafka_ends import settled_ends
+from tests.kafka_topics import recreate_topic
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError
 from txn_offsets.kafka.start import StartPolicy
@@ -384,7 +383,7 @@ def test_a_recreated_topic_with_on_data_loss_skip_goes_on(
         _wait_for(lambda: stored_offsets(engine, db, job_name) == {(topic, 0): 100})
         # absent for several triggers (0.2 s apart): each plans while the topic does not exist,
         # and the query must neither fail nor read anything until it exists again
-        _recreate(AdminClient({"bootstrap.servers": kafka.bootstrap_servers}), topic, 1, gone_s=2.0)
+        recreate_topic(kafka.bootstrap_servers, topic, 1, gone_s=2.0)
         expected += produce(topic, 30, 1, start=100)
         _wait_for(lambda: totals(engine, counts_table) == dict(expected))
         assert stored_offsets(engine, db, job_name) == {(topic, 0): 30}

@@ -11,15 +11,14 @@ the interleaving itself is a race no test can schedule on a real broker."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from tests.fix_services import TopicFactory
+from tests.kafka_topics import recreate_topic
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.kafka import metadata
 from txn_offsets.kafka.start import StartPolicy
@@ -30,21 +29,6 @@ from txn_offsets.store.database import engine_for
 from txn_offsets.store.runs import start_run
 
 from .helpers import offsets_of, produce_counts
-
-
-def _recreate(admin: AdminClient, topic: str) -> None:
-    admin.delete_topics([topic], operation_timeout=30)[topic].result(timeout=30)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(
-                timeout=30
-            )
-            return
-        except KafkaException:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
 
 
 def test_a_recreated_topic_resumes_at_the_new_logs_start_whatever_offsets_came_with_its_id(
@@ -65,7 +49,7 @@ def test_a_recreated_topic_resumes_at_the_new_logs_start_whatever_offsets_came_w
             offset_rows.seed_offsets(
                 conn, migrated, run.job, {(topic, 0): 100}, reason="t", actor="t", topic_ids={topic: old_id}
             )
-        _recreate(kafka_admin, topic)
+        recreate_topic(kafka_admin, topic, 1)
         produce_counts(kafka_bootstrap, topic, {0: 150})
         new_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
         assert new_id != old_id

@@ -1,0 +1,29 @@
+"""A topic deleted and created again under the same name (a new Kafka topic id), as tests of the
+data-loss and topic-incarnation checks need it."""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+def recreate_topic(admin: AdminClient | str, topic: str, partitions: int, gone_s: float = 0.0) -> None:
+    """Delete `topic` and create it again with `partitions` partitions, leaving it absent for at
+    least `gone_s` seconds (`admin`: a client, or the bootstrap servers to make one). Deletion
+    completes asynchronously: the creation is retried, bounded (60 s)."""
+    if isinstance(admin, str):
+        admin = AdminClient({"bootstrap.servers": admin})
+    admin.delete_topics([topic], operation_timeout=30)[topic].result(timeout=30)
+    time.sleep(gone_s)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            new = NewTopic(topic, num_partitions=partitions, replication_factor=1)
+            admin.create_topics([new])[topic].result(timeout=30)
+            return
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
