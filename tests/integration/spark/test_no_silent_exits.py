@@ -42,7 +42,6 @@ from txn_offsets import (
     TransactionAborted,
     WriteFailed,
 )
-from txn_offsets.admin.reset import ResetTarget, apply_reset, plan_reset
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.kafka.reader import Record
 from txn_offsets.kafka.start import StartPolicy
@@ -111,52 +110,6 @@ def test_recreated_topic_is_data_loss_then_an_audited_skip(
     assert stored_offsets(engine, db, job_name) == settled_ends(kafka, topic, 2)
     skips = [row for row in _audit(engine, db, job_name) if row[4] == "data_loss_skip"]
     assert sorted(skips) == [(topic, 0, 100, 0, "data_loss_skip"), (topic, 1, 100, 0, "data_loss_skip")]
-
-
-# A reset, then the topic re-created before the job runs again. Before: the reset stored its
-# offsets without a topic id ("for the topic as it is now"), the next plan adopted the NEW topic's
-# id for them and read the new topic from offset 60 on: its first 60 records were never counted,
-# with no DataLoss and no audit row. Now the reset records the incarnation its offsets belong to.
-def test_a_reset_then_a_recreated_topic_is_data_loss_not_a_silent_skip(
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    kafka_admin: AdminClient,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-    run_test_job: RunTestJob,
-) -> None:
-    topic = topic_factory(partitions=1)
-    first = produce(topic, 100, 1)
-    run_test_job(counting_writer(counts_table), [topic], retries=0)
-    plan = plan_reset(engine, db, job_name, ResetTarget("offset", 60), topic=topic, kafka=kafka)
-    apply_reset(engine, db, plan, reason="replay the last 40")
-
-    recreate_topic(kafka_admin, topic, 1)
-    again = produce(topic, 150, 1, start=10_000)
-    before = (stored_offsets(engine, db, job_name), totals(engine, counts_table))
-    with pytest.raises(DataLoss) as info:
-        run_test_job(counting_writer(counts_table), [topic], retries=0)
-    assert info.value.kind == "recreated"
-    assert info.value.stored == 60 and info.value.log_start == 0
-    assert (stored_offsets(engine, db, job_name), totals(engine, counts_table)) == before  # nothing moved
-
-    summary = run_test_job(counting_writer(counts_table), [topic], retries=0, on_data_loss="skip")
-    assert summary.records == 150  # every record of the new topic, from its log start
-    assert totals(engine, counts_table) == dict(first + again)  # the old topic's 60..99 went with it
-    assert stored_offsets(engine, db, job_name) == {(topic, 0): 150}
-    skips = [row for row in _audit(engine, db, job_name) if row[4] == "data_loss_skip"]
-    assert skips == [(topic, 0, 60, 0, "data_loss_skip")]
-
-    # the other order: re-created, then reset - the reset's offsets are the new topic's, no data loss
-    recreate_topic(kafka_admin, topic, 1)
-    third = produce(topic, 30, 1, start=20_000)
-    plan = plan_reset(engine, db, job_name, ResetTarget("earliest"), topic=topic, kafka=kafka)
-    apply_reset(engine, db, plan, reason="the topic was re-created")
-    assert run_test_job(counting_writer(counts_table), [topic], retries=0).records == 30
-    assert totals(engine, counts_table) == dict(first + again + third)
 
 
 # A topic deleted and created again while run_job follows it (on_data_loss="skip"). Before: the
