@@ -1,8 +1,9 @@
 """The offsets stored for a topic deleted and created again (a new Kafka topic id) are never read in
 the new topic as if they were its own.
 
-A skip (``on_data_loss="skip"``) resumes at the NEW log's start, even when the log offsets Kafka gave
-the plan were the old topic's.
+A reset stores the topic id of the incarnation its offsets were chosen in, so a topic re-created after
+it is data loss on the next plan. A skip (``on_data_loss="skip"``) resumes at the NEW log's start,
+even when the log offsets Kafka gave the plan were the old topic's.
 
 A plan asks Kafka for the topics' ids and their partitions' (log start, end) at once. When the topic
 is deleted and created again between the two answers, the id can be the new topic's and the offsets
