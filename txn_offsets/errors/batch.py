@@ -77,6 +77,30 @@ class OffsetConflict(TxnOffsetsError):
         )
 
 
+class OffsetsMovedOn(OffsetConflict, Transient):
+    """The stored offset is PAST the range's start at the run's own generation: a task of this run
+    committed there after the range was planned - a task of a batch that failed or was cancelled
+    (a batch timeout, a failed round) reaching its COMMIT before Spark stopped its worker, while the
+    batch was planned again from the table. Only the run's own tasks write under its generation
+    (resets, imports and new runs bump it), so that commit is exact; nothing of this range was
+    committed, and planning again from the stored offsets goes on after it. An OffsetConflict (for
+    code that handles those) that ``run_job`` retries."""
+
+    def __init__(self, job: str, topic: str, partition: int, expected: int, found: int | None) -> None:
+        TxnOffsetsError.__init__(
+            self,
+            f"the stored offset of job {job!r} {topic}[{partition}] is {found}, past the planned start "
+            f"{expected}: a task of this run committed there after the batch was planned (a task of a "
+            f"failed or cancelled batch?). Nothing of the range was committed; the next plan starts "
+            f"from the stored offsets.",
+        )
+        self.job = job
+        self.topic = topic
+        self.partition = partition
+        self.expected = expected
+        self.found = found
+
+
 class OffsetsRolledBack(Transient):
     """The stored offset is BEHIND the range's start at the run's own generation: the database lost
     its last commits under the running run (a failover to an asynchronous replica, a restore), the

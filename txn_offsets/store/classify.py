@@ -11,7 +11,14 @@ import enum
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from txn_offsets.errors import Fenced, OffsetConflict, OffsetsRolledBack, TopicChanged, UnknownJob
+from txn_offsets.errors import (
+    Fenced,
+    OffsetConflict,
+    OffsetsMovedOn,
+    OffsetsRolledBack,
+    TopicChanged,
+    UnknownJob,
+)
 from txn_offsets.ranges import OffsetRange, TopicPartition
 
 __all__ = [
@@ -59,7 +66,9 @@ def classify_claim(
     incarnation than the range was planned from is TopicChanged (transient: plan again); then
     ``off == until`` means this exact range was committed before (a retry, a speculative copy);
     ``off < start`` means the database lost commits under this run (OffsetsRolledBack, transient:
-    plan again); anything else is a conflict that must not be retried into success.
+    plan again); ``off > start`` means a task of this run committed there after the range was
+    planned (OffsetsMovedOn, transient: plan again - only this run's tasks write under its
+    generation); no row at all is a conflict that must not be retried into success.
     """
     if found_generation is None:
         raise UnknownJob(job)
@@ -71,6 +80,8 @@ def classify_claim(
         return ClaimResult.ALREADY_COMMITTED
     if found_off is not None and found_off < rng.start:
         raise OffsetsRolledBack(job, rng.topic, rng.partition, rng.start, found_off)
+    if found_off is not None:  # past the start at our generation: a task of this run committed there
+        raise OffsetsMovedOn(job, rng.topic, rng.partition, rng.start, found_off)
     raise OffsetConflict(job, rng.topic, rng.partition, rng.start, found_off)
 
 
@@ -112,8 +123,10 @@ def transaction_outcome(
         return ClaimResult.CLAIMED
     if all(r is ClaimResult.ALREADY_COMMITTED for r in results):
         return ClaimResult.ALREADY_COMMITTED
+    # committed by another task of this run (the claims' generation is ours): its batch was
+    # planned with other ranges - one that failed, whose task still reached its COMMIT
     done = ranges[list(results).index(ClaimResult.ALREADY_COMMITTED)]
-    raise OffsetConflict(job, done.topic, done.partition, done.start, done.until)
+    raise OffsetsMovedOn(job, done.topic, done.partition, done.start, done.until)
 
 
 def classify_reread(

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 import sqlalchemy as sa
 
@@ -10,12 +13,15 @@ from txn_offsets import (
     ConfigError,
     Fenced,
     OffsetConflict,
+    OffsetsMovedOn,
     SchemaMissing,
     UnknownJob,
     WriteFailed,
 )
 from txn_offsets.config import DatabaseSettings
+from txn_offsets.errors import Transient
 from txn_offsets.ranges import OffsetRange
+from txn_offsets.store.claims import claim_ranges
 from txn_offsets.store.runs import Run, start_run
 from txn_offsets.store.transaction import Outcome, commit_ranges
 
@@ -53,15 +59,64 @@ def test_retry_after_commit_is_a_noop(
 def test_conflict_raises_with_context_and_writes_nothing(
     engine: sa.Engine, migrated: DatabaseSettings, run: Run, aggregate: Aggregate
 ) -> None:
+    # past the start at the run's own generation: a conflict the runner plans past (OffsetsMovedOn)
     seed(engine, migrated, run.job, {("t", 0): 50})
     with pytest.raises(OffsetConflict) as info:
         commit_ranges(engine, migrated, run, [OffsetRange("t", 0, 40, 60)], aggregate.write)
     err = info.value
+    assert isinstance(err, OffsetsMovedOn) and isinstance(err, Transient)
     assert (err.job, err.topic, err.partition, err.expected, err.found) == (run.job, "t", 0, 40, 50)
-    assert "expected offset 40, found offset 50" in str(err)
+    assert "is 50, past the planned start 40" in str(err)
     assert aggregate.calls == 0
     assert aggregate.value() == 0
     assert offsets_of(engine, migrated, run.job) == {("t", 0): 50}
+
+
+# Before: the claim found the offset past its start and raised OffsetConflict, which the runner does
+# not retry: a task of a cancelled batch that reached its COMMIT after the batch was planned again
+# stopped the run ("restart the job"), although only the run's own tasks write under its generation.
+def test_a_straggler_commit_of_this_run_is_planned_past_not_a_conflict(
+    engine: sa.Engine, migrated: DatabaseSettings, run: Run, aggregate: Aggregate
+) -> None:
+    seed(engine, migrated, run.job, {("t", 0): 0})
+    straggler = engine.connect()  # a task of a failed batch, inside its transaction: claimed [0, 5)
+    held = straggler.begin()
+    claim_ranges(straggler, migrated, run, [OffsetRange("t", 0, 0, 5)])
+    found: list[BaseException] = []
+
+    def replanned() -> None:  # the batch planned again from the table (still at 0): [0, 8)
+        try:
+            commit_ranges(engine, migrated, run, [OffsetRange("t", 0, 0, 8)], aggregate.write)
+        except BaseException as exc:
+            found.append(exc)
+
+    thread = threading.Thread(target=replanned)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not _waiting_on_a_lock(engine):  # the new claim waits for the straggler's row
+            assert thread.is_alive() and time.monotonic() < deadline, found
+            time.sleep(0.05)
+        held.commit()
+    finally:
+        straggler.close()
+        thread.join(30)
+    assert len(found) == 1 and isinstance(found[0], OffsetsMovedOn), found
+    assert isinstance(found[0], Transient)  # run_job plans again, from 5
+    assert (found[0].expected, found[0].found) == (0, 5)
+    assert aggregate.calls == 0  # nothing written by the replanned batch
+    assert offsets_of(engine, migrated, run.job) == {("t", 0): 5}
+
+
+def _waiting_on_a_lock(engine: sa.Engine) -> bool:
+    with engine.connect() as conn:
+        waiting = conn.execute(
+            sa.text(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+            )
+        ).scalar_one()
+    return bool(waiting)
 
 
 def test_missing_row_is_a_conflict(engine: sa.Engine, migrated: DatabaseSettings, run: Run) -> None:
