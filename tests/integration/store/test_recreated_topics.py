@@ -46,15 +46,10 @@ def test_a_recreated_topic_resumes_at_the_new_logs_start_whatever_offsets_came_w
 ) -> None:
     kafka = KafkaSettings(kafka_bootstrap)
     topic = topic_factory(partitions=1)
-    produce_counts(kafka_bootstrap, topic, {0: 100})
-    old_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
     engine = engine_for(migrated)
     try:
-        run = start_run(engine, migrated, "recreated-marks")
-        with engine.begin() as conn:  # the job had read the old topic to its end
-            offset_rows.seed_offsets(
-                conn, migrated, run.job, {(topic, 0): 100}, reason="t", actor="t", topic_ids={topic: old_id}
-            )
+        run = _read_to_its_end(engine, migrated, kafka, topic, "recreated-marks")
+        old_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
         recreate_topic(kafka_admin, topic, 1)
         produce_counts(kafka_bootstrap, topic, {0: 150})
         new_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
@@ -72,29 +67,11 @@ def test_a_recreated_topic_resumes_at_the_new_logs_start_whatever_offsets_came_w
             return real(kafka, tps, **kw)
 
         monkeypatch.setattr(metadata, "watermarks", old_log_first)
-        plan = plan_batch(
-            engine,
-            migrated,
-            kafka,
-            job=run.job,
-            selection=TopicSelection((topic,)),
-            start=StartPolicy.earliest(),
-            limits=Limits(),
-            on_data_loss="skip",
-            run=run,
-        )
+        plan = _plan(engine, migrated, kafka, run, topic=topic, on_data_loss="skip")
         assert len(calls) >= 2  # the offsets asked again once the new id was seen
         assert plan.ranges == (OffsetRange(topic, 0, 0, 150, new_id),)  # every record of the new topic
         assert offsets_of(engine, migrated, run.job) == {(topic, 0): 0}
-        with engine.connect() as conn:
-            audit = conn.execute(
-                sa.text(
-                    f'SELECT old_off, new_off, action FROM "{migrated.schema}".offset_audit '
-                    "WHERE job = :j AND action = 'data_loss_skip'"
-                ),
-                {"j": run.job},
-            ).all()
-        assert [tuple(r) for r in audit] == [(100, 0, "data_loss_skip")]
+        assert _skips(engine, migrated, run.job) == [(100, 0)]
     finally:
         engine.dispose()
 
@@ -122,15 +99,9 @@ def test_a_reset_then_a_recreated_topic_is_data_loss_not_a_silent_skip(
 ) -> None:
     kafka = KafkaSettings(kafka_bootstrap)
     topic = topic_factory(partitions=1)
-    produce_counts(kafka_bootstrap, topic, {0: 100})
-    old_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
     engine = engine_for(migrated)
     try:
-        run = start_run(engine, migrated, "reset-then-recreated")
-        with engine.begin() as conn:  # the job had read the topic to its end
-            offset_rows.seed_offsets(
-                conn, migrated, run.job, {(topic, 0): 100}, reason="t", actor="t", topic_ids={topic: old_id}
-            )
+        run = _read_to_its_end(engine, migrated, kafka, topic, "reset-then-recreated")
         plan = plan_reset(engine, migrated, run.job, ResetTarget("offset", 60), topic=topic, kafka=kafka)
         apply_reset(engine, migrated, plan, reason="replay the last 40", force=True)
 
@@ -172,3 +143,18 @@ def _skips(engine: sa.Engine, db: DatabaseSettings, job: str) -> list[tuple[int,
             {"j": job},
         ).all()
     return [(r.old_off, r.new_off) for r in rows]
+
+
+def _read_to_its_end(
+    engine: sa.Engine, db: DatabaseSettings, kafka: KafkaSettings, topic: str, job: str
+) -> Run:
+    """A run of `job` whose offset row says it read the 100 records of `topic` (one partition) to
+    their end, with the topic's id of now."""
+    produce_counts(kafka.bootstrap_servers, topic, {0: 100})
+    topic_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
+    run = start_run(engine, db, job)
+    with engine.begin() as conn:
+        offset_rows.seed_offsets(
+            conn, db, run.job, {(topic, 0): 100}, reason="t", actor="t", topic_ids={topic: topic_id}
+        )
+    return run
