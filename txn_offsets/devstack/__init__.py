@@ -83,8 +83,9 @@ class Stack:
                 wanted = int(os.environ[env])
                 changed |= state.get(key) != wanted
                 state[key] = wanted
-            elif key not in state:
-                state[key] = pick_free_port()
+            elif key not in state:  # never one already chosen: two listeners on one port fail Kafka
+                taken = {v for k, v in state.items() if k.endswith("_port")}
+                state[key] = next(p for p in iter(pick_free_port, None) if p not in taken)
                 changed = True
         for key in ("pg_admin_password", "pg_app_password", "kafka_scram_password"):
             if key not in state:

@@ -213,6 +213,15 @@ def _java_cmd(java: str, node: KafkaNode, main: str, *args: str, heap: str = "-X
     ]
 
 
+def _java_failure(output: str) -> str:
+    """A failed Kafka tool's reason: the first exception line (its message: what to fix), then the
+    end of the output."""
+    lines = output.strip().splitlines()
+    first = next((line for line in lines if "Exception" in line or "Error" in line), "")
+    tail = output.strip()[-300:]
+    return f"{first.strip()[:300]} ... {tail}" if first and first.strip() not in tail else tail
+
+
 def _format_storage(java: str, node: KafkaNode) -> None:
     if (node.data_dir / "meta.properties").exists():
         return
@@ -236,7 +245,7 @@ def _format_storage(java: str, node: KafkaNode) -> None:
     if done.returncode != 0:
         raise StackError(
             SERVICE,
-            f"formatting the KRaft storage failed: {(done.stdout + done.stderr).strip()[-500:]}",
+            f"formatting the KRaft storage failed: {_java_failure(done.stdout + done.stderr)}",
             f"remove {node.data_dir} and run `make stack-up` again",
         )
 
