@@ -72,7 +72,9 @@ class Follower:
         )
         write = functools.partial(_write, ctx.topic)
         if alo:
-            writer = RealTimeSink(run=self._stream.run, database=ctx.db, write=write, guard=False)
+            writer = RealTimeSink(
+                run=self._stream.run, database=ctx.db, kafka=ctx.kafka, write=write, guard=False
+            )
             self._query = (
                 self._stream.records()
                 .writeStream.outputMode("update")

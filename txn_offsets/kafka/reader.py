@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from typing import Any, NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -77,7 +77,7 @@ def read_range(
     batch_size: int = 2000,
     poll_timeout_s: float = 0.2,
     stall_timeout_s: float = 60.0,
-) -> Iterator[Record]:
+) -> Generator[Record, None, None]:
     """Yield every visible record of ``rng`` in offset order, then stop.
 
     Raises :class:`KafkaReadError` if a record outside the range is delivered, if Kafka reports an

@@ -11,6 +11,7 @@ import contextlib
 import functools
 import itertools
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -220,7 +221,7 @@ def test_the_sink_skips_a_replayed_epoch_and_commits_the_rest_in_groups(
         write = functools.partial(write_rows, counts_table)
 
         def epoch(offsets: range, partition: int = 0) -> None:
-            sink = RealTimeSink(run=run, database=db, write=write, max_rows=4, max_delay_s=60)
+            sink = RealTimeSink(run=run, database=db, kafka=kafka, write=write, max_rows=4, max_delay_s=60)
             sink.open(partition, 1)
             for offset in offsets:
                 sink.process(_row(topic, partition, offset))
@@ -232,7 +233,7 @@ def test_the_sink_skips_a_replayed_epoch_and_commits_the_rest_in_groups(
         assert stored_offsets(engine, db, job_name)[(topic, 0)] == 15
         assert sum(totals(engine, counts_table).values()) == 15
         # a failed task's buffered rows are not committed
-        failed = RealTimeSink(run=run, database=db, write=write, max_rows=100, max_delay_s=60)
+        failed = RealTimeSink(run=run, database=db, kafka=kafka, write=write, max_rows=100, max_delay_s=60)
         failed.open(0, 2)
         failed.process(_row(topic, 0, 15))
         failed.close(RuntimeError("the task failed"))
@@ -276,7 +277,7 @@ def test_the_sink_never_commits_rows_of_a_topic_created_again_under_the_same_nam
     with _seeded_run(db, kafka, job_name, topic) as run:  # the partition at 0, with the topic's id
 
         def epoch(offsets: range, number: int) -> None:
-            sink = RealTimeSink(run=run, database=db, write=write, max_rows=4, max_delay_s=60, kafka=kafka)
+            sink = RealTimeSink(run=run, database=db, kafka=kafka, write=write, max_rows=4, max_delay_s=60)
             sink.open(0, number)
             for offset in offsets:
                 sink.process(_row(topic, 0, offset))
@@ -289,3 +290,103 @@ def test_the_sink_never_commits_rows_of_a_topic_created_again_under_the_same_nam
             epoch(range(3, 6), 2)  # rows read from the new topic at the stored offsets
         assert stored_offsets(engine, db, job_name)[(topic, 0)] == 3
         assert sum(totals(engine, counts_table).values()) == 3
+
+
+def _aborted_then_committed(kafka: KafkaSettings, topic: str) -> None:
+    """On partition 0: an aborted transaction of 5 records (offsets 0-4, its marker at 5), then a
+    committed one of 3 (6-8, its marker at 9)."""
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {"bootstrap.servers": kafka.bootstrap_servers, "transactional.id": f"tx-{uuid.uuid4().hex}"}
+    )
+    producer.init_transactions(30)
+    for n, commit in ((5, False), (3, True)):
+        producer.begin_transaction()
+        for i in range(n):
+            producer.produce(topic, key=f"k{i}".encode(), value=b"1", partition=0)
+        producer.flush(30)
+        (producer.commit_transaction if commit else producer.abort_transaction)(30)
+    settled_ends(kafka, topic, 1)
+
+
+def test_the_sink_refuses_a_first_row_above_the_stored_offset_with_records_in_between(
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    counts_table: str,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    job_name: str,
+) -> None:
+    """The loss of a frame the sink did not build: a source of the user's own starts at 'latest', so
+    with 100 records in the topic and 10 new ones the sink saw rows 100-109 only, claimed from the
+    stored 0 and committed [0, 110) with 10 rows - 100 records never counted. Now the first row above
+    the stored offset is looked under: records in between refuse it (StreamDiverged), nothing is
+    written; only markers and aborted records in between (a read_committed look finds nothing) let
+    it commit."""
+    from txn_offsets.errors import StreamDiverged
+    from txn_offsets.spark.stream.realtime_sink import RealTimeSink
+
+    topic = topic_factory(partitions=1)
+    produce(topic, 110, 1)
+    write = functools.partial(write_rows, counts_table)
+    with _seeded_run(db, kafka, job_name, topic) as run:  # the partition at 0
+        sink = RealTimeSink(run=run, database=db, kafka=kafka, write=write, max_rows=4, max_delay_s=60)
+        sink.open(0, 1)
+        with pytest.raises(StreamDiverged, match=rf"first row of {topic}\[0\] is at offset 100.*stores 0"):
+            for offset in range(100, 110):
+                sink.process(_row(topic, 0, offset))
+        sink.close(None)
+        assert stored_offsets(engine, db, job_name)[(topic, 0)] == 0
+        assert totals(engine, counts_table) == {}
+
+    gapped = topic_factory(partitions=1)
+    _aborted_then_committed(kafka, gapped)
+    with _seeded_run(db, kafka, f"{job_name}-markers", gapped) as run:
+        sink = RealTimeSink(run=run, database=db, kafka=kafka, write=write, max_rows=4, max_delay_s=60)
+        sink.open(0, 1)
+        for offset in (6, 7, 8):  # what Spark's read_committed source hands the sink
+            sink.process(_row(gapped, 0, offset))
+        sink.close(None)
+        assert stored_offsets(engine, db, f"{job_name}-markers")[(gapped, 0)] == 9
+    assert sum(totals(engine, counts_table).values()) == 3
+
+
+def test_a_real_time_query_reads_only_the_source_the_stream_built(
+    spark: Any,
+    produce: Produce,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    topic_factory: TopicFactory,
+    job_name: str,
+    tmp_path: Path,
+) -> None:
+    """start() refuses a frame read from a Kafka source of the user's own (it would start at
+    'latest', not at the stored offsets), and one that mixes another source into the stream's; a
+    transformation of stream.records() is accepted (it fails later only for the missing columns)."""
+    topic = topic_factory(partitions=1)
+    produce(topic, 1, 1)
+    with open_realtime(
+        spark,
+        job=job_name,
+        kafka=kafka,
+        database=db,
+        topics=[topic],
+        start=StartPolicy.earliest(),
+        checkpoint_root=str(tmp_path),
+    ) as stream:
+        own = (
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+            .option("subscribe", topic)
+            .load()
+        )
+        with pytest.raises(ConfigError, match=r"through stream\.records\(\).*no source of this stream"):
+            stream.start(own, write=lambda *_: None)
+        mixed = stream.records().unionByName(own)
+        with pytest.raises(ConfigError, match=r"another streaming source"):
+            stream.start(mixed, write=lambda *_: None)
+        with pytest.raises(ConfigError, match=r"lack the column"):  # past the source check
+            stream.start(stream.records().where("offset >= 0").select("topic"), write=lambda *_: None)
+        assert stream.query is None

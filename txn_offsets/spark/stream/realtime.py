@@ -34,6 +34,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -54,6 +56,9 @@ __all__ = ["RealTimeStream", "open_realtime"]
 logger = logging.getLogger(__name__)
 
 POSITION = ("topic", "partition", "offset")  # the columns the sink needs in every row
+#: the option that marks the Kafka source built by :meth:`RealTimeStream.records` (the Kafka source
+#: ignores options it does not know): the query may only read through that source
+SOURCE_MARK = "txnOffsetsSource"
 
 
 def open_realtime(
@@ -134,6 +139,7 @@ class RealTimeStream(RunQuery):
         self.checkpoint_location = run_checkpoint(checkpoint_root, database.schema, run)
         self.query: Any = None
         self._closed = False
+        self._mark = uuid.uuid4().hex  # this stream's own source, told from any other by this mark
 
     def records(self) -> Any:
         """Spark's Kafka source from the run's starting offsets: key, value, topic, partition,
@@ -145,6 +151,7 @@ class RealTimeStream(RunQuery):
             .option("startingOffsets", json.dumps(self.starting_offsets))
             .option("kafka.isolation.level", "read_committed")
             .option("failOnDataLoss", "true")
+            .option(SOURCE_MARK, self._mark)
         )
         for key, value in self._kafka_options.items():
             reader = reader.option(f"kafka.{key}", value)
@@ -171,6 +178,7 @@ class RealTimeStream(RunQuery):
         if self.query is not None and self.query.isActive:
             raise ConfigError("stream", f"the real-time query of job {self.run.job!r} is running already")
         frame = self.records() if frame is None else frame
+        _check_source(frame, self._mark)
         missing = [c for c in POSITION if c not in frame.columns]
         if missing:
             raise ConfigError(
@@ -195,3 +203,31 @@ class RealTimeStream(RunQuery):
         )
         writer = writer.queryName(query_name) if query_name else writer
         return self._launch(writer, self.run, "real-time query", self.checkpoint_location)
+
+
+def _check_source(frame: Any, mark: str) -> None:
+    """Refuse a frame that reads anything but this stream's own Kafka source (:meth:`records`).
+
+    The sink claims from the STORED offset to each group's last row: a frame read from a source of
+    the user's (``spark.readStream.format("kafka")`` starts at ``latest`` by default) would hand it
+    rows far above the stored offset, and the claim would count the records in between as done
+    without ever having seen them. Every streaming leaf of the frame's analyzed plan must be the
+    source records() built (its mark); static leaves (a join with a table) are fine."""
+    leaves = frame._jdf.queryExecution().analyzed().collectLeaves()
+    # a streaming relation's plan text lists its options: `[..., txnOffsetsSource=<mark>, ...]`
+    streaming = [
+        str(leaf.simpleString(1000))
+        for leaf in (leaves.apply(i) for i in range(leaves.size()))
+        if leaf.isStreaming()
+    ]
+    mine = re.compile(rf"[\[ ]{SOURCE_MARK}={mark}[,\]]")
+    ours = [text for text in streaming if mine.search(text)]
+    if not ours or len(ours) != len(streaming):
+        raise ConfigError(
+            "frame",
+            "the query must read the job's records through stream.records() (a transformation of it is "
+            "fine): it starts at the offsets stored in the table. This frame reads "
+            + ("another streaming source" if ours else "no source of this stream")
+            + "; a source of your own would start elsewhere (Kafka's default is 'latest') and its first "
+            "commit would skip the records in between",
+        )

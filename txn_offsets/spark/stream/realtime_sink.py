@@ -14,7 +14,12 @@ its position (the ``topic``, ``partition`` and ``offset`` columns, which the fra
 * A task reads its partitions' stored offsets when it first sees them. Rows below the stored
   offset were committed already (Spark replays an epoch from its checkpoint after a restart or a
   task retry; the table is ahead of Spark's checkpoint): they are skipped, not written again.
-* With ``kafka`` (open_realtime passes the stream's), every group checks, after its rows were
+* A partition whose first row lies ABOVE the stored offset is committed only if Kafka holds
+  nothing but transaction markers or aborted records in between (a read_committed look at
+  ``[stored, first row)``): a claim from the stored offset to the group's last row would otherwise
+  count records the sink never saw (a frame read from a source of its own that started at
+  ``latest``). Otherwise StreamDiverged fails the task, nothing written.
+* Every group checks (``kafka``: where the rows were read), after its rows were
   read and before they are committed, that the partition's topic still has the Kafka topic id its
   offset row holds (:func:`txn_offsets.kafka.metadata.check_incarnation`): a topic deleted and
   created again under the same name hands Spark's source the NEW topic's records at the stored
@@ -30,6 +35,7 @@ It runs in Spark's Python workers, so it is picklable and its state is made in :
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -39,8 +45,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.errors import ConfigError
+from txn_offsets.errors import ConfigError, StreamDiverged
 from txn_offsets.kafka.metadata import check_incarnation
+from txn_offsets.kafka.reader import read_range
 from txn_offsets.ranges import OffsetRange, TopicPartition
 from txn_offsets.store.database import translate_errors, worker_engine
 from txn_offsets.store.lineage import Lineage
@@ -63,12 +70,12 @@ class RealTimeSink:
         *,
         run: Run,
         database: DatabaseSettings,
+        kafka: KafkaSettings,
         write: RowsWrite,
         max_rows: int = 500,
         max_delay_s: float = 0.005,
         isolation_level: str = "READ COMMITTED",
         guard: bool = True,
-        kafka: KafkaSettings | None = None,
     ) -> None:
         if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows <= 0:
             raise ConfigError("max_rows", f"must be a positive whole number, got {max_rows!r}")
@@ -105,6 +112,7 @@ class _Task:
         self.sink, self.epoch = sink, epoch
         self.engine = worker_engine(sink.database)
         self.next: dict[TopicPartition, tuple[int, str | None]] = {}  # the stored offset, its topic id
+        self.seen: set[TopicPartition] = set()  # partitions whose first new row was checked
         self.rows: dict[TopicPartition, list[Any]] = {}
         self.first_at: dict[TopicPartition, float] = {}  # when the oldest buffered row arrived
         self.cond = threading.Condition()
@@ -126,6 +134,10 @@ class _Task:
             if not buffered and offset < self.next[key][0]:
                 self.skipped += 1  # committed already: a replay of rows the table is ahead of
                 return
+            if key not in self.seen:  # the partition's first row the table is not ahead of
+                self.seen.add(key)
+                if offset > self.next[key][0]:
+                    self._nothing_below(key, offset)
             if not buffered:
                 self.rows[key] = buffered = []
                 self.first_at[key] = time.monotonic()
@@ -146,6 +158,22 @@ class _Task:
                 f"stream started?): start a new stream, which seeds it",
             )
         return row.off, row.topic_id
+
+    def _nothing_below(self, key: TopicPartition, offset: int) -> None:
+        """Raise StreamDiverged unless Kafka holds no committed record in [stored, `offset`)."""
+        start, topic_id = self.next[key]
+        gap = OffsetRange(key[0], key[1], start, offset, topic_id)
+        with contextlib.closing(read_range(self.sink.kafka, gap, batch_size=1, stall_timeout_s=30.0)) as look:
+            found = next(look, None)
+        if found is None:
+            return  # markers of committed transactions, aborted records: nothing to count
+        raise StreamDiverged(
+            self.sink.run.job,
+            self.sink.run.generation,
+            f"the first row of {key[0]}[{key[1]}] is at offset {offset}, but the table stores {start} and "
+            f"Kafka holds records in between that the sink never saw (the frame was not read through "
+            f"stream.records(), which starts at the stored offsets?); nothing of it was committed",
+        )
 
     def _due(self, now: float) -> list[TopicPartition]:
         limit = self.sink.max_rows
@@ -193,8 +221,7 @@ class _Task:
         until = int(rows[-1]["offset"]) + 1
         rng = OffsetRange(key[0], key[1], start, until, topic_id)
         sink = self.sink
-        if sink.kafka is not None:  # the rows were read: still the incarnation the offset row holds?
-            check_incarnation(sink.kafka, [rng])
+        check_incarnation(sink.kafka, [rng])  # the rows were read: still the offset row's incarnation?
         outcomes = commit_ranges(
             self.engine,
             sink.database,
