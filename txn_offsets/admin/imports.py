@@ -16,6 +16,25 @@ No import leaves the log (:mod:`txn_offsets.admin.moves`): an offset of the sour
 is not a position in this topic; below the start, records the old consumer never read were
 deleted); ``allow_outside_log`` imports it anyway, and its audit reason says so (the job then finds
 data loss there: DataLoss, or an audited skip).
+
+No import is stored under the current topic id without evidence that its offsets were taken in
+that incarnation of the topic: the plan asks :func:`txn_offsets.admin.sources.incarnation_evidence`,
+carries the evidence per topic, and each audit row's reason records it. A topic deleted and
+re-created is a new Kafka topic id, its offsets starting again at 0; an old offset stored under the
+new id passed over the new topic's records unread (issue 41: a checkpoint's T[0] = 60, T re-created
+with 100 records, the job counted 40). The evidence, per topic:
+
+* a checkpoint's batch time ``t`` (Spark fetches the offsets, then stamps the batch): every record
+  of the current log before an imported offset must have been written by ``t`` (Kafka's offset
+  for ``t + 1 ms`` is at or past it). A topic created after ``t`` has only later records and fails.
+  An offset at its log start passes over nothing and needs no time;
+* a consumer group: Kafka deletes a group's offsets with their topic;
+* otherwise (a legacy table, a checkpoint without times) the operator's word: ``--topic-id T=ID``
+  (checked against Kafka's current id) or ``--current-topic-incarnation``. Either also overrides a
+  failed time check (a clock ahead of the Spark driver's); the plan notes it.
+
+The time check trusts record timestamps (log append time, or producers' clocks): a topic refilled
+after the checkpoint with records keeping old timestamps (a restore, a mirror) looks as old.
 """
 
 from __future__ import annotations
@@ -29,6 +48,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from txn_offsets.admin.moves import ALLOW_OUTSIDE_LOG, Move, MovePlan, forced_reason, in_log, outside_log
+from txn_offsets.admin.sources import Incarnation, incarnation_evidence
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError, JobAlreadyRunning, UnknownJob
 from txn_offsets.kafka import metadata
@@ -60,6 +80,9 @@ class ImportPlan(MovePlan):
     unlisted: tuple[TopicPartition, ...]  # partitions of the topics the source has no offset for
     not_imported: Mapping[str, int] = field(default_factory=dict)  # source topic -> its partitions
     forced: Mapping[TopicPartition, str] = field(default_factory=dict)  # outside the log, allowed
+    # topic -> why its offsets are positions in the topic id stored with them (incarnation_evidence)
+    evidence: Mapping[str, str] = field(default_factory=dict)
+    overruled: tuple[str, ...] = ()  # a failed time check the operator's word overrode
 
     @property
     def existing(self) -> list[ImportStep]:
@@ -71,6 +94,7 @@ class ImportPlan(MovePlan):
             f"skip, audited, with on_data_loss='skip')"
             for said in self.forced.values()
         ]
+        out.extend(f"{said}; imported on the operator's word" for said in self.overruled)
         if self.unlisted:
             shown = ", ".join(f"{t}[{p}]" for t, p in self.unlisted[:8])
             out.append(f"no offset in the source for {shown}: the job starts those at their log start")
@@ -126,11 +150,14 @@ def plan_import(
     topics: Collection[str] = (),
     timeout_s: float = 10.0,
     allow_outside_log: bool = False,
+    incarnation: Incarnation | None = None,
 ) -> ImportPlan:
     """Check `offsets` against Kafka (topics and partitions exist, every offset inside the log
-    unless `allow_outside_log`) and against the store; changes nothing. Only the topics
-    :func:`select_topics` picks (`topics`, else the job's own) are planned; the source's others
-    are listed in ``not_imported``."""
+    unless `allow_outside_log`, and the offsets taken in each topic's current incarnation:
+    :func:`incarnation_evidence`, from `incarnation`, :meth:`Incarnation.of` the source; None or
+    empty refuses) and against the store; changes nothing. Only the topics :func:`select_topics`
+    picks (`topics`, else the job's own) are planned; the source's others are listed in
+    ``not_imported``."""
     validate_job(job)
     check_offsets(offsets)  # the store's own validation of topic/partition/offset values
     if not offsets:
@@ -170,6 +197,9 @@ def plan_import(
                 f"data loss there: DataLoss, or an audited skip with on_data_loss='skip')",
             )
         forced[(topic, part)] = said
+    evidence, overruled = incarnation_evidence(
+        kafka, offsets, marks, infos, incarnation or Incarnation(), source=source, timeout_s=timeout_s
+    )
     steps = tuple(
         ImportStep(t, p, stored.get((t, p)), off, *marks[(t, p)]) for (t, p), off in sorted(offsets.items())
     )
@@ -185,15 +215,20 @@ def plan_import(
         unlisted=unlisted,
         not_imported=not_imported,
         forced=forced,
+        evidence=evidence,
+        overruled=overruled,
     )
 
 
 def _by_reason(plan: ImportPlan, why: str) -> dict[str, list[ImportStep]]:
-    """The steps grouped by their audit reason: a step forced outside the log says so."""
+    """The steps grouped by their audit reason: each says the evidence of its topic's incarnation,
+    and a step forced outside the log says so."""
     out: dict[str, list[ImportStep]] = {}
     for s in plan.steps:
+        found = plan.evidence.get(s.topic)
+        reason = why if found is None else f"{why} [incarnation of {s.topic}: {found}]"
         said = plan.forced.get((s.topic, s.partition))
-        out.setdefault(why if said is None else forced_reason(why, [said]), []).append(s)
+        out.setdefault(reason if said is None else forced_reason(reason, [said]), []).append(s)
     return out
 
 

@@ -3,22 +3,60 @@
 Parse, read the source, show the plan (always), then apply unless ``--dry-run``. The work behind
 it is in :mod:`txn_offsets.admin.sources` (checkpoints, consumer groups, legacy tables) and
 :mod:`txn_offsets.admin.imports` (plan and apply).
+
+The plan says, per topic, what shows the source's offsets were taken in the topic's current
+incarnation (:func:`txn_offsets.admin.sources.incarnation_evidence`). A legacy table cannot show it,
+so ``--from-table`` without ``--topic-id``/``--current-topic-incarnation`` is a usage error (exit
+64), refused before anything is read.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 import sqlalchemy as sa
 
 from txn_offsets.admin import sources
 from txn_offsets.admin.imports import apply_import, plan_import
-from txn_offsets.cli import options, output
+from txn_offsets.admin.sources import CURRENT_INCARNATION, TOPIC_ID, Incarnation
+from txn_offsets.cli import exits, options, output
 from txn_offsets.config import DatabaseSettings, KafkaSettings, database_from_env
 from txn_offsets.errors import ConfigError
 from txn_offsets.store.database import engine_for
 
 __all__ = ["register"]
+
+
+def _topic_id(text: str) -> tuple[str, str]:
+    """An argparse ``type``: TOPIC=ID (a Kafka topic id as kafka-topics.sh --describe shows it)."""
+    topic, eq, topic_id = text.partition("=")
+    if not eq or not topic.strip() or not topic_id.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: give TOPIC=ID (the Kafka topic id)")
+    return topic.strip(), topic_id.strip()
+
+
+def _usage(message: str) -> int:
+    """A usage error found after parsing: one line, as argparse's own (cli.main.Parser), code 64."""
+    print(f"txn-offsets: error: {message} (see `txn-offsets offsets import --help`)", file=sys.stderr)
+    return exits.USAGE
+
+
+def _operator_word(args: argparse.Namespace) -> tuple[dict[str, str], str | None]:
+    """The --topic-id values by topic, or a usage error: a topic named twice with two ids, or a
+    legacy table with neither flag (a table cannot show which incarnation its offsets are from)."""
+    named: dict[str, str] = {}
+    for topic, topic_id in args.topic_id or ():
+        if named.setdefault(topic, topic_id) != topic_id:
+            return named, f"{TOPIC_ID}: {topic} is named twice, with {named[topic]} and {topic_id}"
+    if args.from_table and not named and not args.current_topic_incarnation:
+        return named, (
+            f"--from-table: a table does not say which incarnation of its topics the offsets were "
+            f"taken in (a topic deleted and re-created since has a new topic id, its offsets "
+            f"starting again at 0): add {TOPIC_ID} TOPIC=ID for each topic (checked against Kafka's "
+            f"current id), or {CURRENT_INCARNATION} if they were taken in the current topics"
+        )
+    return named, None
 
 
 def _source(
@@ -41,6 +79,9 @@ def _source(
 
 
 def _import(args: argparse.Namespace) -> int:
+    topic_ids, wrong = _operator_word(args)
+    if wrong is not None:
+        return _usage(wrong)
     db = database_from_env(schema=args.schema)
     kafka = options.kafka(args)
     engine = engine_for(db)
@@ -57,6 +98,9 @@ def _import(args: argparse.Namespace) -> int:
                 kafka=kafka,
                 topics=args.topic or (),
                 allow_outside_log=args.allow_outside_log,
+                incarnation=Incarnation.of(
+                    source, topic_ids=topic_ids, current=args.current_topic_incarnation
+                ),
             )
             bar.advance(note="checked against Kafka and the store")
             gen = "new job" if plan.generation is None else f"generation {plan.generation}"
@@ -67,6 +111,8 @@ def _import(args: argparse.Namespace) -> int:
             )
             for topic, parts in plan.not_imported.items():
                 print(f"  {topic}  not imported ({parts} partition(s) in the source)")
+            for topic, found in plan.evidence.items():
+                print(f"incarnation of {topic}: {found}")
             for note in plan.notes():
                 print(f"note: {note}")
             if not output.confirm_move(plan, action="import", dry_run=args.dry_run, force=args.force):
@@ -124,6 +170,21 @@ def register(
         "--allow-outside-log",
         action="store_true",
         help="import offsets outside [log start, end] anyway (refused otherwise); audited",
+    )
+    word = cmd.add_mutually_exclusive_group()
+    word.add_argument(
+        TOPIC_ID,
+        action="append",
+        type=_topic_id,
+        metavar="TOPIC=ID",
+        help="the Kafka topic id TOPIC had when the source's offsets were taken (repeatable); refused "
+        "unless it is the current one. Needed for a table; overrides a checkpoint's time check",
+    )
+    word.add_argument(
+        CURRENT_INCARNATION,
+        action="store_true",
+        help="the source's offsets were taken in the topics as they are now (not deleted and "
+        "re-created since); needed for a table without --topic-id; audited",
     )
     options.add_kafka_bootstrap(cmd)
     cmd.set_defaults(handler=_import)

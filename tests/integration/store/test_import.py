@@ -72,10 +72,10 @@ def test_import_from_a_spark_checkpoint(
     assert code == 0, err
     assert out.splitlines()[-1] == f"imported 3 partition(s) into job {job_name!r}; generation is now 1"
     assert offsets_of(engine, migrated, job_name) == {(topic, 0): 5, (topic, 1): 4, (topic, 2): 6}
-    reason = f"import from spark checkpoint {ckpt} (batch 1): move off SSS"
-    assert audit(engine, migrated, job_name) == [
-        (topic, p, None, o, "import", reason) for p, o in ((0, 5), (1, 4), (2, 6))
-    ]
+    reason = f"import from spark checkpoint {ckpt} (batch 1): move off SSS [incarnation of {topic}: "
+    rows = audit(engine, migrated, job_name)
+    assert [r[:5] for r in rows] == [(topic, p, None, o, "import") for p, o in ((0, 5), (1, 4), (2, 6))]
+    assert all(r[5].startswith(reason) for r in rows), rows
 
     # the job has offsets now: refused without --force, nothing changes
     code, out, err = run_cli(*cmd, "--checkpoint-batch", "2")
@@ -132,7 +132,7 @@ def test_import_from_a_legacy_table(
             {"t": topic},
         )
     base = ["offsets", "import", "--job", job_name, "--schema", migrated.schema]
-    table = ["--from-table", f"{migrated.schema}.legacy_offsets"]
+    table = ["--from-table", f"{migrated.schema}.legacy_offsets", "--current-topic-incarnation"]
     code, _, err = run_cli(*base, *table)
     assert code == 1 and "two offsets for" in err  # two apps share the table
     code, _, err = run_cli(*base, *table, "--table-filter", "app=a")
@@ -148,9 +148,9 @@ def test_import_from_a_legacy_table(
         (["--from-spark-checkpoint", "/nonexistent/ckpt"], "is not a directory"),
         (["--from-spark-checkpoint", "CORRUPT"], "expected the log version 'v1'"),
         (["--from-consumer-group", "never-used-group-xyz"], "has no committed offsets"),
-        (["--from-table", "nope"], "give SCHEMA.TABLE"),
-        (["--from-table", "public.no_such_table_xyz"], "does not exist"),
-        (["--from-table", "Bad.Name"], "not a valid identifier"),
+        (["--from-table", "nope", "--current-topic-incarnation"], "give SCHEMA.TABLE"),
+        (["--from-table", "public.no_such_table_xyz", "--current-topic-incarnation"], "does not exist"),
+        (["--from-table", "Bad.Name", "--current-topic-incarnation"], "not a valid identifier"),
         (["--from-spark-checkpoint", "PAST_END"], "is past the end of the log"),
         (["--from-spark-checkpoint", "NO_PARTITION"], "has no partition 7"),
     ],
