@@ -7,7 +7,8 @@ as ONE Spark job of long-running tasks (:class:`~txn_offsets.spark.lowlatency.fo
 While it runs, the driver renews the lease, mirrors the table's offsets to the consumer group and
 watches the topics; it ends the epoch early (:func:`~txn_offsets.spark.lowlatency.control.end_epoch`)
 on stop, on a new partition or a changed topic. A task's error is raised - or, when transient,
-planned again from the table - as in batch mode.
+planned again from the table - as in batch mode; so is a fence the driver sees: a fenced run ends
+with Fenced and publishes nothing more (no ``on_batch``, statistics or mirror).
 """
 
 from __future__ import annotations
@@ -105,6 +106,11 @@ def run_epochs(
         restore = stop_on_signals(stop)
         try:
             _loop(loop, max_epochs=max_epochs, retries=retries, retry_backoff_s=retry_backoff_s)
+            if mirror is not None:
+                # the table's last offsets; in the try: a run fenced since its last epoch sends
+                # nothing and ends with Fenced, like a run fenced during one (mirror_offsets)
+                mirror_offsets(loop)
+                mirror.flush()
         except BaseException as exc:
             loop.publisher.run_failed(exc)
             if mirror is not None:
@@ -112,9 +118,6 @@ def run_epochs(
             raise
         finally:
             if mirror is not None:
-                if not mirror.halted:
-                    mirror_offsets(loop)
-                    mirror.flush()
                 mirror.close()
             loop.publisher.close()
             restore()

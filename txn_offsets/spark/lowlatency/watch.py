@@ -5,6 +5,11 @@ cancelled if they run past the epoch's bound by more than a grace period); the d
 renews the run's lease, mirrors the table's offsets to the consumer group and looks for new
 partitions, and ends the epoch early (:func:`~txn_offsets.spark.lowlatency.control.end_epoch`) on
 stop or on a new partition.
+
+A fence the driver sees (its lease renewal, or the mirror's generation check) is the run's end: it
+is raised once the epoch's Spark job has returned, before anything of the epoch is published. A
+task that stopped before its next check (at its deadline, caught up) reports no error, so the
+tasks' reports alone cannot be trusted to carry it.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from txn_offsets.spark.spec import JobSpec
 from txn_offsets.spark.writers import PartitionWriter
 from txn_offsets.store import offset_rows
 from txn_offsets.store.database import translate_errors
-from txn_offsets.store.runs import Run, heartbeat
+from txn_offsets.store.runs import Run, heartbeat, lock_job
 
 __all__ = ["Epoch", "mirror_offsets", "run_tasks"]
 
@@ -68,10 +73,12 @@ def run_tasks(
     number: int,
     known: set[TopicPartition],
 ) -> list[FollowReport]:
-    """The epoch's Spark job on a thread of its own; this thread renews, mirrors and watches."""
+    """The epoch's Spark job on a thread of its own; this thread renews, mirrors and watches.
+    Raises Fenced, once the Spark job has returned, if this thread saw the run fenced."""
     run, options = loop.run, loop.options
     out: list[FollowReport] = []
     failure: list[BaseException] = []
+    fenced: Fenced | None = None
     expired = threading.Event()
 
     def body() -> None:
@@ -105,17 +112,32 @@ def run_tasks(
         try:
             heartbeat(loop.engine, loop.database, run)
             reason = _topics_changed(loop, known)
-        except Fenced:
-            ended = True  # the tasks see the newer generation at their next claim or check
+            if not reason and loop.mirror is not None and now >= next_mirror:
+                next_mirror = now + options.mirror_every_s
+                mirror_offsets(loop)
+        except Fenced as exc:
+            # a newer run (or a reset) took the job: the tasks see the newer generation at their
+            # next claim or check and stop; nothing more is renewed or mirrored, and the run ends
+            # with this error once the Spark job has returned (below) - never with a summary
+            fenced, ended = exc, True
             continue
         except TxnOffsetsError as exc:
             logger.warning("job %r epoch %d: the driver's check failed (%s)", run.job, number, exc)
             continue
         if reason:
             ended = _end(loop, reason)
-        elif loop.mirror is not None and now >= next_mirror:
-            next_mirror = now + options.mirror_every_s
-            mirror_offsets(loop)
+    if fenced is not None:
+        # before the tasks' reports and the Spark job's failure: a fenced run stops, whatever the
+        # epoch did (a task that stopped before its next check never saw the fence), and a
+        # transient failure must not be planned again (the next plan would only be fenced too)
+        if failure:
+            logger.info(
+                "job %r epoch %d: fenced; its Spark job also failed (%s)",
+                run.job,
+                number,
+                _spark_error_summary(failure[0]),
+            )
+        raise fenced
     if failure:
         error = failure[0]
         if isinstance(error, TxnOffsetsError):
@@ -146,15 +168,25 @@ def _topics_changed(loop: Epoch, known: set[TopicPartition]) -> str:
 
 
 def mirror_offsets(loop: Epoch) -> None:
-    """The table's offsets to the consumer group (best effort, as after each batch in batch mode)."""
+    """The table's offsets to the consumer group (best effort, as after each batch in batch mode),
+    while the run holds the job: a run fenced since stops its mirror and raises Fenced, sending
+    nothing under its old generation (the table's offsets may already be the newer run's)."""
     if loop.mirror is None:
         return
+    run = loop.run
     try:
         with translate_errors(loop.database), loop.engine.connect() as conn:
-            rows = offset_rows.load_rows(conn, loop.database, loop.run.job)
+            rows = offset_rows.load_rows(conn, loop.database, run.job)
+            # the generation read after the rows: still ours here, it was ours when they were read
+            # (a newer run bumps it before it moves an offset). A fence after this read and before
+            # the send is the one-round-trip race GroupMirror documents.
+            state = lock_job(conn, loop.database, run.job, for_update=False)
             conn.rollback()
     except TxnOffsetsError as exc:
-        logger.warning("job %r: offsets not mirrored (%s)", loop.run.job, exc)
+        logger.warning("job %r: offsets not mirrored (%s)", run.job, exc)
         return
+    if state.generation != run.generation:
+        loop.mirror.halt(Fenced.__name__)
+        raise Fenced(run.job, run.generation, state.generation)
     ids = {k: r.topic_id for k, r in rows.items() if r.topic_id is not None}
     loop.mirror.commit({k: r.off for k, r in rows.items()}, ids)
