@@ -21,6 +21,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from benchmarks import sink
+from benchmarks.alo import UnguardedTask
 from examples import pageviews, windowed_counts
 from txn_offsets import BatchReport, BatchWriter, Limits, StartPolicy, run_job
 from txn_offsets.config import DatabaseSettings, KafkaSettings
@@ -28,7 +29,7 @@ from txn_offsets.kafka.metadata import watermarks
 from txn_offsets.kafka.reader import Record
 from txn_offsets.ranges import OffsetRange, plan_ranges
 from txn_offsets.spark.batch import Batch
-from txn_offsets.spark.tasks import PartitionTask, TaskReport
+from txn_offsets.spark.tasks import TaskReport
 from txn_offsets.store.runs import Run
 
 
@@ -186,8 +187,8 @@ def eo_batch(spark: Any, ctx: Context) -> Outcome:
 
 
 def _unguarded(batch: Batch) -> list[TaskReport]:
-    """PartitionWriter.commit with ``guard=False``: the same tasks and transactions, no claim."""
-    task = PartitionTask(
+    """PartitionWriter.commit without the guard: the same tasks and transactions, no claim."""
+    task = UnguardedTask(
         database=batch.database,
         kafka=batch.kafka,
         run=batch.run,
@@ -195,7 +196,6 @@ def _unguarded(batch: Batch) -> list[TaskReport]:
         prepare=windowed_counts.WRITER.prepare,
         write=windowed_counts.WRITER.write_ranges,
         read=batch.read,
-        guard=False,
     )
     reports: list[TaskReport] = batch.ranges_rdd().mapPartitionsWithIndex(task).collect()
     return reports

@@ -41,10 +41,10 @@ from benchmarks.contenders import Context
 from benchmarks.dataset import Dataset, delete_topics, expected_of, produce_dataset
 from examples import pageviews, windowed_counts
 from txn_offsets import from_env
+from txn_offsets.commit.staging import Counting
 from txn_offsets.kafka import reader as txn_reader
 from txn_offsets.kafka.metadata import watermarks
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.spark.records import Counting
 
 REPO = Path(__file__).resolve().parent.parent
 Partials = windowed_counts.Partials

@@ -5,9 +5,9 @@ Both read the topic with Spark's Kafka source from the offsets of a fresh job
 writer in long-running tasks: ``rtm_eo`` is the exactly-once row sink
 (:class:`txn_offsets.spark.stream.realtime_sink.RealTimeSink`: each partition's rows committed in
 small groups with its offset, guarded); ``rtm_alo`` is the same writer with the same groups but
-without the claim (``guard=False``: at-least-once, what Spark's own documentation and the usual
-real-time-mode demos into PostgreSQL do). Each group's page views are aggregated per (window,
-page) and added with the same upsert as every other contender.
+without the claim (:class:`benchmarks.alo.UnguardedRealTimeSink`: at-least-once, what Spark's own
+documentation and the usual real-time-mode demos into PostgreSQL do). Each group's page views are
+aggregated per (window, page) and added with the same upsert as every other contender.
 
 Real-time mode keeps one task per Kafka partition running for a whole epoch, so the session needs
 a task slot per partition (:data:`MASTER`); pyspark's ``foreach`` hands rows to the Python writer
@@ -26,13 +26,13 @@ from typing import Any
 import sqlalchemy as sa
 
 from benchmarks import sink
+from benchmarks.alo import UnguardedRealTimeSink
 from benchmarks.contenders import Context, _job
 from benchmarks.settings import LATENCY_PARTITIONS, RTM_FOLLOWERS
 from examples.pageviews import decode, window_of
 from txn_offsets import StartPolicy
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark.stream.realtime import open_realtime
-from txn_offsets.spark.stream.realtime_sink import RealTimeSink
 
 FOLLOWERS = RTM_FOLLOWERS
 MASTER = f"local[{LATENCY_PARTITIONS}]"  # the latency phase's topic: a task slot per partition
@@ -72,8 +72,8 @@ class Follower:
         )
         write = functools.partial(_write, ctx.topic)
         if alo:
-            writer = RealTimeSink(
-                run=self._stream.run, database=ctx.db, kafka=ctx.kafka, write=write, guard=False
+            writer = UnguardedRealTimeSink(
+                run=self._stream.run, database=ctx.db, kafka=ctx.kafka, write=write
             )
             self._query = (
                 self._stream.records()

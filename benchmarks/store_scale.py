@@ -5,7 +5,7 @@ Spark):
   the driver's whole plan (topic ids and partitions, Kafka's offsets, the stored rows, the lease),
   after a first plan, timed apart, that seeds the rows;
 * :func:`measure_offsets_table` - the offsets table's HOT-update ratio and size after N batches of
-  claims through the real commit path (``store.transaction.commit_ranges``), in a schema of its own.
+  claims through the real commit path (``txn_offsets.commit.commit_ranges``), in a schema of its own.
 
     python -m benchmarks.store_scale --batches 100,10000 --partitions 8
 """
@@ -25,6 +25,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from txn_offsets.commit import NoKafkaSource, commit_ranges
 from txn_offsets.config import DatabaseSettings, KafkaSettings, from_env
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.planner import Limits, TopicSelection, plan_batch
@@ -32,9 +33,11 @@ from txn_offsets.ranges import OffsetRange
 from txn_offsets.store import health, migrate, offset_rows
 from txn_offsets.store.database import engine_for
 from txn_offsets.store.runs import end_run, start_run
-from txn_offsets.store.transaction import commit_ranges
 
 __all__ = ["measure_offsets_table", "scratch_schema", "time_planning"]
+
+#: the claims are measured alone: no records are read, so there is no topic incarnation to prove
+NO_RECORDS = NoKafkaSource("a benchmark of the claim alone: no records are read")
 
 
 def time_planning(
@@ -172,7 +175,7 @@ def _measure_once(
             while done < mark:
                 start = done * records_per_range
                 ranges = [OffsetRange(topic, p, start, start + records_per_range) for p in range(partitions)]
-                commit_ranges(engine, scratch, run, ranges)
+                commit_ranges(engine, scratch, run, ranges, source=NO_RECORDS)
                 done += 1
                 if done % HORIZON_EVERY == 0:
                     age, n = _others(observer)

@@ -7,7 +7,7 @@ committed (I1-I3 after every kill, lost=0 duplicated=0 at the end). Full suite o
 partitions takes tens of seconds per restart, more than the smoke's budget in ``make test``.
 
 F19: ``run_jobs`` runs :data:`JOBS` jobs (each on a topic of its own, all in one schema) in shared
-rounds, where a round task commits its jobs' ranges in ONE transaction (``store/joint_commit.py``).
+rounds, where a round task commits its jobs' ranges in ONE transaction (``txn_offsets.commit.commit_units``).
 The driver is killed -9 at seeded points - while a range is read, after a unit's claim inside the
 joint transaction, just before its COMMIT, after it, or by a timer - and Python workers crash
 (``os._exit``) after a claim on a round task's first attempt, so Spark retries the round task with

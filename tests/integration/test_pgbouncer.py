@@ -32,6 +32,7 @@ from confluent_kafka import Producer
 from tests.fix_services import Services, TopicFactory, started_pgbouncer
 from tests.integration.spark.test_streaming import key_counts
 from tests.kafka_ends import settled_ends
+from tests.unproven import commit_ranges
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ClaimBlocked, ConfigError
 from txn_offsets.kafka.reader import Record
@@ -44,7 +45,6 @@ from txn_offsets.spark.writers import BatchWriter, PartitionWriter
 from txn_offsets.store import migrate, offset_rows
 from txn_offsets.store.database import engine_for
 from txn_offsets.store.runs import start_run
-from txn_offsets.store.transaction import commit_ranges
 from txn_offsets.upserts import COPY_MIN_ROWS, upsert_add
 
 POOL_SIZE = 2  # default_pool_size of the stack's PgBouncer and of the one started here

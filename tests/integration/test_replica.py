@@ -26,6 +26,8 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
+from tests.unproven import commit_ranges
+from txn_offsets.commit import Outcome
 from txn_offsets.config import DatabaseSettings, Secret
 from txn_offsets.devstack import Stack, postgres, replica
 from txn_offsets.errors import CommitNotApplied, OffsetsRolledBack, Transient
@@ -33,7 +35,6 @@ from txn_offsets.ranges import OffsetRange
 from txn_offsets.store import migrate
 from txn_offsets.store.database import engine_for
 from txn_offsets.store.runs import start_run
-from txn_offsets.store.transaction import Outcome, commit_ranges
 
 from .store.helpers import offsets_of, seed
 

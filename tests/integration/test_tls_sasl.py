@@ -30,6 +30,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.integration.spark.test_streaming import key_counts
 from tests.kafka_ends import settled_ends
+from tests.unproven import commit_ranges
 from txn_offsets.config import DatabaseSettings, KafkaSettings, kafka_from_env
 from txn_offsets.errors import ConfigError, TxnOffsetsError
 from txn_offsets.kafka.mirror import group_offsets
@@ -43,7 +44,6 @@ from txn_offsets.spark.writers import PartitionWriter
 from txn_offsets.store import migrate, offset_rows
 from txn_offsets.store.database import engine_for
 from txn_offsets.store.runs import start_run
-from txn_offsets.store.transaction import commit_ranges
 from txn_offsets.upserts import upsert_add
 
 

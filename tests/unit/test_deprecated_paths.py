@@ -114,16 +114,6 @@ def test_session_probes_moved_out_of_frames_warn(name: str) -> None:
         _ = frames.no_such_name  # type: ignore[attr-defined]
 
 
-def test_the_store_write_callable_is_no_longer_called_writer() -> None:
-    from txn_offsets.spark import writers
-    from txn_offsets.store import transaction
-
-    assert "Writer" not in transaction.__all__ and "TransactionWrite" in transaction.__all__
-    with pytest.warns(DeprecationWarning, match=r"transaction\.Writer is deprecated.*TransactionWrite"):
-        old = transaction.Writer  # type: ignore[attr-defined]
-    assert old is transaction.TransactionWrite
-    assert writers.Writer is not old  # Writer means one thing: what run_job takes
-
 
 def test_cli_subcommands_registers_the_store_groups_from_their_modules() -> None:
     from txn_offsets.cli import db, imports, jobs, offsets

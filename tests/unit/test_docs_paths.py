@@ -133,7 +133,7 @@ MENTIONS = _mentions()
 
 def test_the_scan_finds_paths() -> None:
     names = {m[2] for m in MENTIONS}
-    assert {"txn_offsets/store/schema.py", "txn_offsets.store.transaction.commit_ranges"} <= names
+    assert {"txn_offsets/store/schema.py", "txn_offsets.commit.claim.claim_ranges"} <= names
     assert len(MENTIONS) > 60
     assert dotted_problem("txn_offsets.spark.streaming")  # a shim
     assert dotted_problem("txn_offsets.store.nowhere")

@@ -1,4 +1,4 @@
-"""The layout's rules, checked from the code's own imports (issue 21): no module over 350 lines, the
+"""The layout's rules, checked from the code's own imports (issue 21): no module over 600 lines, the
 front-ends (cli/, service/) over admin/, and no arrow running back up to cli/ or from store/ to the
 layers above it."""
 
@@ -35,8 +35,10 @@ def test_the_rules_see_the_package() -> None:
 
 
 @pytest.mark.parametrize("path", MODULES, ids=rel)
-def test_no_module_over_350_lines(path: Path) -> None:
-    assert len(path.read_text().splitlines()) <= 350
+def test_no_module_over_600_lines(path: Path) -> None:
+    # size follows cohesion (../shared/STYLE.md): 600 is the ceiling, never a target to split or
+    # squeeze a module to (the 350 of the second layout step shaped the tree by line count)
+    assert len(path.read_text().splitlines()) <= 600
 
 
 @pytest.mark.parametrize("path", [p for p in MODULES if not rel(p).startswith("cli/")], ids=rel)

@@ -11,9 +11,9 @@ import pickle
 import pytest
 
 import txn_offsets
+from txn_offsets.commit.classify import Settled, classify_claim, classify_reread
 from txn_offsets.errors import OffsetConflict, Transient
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.store.classify import Settled, classify_claim, classify_reread
 
 RNG = OffsetRange("t", 3, 186, 217)
 

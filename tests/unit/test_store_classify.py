@@ -7,8 +7,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from txn_offsets import Fenced, OffsetConflict, OffsetsRolledBack, TopicChanged, UnknownJob
+from txn_offsets.commit.classify import ClaimResult, Settled, classify_claim, classify_reread
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.store.classify import ClaimResult, Settled, classify_claim, classify_reread
 
 offsets = st.integers(min_value=0, max_value=2**40)
 generations = st.integers(min_value=1, max_value=10**6)

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 import pytest
 import sqlalchemy as sa
 
+from tests.unproven import commit_ranges
 from txn_offsets import ConfigError, SchemaMissing, ServiceUnavailable, cli
 from txn_offsets.admin.reset import ResetTarget
 from txn_offsets.config import DatabaseSettings, Secret, database_from_env, kafka_from_env
@@ -14,7 +15,6 @@ from txn_offsets.ranges import OffsetRange
 from txn_offsets.store.database import is_connection_lost, is_retryable, translate_errors
 from txn_offsets.store.runs import Run, validate_job
 from txn_offsets.store.schema import metadata_for, tables_for
-from txn_offsets.store.transaction import commit_ranges
 
 DB = DatabaseSettings(Secret("postgresql+psycopg://u:pw-secret-2@db.invalid:5432/x"), schema="s1")
 

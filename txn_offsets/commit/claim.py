@@ -15,7 +15,7 @@ ranges travel as bound arrays, unnested in the statement, and the statement
    every range was claimed: a transaction with any range not claimed is rolled back anyway;
 5. returns, per range in input order, whether it was claimed, the row it found (offset, topic id)
    and the job's generation: a range that was not claimed is classified from these exactly as a
-   single-range claim's re-read is (:func:`txn_offsets.store.classify.classify_claims`), without a
+   single-range claim's re-read is (:func:`txn_offsets.commit.classify.classify_claims`), without a
    second round trip.
 """
 
@@ -27,9 +27,9 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 
+from txn_offsets.commit.classify import ClaimResult, FoundRow, classify_claims
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.store.classify import ClaimResult, FoundRow, classify_claims
 from txn_offsets.store.lineage import Lineage, at
 from txn_offsets.store.runs import Run
 from txn_offsets.store.schema import tables_for

@@ -5,7 +5,7 @@ A running job's plan over more than a request's worth of partitions may reuse a 
 within a few seconds instead of describing its topics again (DescribeTopics builds four Python
 objects per partition: ~80 ms of CPU at 4,096 partitions, a third of such a plan). Safe because
 nothing a reused description plans is committed on its word: the check after every read
-(:func:`txn_offsets.kafka.metadata.check_incarnation`) always asks Kafka, and refuses records of
+(:func:`txn_offsets.commit.proof.check_incarnation`) always asks Kafka, and refuses records of
 a topic re-created since its plan; a plan that would move an offset describes afresh first.
 """
 

@@ -23,7 +23,7 @@ from confluent_kafka.admin._listoffsets import OffsetSpec
 from confluent_kafka.cimpl import _AdminClientImpl
 
 from txn_offsets.config import KafkaSettings
-from txn_offsets.errors import ConfigError, ServiceUnavailable, TopicChanged, TopicMissing
+from txn_offsets.errors import ConfigError, ServiceUnavailable, TopicMissing
 from txn_offsets.kafka import described, leaders
 from txn_offsets.kafka.admins import (
     NO_ANSWER,
@@ -34,12 +34,10 @@ from txn_offsets.kafka.admins import (
     issued,
 )
 from txn_offsets.kafka.described import TopicInfo
-from txn_offsets.ranges import OffsetRange
 from txn_offsets.ranges import TopicPartition as TP
 
 __all__ = [
     "TopicInfo",
-    "check_incarnation",
     "describe_topics",
     "offsets_for_time",
     "partitions_for",
@@ -182,33 +180,6 @@ def topics_and_watermarks(
     if new:
         marks.update(watermarks(kafka, new, timeout_s=timeout_s))
     return out, {tp: marks[tp] for tp in parts}
-
-
-def check_incarnation(
-    kafka: KafkaSettings, ranges: Iterable[OffsetRange], *, timeout_s: float = 10.0
-) -> None:
-    """Raise TopicChanged unless every topic of `ranges` still has the Kafka topic id its ranges
-    were planned from (ranges without a topic id are not checked).
-
-    Called AFTER a range's records were read and BEFORE they are committed: a topic deleted and
-    re-created under the same name between the plan and the read hands the reader the NEW topic's
-    records at the planned offsets. Topic ids are never reused, so the same id after the read
-    proves every record read came from the planned incarnation; any other answer (another id, no
-    topic) means the records cannot be trusted and nothing may be committed."""
-    planned: dict[str, set[str]] = {}  # each range's own id (ranges of several plans may differ)
-    for rng in ranges:
-        if rng.topic_id is not None:
-            planned.setdefault(rng.topic, set()).add(rng.topic_id)
-    if not planned:
-        return
-    try:
-        infos = describe_topics(kafka, sorted(planned), timeout_s=timeout_s)
-    except TopicMissing as exc:
-        raise TopicChanged(exc.topic, min(planned[exc.topic]), None) from None
-    for topic, topic_ids in sorted(planned.items()):
-        for topic_id in sorted(topic_ids):
-            if infos[topic].topic_id != topic_id:
-                raise TopicChanged(topic, topic_id, infos[topic].topic_id)
 
 
 def topics_matching(kafka: KafkaSettings, pattern: str, *, timeout_s: float = 10.0) -> list[str]:

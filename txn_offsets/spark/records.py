@@ -1,5 +1,6 @@
 """What a task does to the records it reads, before its transaction: the user's decoder (a failure
-rejects the record, or dead-letters it) and the count and timestamps of the records that pass."""
+rejects the record, or dead-letters it). The count and timestamps of the records that pass are
+:class:`txn_offsets.commit.staging.Counting`'s."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from txn_offsets.errors import RecordRejected
 from txn_offsets.kafka.reader import Record
 from txn_offsets.store.dead_letters import DeadLetter
 
-__all__ = ["Counting", "decoded"]
+__all__ = ["decoded"]
 
 T = TypeVar("T")
 
@@ -34,40 +35,3 @@ def decoded(
                     rec.topic, rec.partition, rec.offset, f"{type(exc).__name__} (message not shown)"
                 ) from None
             dead.append(DeadLetter(rec, f"{type(exc).__name__}: {exc}"[:2000]))
-
-
-class Counting(Iterator[Record]):
-    """Counts the records that pass through (for the batch log line) and keeps the first and last
-    record timestamp (for the lineage row)."""
-
-    def __init__(self, inner: Iterator[Record]) -> None:
-        self._inner = inner
-        self.n = 0
-        self.first_ms: int | None = None
-        self.last_ms: int | None = None
-
-    def __iter__(self) -> Counting:
-        return self
-
-    def __next__(self) -> Record:
-        rec = next(self._inner)
-        self.n += 1
-        if rec.timestamp_ms is not None:
-            if self.first_ms is None:
-                self.first_ms = rec.timestamp_ms
-            self.last_ms = rec.timestamp_ms
-        return rec
-
-    def close(self) -> None:
-        close = getattr(self._inner, "close", None)
-        if close is not None:
-            close()
-
-    def unread(self) -> bool:
-        """True if records are left that nobody read (the reader is closed either way)."""
-        try:
-            next(self._inner)
-        except StopIteration:
-            return False
-        self.close()
-        return True

@@ -32,14 +32,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from txn_offsets.kafka.metadata import check_incarnation
-from txn_offsets.ranges import OffsetRange
+from txn_offsets.commit import commit_units
 from txn_offsets.spark import frames
 from txn_offsets.spark.batch import assign_ranges, batch_deadline
 from txn_offsets.spark.session import session_cores
 from txn_offsets.spark.tasks import PartitionTask, Staged, TaskReport, reports_of
 from txn_offsets.store.database import worker_engine
-from txn_offsets.store.joint_commit import Settled, commit_together
 
 __all__ = ["Rounds", "UnitFailed", "current", "joined"]
 
@@ -69,7 +67,7 @@ class RoundTask:
 
     Every unit is read and prepared first; then the units that may share a transaction (guarded, all
     of a unit's ranges in one) are committed together, one COMMIT per database instead of one per
-    job (:mod:`txn_offsets.store.joint_commit`): the topic ids of all their ranges checked in one
+    job (:func:`txn_offsets.commit.commit_units`): the topic ids of all their ranges proven in one
     request, each job's ranges claimed under its own run. Where that fast path gives way (any unit
     not claimed or written), nothing of it was committed and each unit commits alone, exactly as
     its own batch would."""
@@ -102,40 +100,20 @@ class RoundTask:
             yield from self._commit(members)
 
     def _commit(self, members: list[tuple[int, Staged[Any]]]) -> Iterator[tuple[int, Any]]:
-        """The members' prepared ranges in one transaction, or each in its own where that gives way."""
-        joint = None
-        if len(members) > 1:
+        """The members' prepared ranges in one transaction (each job's under its own run, the topics
+        of all proven in one request per cluster), or each in its own where that gives way: the
+        commit core decides (:func:`txn_offsets.commit.commit_units`)."""
+        tasks = [self.tasks[job] for job, _ in members]
+        units = [task.unit(st.prepared) for task, (_, st) in zip(tasks, members, strict=True)]
+        db, isolation_level = tasks[0].database, tasks[0].isolation_level
+        results = commit_units(worker_engine(db), db, units, isolation_level=isolation_level)
+        for (job, st), task, result in zip(members, tasks, results, strict=True):
             try:
-                joint = self._together(members)
-            except Exception as exc:  # safe either way: a unit committed alone after it is guarded
-                logger.warning(
-                    "joint commit of a round task failed (%s): each unit alone", type(exc).__name__
-                )
-        for n, (job, st) in enumerate(members):
-            task = self.tasks[job]
-            try:
-                if joint is None:
-                    reports = task.commit(st.prepared)
-                else:
-                    reports = task.settled(st.prepared, reports_of(joint[n], [p.range for p in st.prepared]))
+                reports = task.settled(st.prepared, reports_of(result, [p.range for p in st.prepared]))
             except Exception as exc:  # as its own task's failure would be: this job's batch fails
                 yield job, self._failed(job, exc)
                 continue
             yield from ((job, report) for report in st.close(reports))
-
-    def _together(self, members: list[tuple[int, Staged[Any]]]) -> list[Settled] | None:
-        tasks = [self.tasks[job] for job, _ in members]
-        units = [task.unit(st.prepared) for task, (_, st) in zip(tasks, members, strict=True)]
-        by_cluster: dict[Any, list[OffsetRange]] = {}
-        for task, unit in zip(tasks, units, strict=True):
-            by_cluster.setdefault(task.kafka, []).extend(unit.ranges)
-        try:  # after every unit's read: one topic-id request per cluster for all their ranges
-            for kafka, ranges in by_cluster.items():
-                check_incarnation(kafka, ranges)
-        except Exception:  # each unit alone checks its own topics, and meets its own error
-            return None
-        db, isolation_level = tasks[0].database, tasks[0].isolation_level
-        return commit_together(worker_engine(db), db, units, isolation_level=isolation_level)
 
     def _failed(self, job: int, exc: Exception) -> UnitFailed:
         logger.warning("round unit of job %r failed: %s", self.tasks[job].run.job, type(exc).__name__)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from txn_offsets.commit import Outcome
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import BatchFailed, ConfigError, TopicChanged, Transient, TxnOffsetsError
 from txn_offsets.kafka import described
@@ -31,7 +32,7 @@ from txn_offsets.spark.session import session_cores
 from txn_offsets.spark.signals import stop_on_signals
 from txn_offsets.spark.spec import JobSpec, in_shared_engines, job_run
 from txn_offsets.spark.summary import KEPT_OUTCOMES, BatchReport, JobSummary
-from txn_offsets.spark.tasks import ReadOptions
+from txn_offsets.spark.tasks import ReadOptions, success_counts
 from txn_offsets.spark.writers import Writer
 from txn_offsets.store.budget import check_budget
 from txn_offsets.store.lease import LeaseKeeper
@@ -315,8 +316,8 @@ def _run_batch(loop: _Loop, ranges: tuple[OffsetRange, ...], *, lag_after: int) 
         if task.error is not None:
             raise task.error
     records = sum(max(0, r.records) for r in reports)
-    committed = sum(1 for r in reports if r.outcome == "committed")
-    already = sum(1 for r in reports if r.outcome == "already_committed")
+    counts = success_counts(reports)
+    committed, already = counts[Outcome.COMMITTED], counts[Outcome.ALREADY_COMMITTED]
     summary.batches = number
     summary.records += records
     summary.committed += committed

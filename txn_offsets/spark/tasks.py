@@ -13,31 +13,18 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
-import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-import sqlalchemy as sa
-
+from txn_offsets.commit import Outcome, RangeOutcome, Unit, commit_unit
+from txn_offsets.commit.staging import Prepare, Prepared, RangesWrite, Stop, prepare_range, unit_of
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.errors import (
-    ConfigError,
-    RecordRejected,
-    RecordsNotConsumed,
-    TxnOffsetsError,
-)
-from txn_offsets.kafka.metadata import check_incarnation
+from txn_offsets.errors import ConfigError, TxnOffsetsError
 from txn_offsets.kafka.reader import Record, read_range, read_ranges
 from txn_offsets.ranges import OffsetRange, TopicPartition
-from txn_offsets.spark.records import Counting
 from txn_offsets.store.database import worker_engine
-from txn_offsets.store.dead_letters import DeadLetter, write_dead_letters
-from txn_offsets.store.joint_commit import Unit
-from txn_offsets.store.lineage import Lineage
 from txn_offsets.store.runs import Run
-from txn_offsets.store.transaction import RangeOutcome, TransactionWrite, commit_ranges
 
 logger = logging.getLogger(__name__)
 
@@ -80,93 +67,56 @@ class ReadOptions:
 
 @dataclass(frozen=True)
 class TaskReport:
-    """What a task tells the driver about its range (pickled back by collect())."""
+    """What a task tells the driver about its range (pickled back by collect()): a success
+    outcome, or (with `error`) the outcome under which the error is reported."""
 
     range: OffsetRange
-    # committed | already_committed, or (with `error`) conflict | fenced | blocked | aborted |
-    # write_failed | topic_changed | rejected | not_consumed
-    outcome: str
+    outcome: Outcome
     records: int
     error: TxnOffsetsError | None = None
 
 
 def success_counts(reports: Iterable[TaskReport]) -> dict[str, int]:
     """Ranges per success outcome (``committed``, ``already_committed``): a batch's statistics."""
-    counts = {"committed": 0, "already_committed": 0}
+    counts = {Outcome.COMMITTED.value: 0, Outcome.ALREADY_COMMITTED.value: 0}
     for report in reports:
-        if report.outcome in counts:
-            counts[report.outcome] += 1
+        if report.outcome.success:
+            counts[report.outcome.value] += 1
     return counts
 
 
 def commit_reporting(
-    db: DatabaseSettings,
-    run: Run,
-    ranges: list[OffsetRange],
-    write: TransactionWrite | None,
-    *,
-    isolation_level: str,
-    records: int,
-    kafka: KafkaSettings | None,
-    guard: bool = True,
-    lineage: Lineage | None = None,
+    db: DatabaseSettings, unit: Unit, *, isolation_level: str, records: int
 ) -> list[TaskReport]:
-    """commit_ranges on this worker's engine, with a conflict or a fencing turned into reports:
-    nothing was written, and the driver raises the error with its context (a Spark retry of the
-    task could never succeed). Call it once the ranges' records were read: with `kafka`, COMMIT
-    waits for the proof that each topic is still the incarnation the ranges were planned from
-    (TopicChanged otherwise, reported like a conflict: the runner plans again). `lineage`: the
-    batch number and record timestamps of the ranges' ``commits`` rows (store.lineage)."""
+    """The commit core's commit of `unit` on this worker's engine, with a conflict or a fencing
+    turned into reports: nothing was written, and the driver raises the error with its context (a
+    Spark retry of the task could never succeed). Call it once the unit's records were read: COMMIT
+    waits for the proof that each topic is still the incarnation the ranges were planned from."""
     try:
-        checked = _checked(write, kafka, ranges) if kafka is not None and guard else write
-        outcomes = commit_ranges(
-            worker_engine(db),
-            db,
-            run,
-            ranges,
-            checked,
-            isolation_level=isolation_level,
-            guard=guard,
-            lineage=lineage,
-        )
+        outcomes = commit_unit(worker_engine(db), db, unit, isolation_level=isolation_level)
     except TxnOffsetsError as exc:
-        return reports_of(exc, ranges, records)
-    return reports_of(outcomes, ranges, records)
-
-
-def _checked(
-    write: TransactionWrite | None, kafka: KafkaSettings, ranges: list[OffsetRange]
-) -> TransactionWrite:
-    """`write`, then the wait for the topic-id check (check_incarnation) started now, after the
-    ranges were read: Kafka answers while the transaction claims and writes, and COMMIT is sent
-    only once it passed (TopicChanged rolls the transaction back). A pool per (forked) process."""
-    pool = _CHECKS.get(os.getpid()) or _CHECKS.setdefault(os.getpid(), ThreadPoolExecutor(2))
-    checking = pool.submit(check_incarnation, kafka, ranges)
-
-    def write_then_wait(conn: sa.Connection) -> None:
-        if write is not None:
-            write(conn)
-        checking.result()
-
-    return write_then_wait
-
-
-_CHECKS: dict[int, ThreadPoolExecutor] = {}
+        return reports_of(exc, unit.ranges, records)
+    return reports_of(outcomes, unit.ranges, records)
 
 
 def reports_of(
-    result: Sequence[RangeOutcome] | TxnOffsetsError, ranges: Sequence[OffsetRange], records: int = 0
+    result: Sequence[RangeOutcome] | Exception, ranges: Sequence[OffsetRange], records: int = 0
 ) -> list[TaskReport]:
     """A commit's result as its ranges' reports: each range's outcome, or an error with an outcome
     on every range. An error without one is raised. An error with an outcome is reported, not
     raised: Spark's own task retry could not change it (or, for ClaimBlocked, should not wait again
     in place); the driver raises it with its context, and the runner plans again from the stored
     offsets when it is Transient."""
-    if isinstance(result, TxnOffsetsError):
-        if result.outcome is None:
+    if isinstance(result, Exception):
+        if not isinstance(result, TxnOffsetsError) or result.outcome is None:
             raise result
-        return [TaskReport(r, result.outcome, records, result) for r in ranges]
-    return [TaskReport(o.range, o.outcome.value, records) for o in result]
+        return [TaskReport(r, Outcome(result.outcome), records, result) for r in ranges]
+    return [TaskReport(o.range, o.outcome, records) for o in result]
+
+
+def stop_report(stop: Stop) -> TaskReport:
+    """The report of a range that stopped its group (a rejected record, records not consumed)."""
+    return TaskReport(stop.range, Outcome(stop.error.outcome), stop.records, stop.error)
 
 
 @dataclass(frozen=True)
@@ -177,13 +127,12 @@ class PartitionTask(Generic[A]):
     kafka: KafkaSettings
     run: Run
     ranges: tuple[OffsetRange, ...]
-    prepare: Callable[[Iterator[Record], list[DeadLetter] | None], A]
-    write: Callable[[sa.Connection, Sequence[tuple[OffsetRange, A]]], None]  # the ranges of a transaction
+    prepare: Prepare[A]
+    write: RangesWrite[A]  # the ranges of a transaction
     read: ReadOptions = field(default_factory=ReadOptions)
     isolation_level: str = "READ COMMITTED"
     after_commit: Callable[[OffsetRange, str], None] | None = None
     dead_letters: bool = False
-    guard: bool = True  # benchmarks only: False skips the claim (at-least-once), see commit_ranges
     batch: int | None = None  # the runner's batch number, for the lineage rows
 
     def __call__(self, index: int, assigned: Iterable[Any]) -> Iterator[TaskReport]:
@@ -208,19 +157,19 @@ class PartitionTask(Generic[A]):
 
     def joinable(self, ranges: int) -> bool:
         """Whether this task's `ranges` ranges may be committed in a transaction shared with other
-        runs' units (:mod:`txn_offsets.store.joint_commit`): guarded, all in one transaction."""
-        return self.guard and (self.read.ranges_per_transaction or ranges) >= ranges
+        runs' units (:func:`txn_offsets.commit.commit_units`): all of them in one transaction."""
+        return (self.read.ranges_per_transaction or ranges) >= ranges
 
     def stage(self, group: list[OffsetRange]) -> Staged[A]:
         """Read and prepare the ranges of `group` up to the first one rejected or not consumed."""
-        prepared: list[_Prepared[A]] = []
+        prepared: list[Prepared[A]] = []
         fetched: dict[TopicPartition, list[Record]] = {}
         for i, rng in enumerate(group):
             if rng.key not in fetched:
                 fetched = self._prefetch(group[i:])
             item = self._prepare(rng, fetched.pop(rng.key, None))
-            if isinstance(item, TaskReport):
-                return Staged(prepared, item)
+            if isinstance(item, Stop):
+                return Staged(prepared, stop_report(item))
             prepared.append(item)
         return Staged(prepared, None)
 
@@ -235,55 +184,27 @@ class PartitionTask(Generic[A]):
         opts = self.read
         return read_ranges(self.kafka, head, batch_size=opts.batch_size, stall_timeout_s=opts.stall_timeout_s)
 
-    def _prepare(self, rng: OffsetRange, records: list[Record] | None) -> _Prepared[A] | TaskReport:
+    def _prepare(self, rng: OffsetRange, records: list[Record] | None) -> Prepared[A] | Stop:
         opts = self.read
-        source = iter(records) if records is not None else None
-        counted = Counting(
-            source
-            or read_range(self.kafka, rng, batch_size=opts.batch_size, stall_timeout_s=opts.stall_timeout_s)
+        source = (
+            iter(records)
+            if records is not None
+            else read_range(self.kafka, rng, batch_size=opts.batch_size, stall_timeout_s=opts.stall_timeout_s)
         )
-        try:
-            dead: list[DeadLetter] | None = [] if self.dead_letters else None
-            value = self.prepare(counted, dead)
-        except RecordRejected as exc:
-            counted.close()
-            return TaskReport(rng, "rejected", counted.n, exc)
-        if counted.unread():
-            # committing would move the offset past records the user's code never saw
-            error = RecordsNotConsumed(rng.topic, rng.partition, rng.start, rng.until)
-            return TaskReport(rng, "not_consumed", counted.n, error)
-        return _Prepared(rng, value, dead, counted.n, (counted.first_ms, counted.last_ms))
+        return prepare_range(rng, source, self.prepare, dead_letters=self.dead_letters)
 
-    def unit(self, prepared: Sequence[_Prepared[A]]) -> Unit:
-        """What one transaction commits for the `prepared` ranges: the claims, the writer's write of
-        them all and their dead letters, the lineage."""
+    def unit(self, prepared: Sequence[Prepared[A]]) -> Unit:
+        """What one transaction commits for the `prepared` ranges (proven against this task's Kafka)."""
+        return unit_of(self.run, self.database, prepared, self.write, source=self.kafka, batch=self.batch)
 
-        def write_all(conn: sa.Connection) -> None:
-            self.write(conn, [(p.range, p.value) for p in prepared])  # the writer's, all in this transaction
-            for p in prepared:
-                if p.dead:
-                    write_dead_letters(conn, self.database, self.run.job, p.dead)
-
-        stamps = {p.range.key: p.stamps for p in prepared}
-        return Unit(self.run, [p.range for p in prepared], write_all, Lineage(self.batch, stamps))
-
-    def commit(self, prepared: list[_Prepared[A]]) -> list[TaskReport]:
+    def commit(self, prepared: list[Prepared[A]]) -> list[TaskReport]:
         """Commit the `prepared` ranges in one transaction of their own."""
-        unit = self.unit(prepared)
         reports = commit_reporting(
-            self.database,
-            self.run,
-            list(unit.ranges),
-            unit.write,
-            isolation_level=self.isolation_level,
-            records=0,
-            kafka=self.kafka,  # one topic-id check for the group's ranges, after all were read
-            guard=self.guard,
-            lineage=unit.lineage,
+            self.database, self.unit(prepared), isolation_level=self.isolation_level, records=0
         )
         return self.settled(prepared, reports)
 
-    def settled(self, prepared: Sequence[_Prepared[A]], reports: list[TaskReport]) -> list[TaskReport]:
+    def settled(self, prepared: Sequence[Prepared[A]], reports: list[TaskReport]) -> list[TaskReport]:
         """The reports of the committed `prepared` ranges, with their record counts, after the
         after_commit hook ran for each (unless a range failed)."""
         records = {p.range.key: p.records for p in prepared}
@@ -303,7 +224,7 @@ class Staged(Generic[A]):
     """A group's ranges read and prepared, up to `stop`: the report of the range that ended it
     (rejected or not consumed), committed after the ones before it."""
 
-    prepared: list[_Prepared[A]]
+    prepared: list[Prepared[A]]
     stop: TaskReport | None
 
     def close(self, reports: list[TaskReport]) -> list[TaskReport]:
@@ -317,17 +238,6 @@ def _range_indexes(assigned: Iterable[Any]) -> list[int]:
     """The indexes of the ranges a task was given (its input: one tuple of indexes), read to the
     end first: PySpark only reuses a Python worker whose input stream was consumed completely."""
     return [int(i) for group in assigned for i in group]
-
-
-@dataclass(frozen=True)
-class _Prepared(Generic[A]):
-    """A range read and prepared, waiting for its transaction."""
-
-    range: OffsetRange
-    value: A
-    dead: list[DeadLetter] | None
-    records: int
-    stamps: tuple[int | None, int | None]  # the first and last record timestamp (lineage)
 
 
 @dataclass(frozen=True)

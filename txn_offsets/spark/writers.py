@@ -18,6 +18,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import sqlalchemy as sa
 
+from txn_offsets.commit import Unit
 from txn_offsets.errors import ConfigError
 from txn_offsets.kafka.reader import Record
 from txn_offsets.ranges import OffsetRange
@@ -155,16 +156,15 @@ class BatchWriter(Generic[R]):
 
     def commit(self, batch: Batch) -> list[TaskReport]:
         result = self._compute(batch)
-        return commit_reporting(
-            batch.database,
+        unit = Unit(
             batch.run,
             list(batch.ranges),
             lambda conn: self.write(conn, batch.ranges, result),
-            isolation_level=self.isolation_level,
-            records=-1,  # unknown per range: compute() saw the batch as a whole
-            kafka=batch.kafka,  # compute() has read every record: check the topics are the planned ones
-            lineage=Lineage(batch.number),  # record timestamps unknown: compute() saw the batch whole
+            Lineage(batch.number),  # record timestamps unknown: compute() saw the batch whole
+            source=batch.kafka,  # compute() has read every record: prove the topics are the planned ones
         )
+        # records unknown per range: compute() saw the batch as a whole
+        return commit_reporting(batch.database, unit, isolation_level=self.isolation_level, records=-1)
 
     def _compute(self, batch: Batch) -> R:
         if self.compute_df is not None:

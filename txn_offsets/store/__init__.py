@@ -3,10 +3,9 @@
 What it promises:
 - an offset moves only by a guarded claim (``off = from`` and the run's generation) inside the
   transaction that writes the range's results, so results and offsets commit or roll back together
-  (:mod:`~txn_offsets.store.transaction` owns that transaction; :mod:`~txn_offsets.store.offset_rows`
-  never commits);
-- a claim that loses is classified, never guessed: already committed, conflict or fenced
-  (:mod:`~txn_offsets.store.classify`);
+  (the commit core, :mod:`txn_offsets.commit`, owns that transaction and is the only place that
+  claims; :mod:`~txn_offsets.store.offset_rows` never commits);
+- a claim that loses is classified there, never guessed: already committed, conflict or fenced;
 - each run bumps the job's generation and fences the older ones (:mod:`~txn_offsets.store.runs`);
 - database failures surface as the library's named errors (:mod:`~txn_offsets.store.database`,
   which also keeps one engine per Python worker for Spark tasks);

@@ -1,10 +1,10 @@
 """The lineage of every commit: one ``commits`` row per range a guarded claim committed.
 
-The rows are inserted by the claim itself (:func:`txn_offsets.store.claims.claim_ranges`, one
+The rows are inserted by the claim itself (:func:`txn_offsets.commit.claim.claim_ranges`, one
 statement for a transaction's ranges), and only when every range of the transaction was claimed:
 a rolled-back attempt leaves no row, an attempt that finds its ranges already committed adds none,
-and a committed range has exactly one. ``guard=False`` (benchmarks) claims nothing and records
-nothing. This module holds what the rows carry (:class:`Lineage`) and their retention.
+and a committed range has exactly one (the benchmarks' at-least-once contender, which claims
+nothing, records nothing). This module holds what the rows carry (:class:`Lineage`) and their retention.
 
 Retention is by age (``DatabaseSettings.lineage_retention_days``): the planner calls
 :func:`prune_due` in its transaction, which deletes at most ``max_rows`` of the job's oldest

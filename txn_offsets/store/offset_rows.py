@@ -1,8 +1,8 @@
-"""Offset rows: load, seed, the guarded claim, audited admin moves.
+"""Offset rows: load, seed, re-read, audited admin moves (never the guarded claim: that is
+:mod:`txn_offsets.commit`'s alone).
 
 Every function runs SQL on a Connection it is given and never commits or rolls back: the caller
-(:mod:`txn_offsets.store.transaction`, or an admin command) owns the transaction. What a claim's
-outcome means is decided by the pure functions of :mod:`txn_offsets.store.classify` (re-exported here).
+(the commit shell, :mod:`txn_offsets.commit.shell`, or an admin command) owns the transaction.
 """
 
 from __future__ import annotations
@@ -17,23 +17,16 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import ConfigError, Fenced, OffsetConflict
-from txn_offsets.ranges import OffsetRange, TopicPartition
-from txn_offsets.store import claims
+from txn_offsets.ranges import TopicPartition
 from txn_offsets.store.audit import OffsetChange, check_audit, check_offsets, default_actor, write_audit
-from txn_offsets.store.classify import ClaimResult, Settled, classify_claim, classify_reread
-from txn_offsets.store.runs import JobState, Run, lock_job
+from txn_offsets.store.runs import JobState, lock_job
 from txn_offsets.store.schema import tables_for
 
 __all__ = [
-    "ClaimResult",
     "OffsetChange",
-    "Settled",
     "StoredOffset",
     "adopt_topic_ids",
     "check_generation",
-    "claim",
-    "classify_claim",
-    "classify_reread",
     "default_actor",
     "load_offsets",
     "load_rows",
@@ -177,17 +170,6 @@ def seed_offsets(
     if inserted:
         logger.info("job %r: seeded %r partitions (%r)", job, len(inserted), action)
     return inserted
-
-
-def claim(conn: sa.Connection, db: DatabaseSettings, run: Run, rng: OffsetRange) -> ClaimResult:
-    """The guarded advance ``off: start -> until`` of one range, fenced by the run's generation
-    (:func:`txn_offsets.store.claims.claim_ranges` of one range, recording no lineage).
-
-    The job row is locked FOR KEY SHARE until the transaction ends, so a new run or a reset (which
-    lock it FOR UPDATE) waits for this transaction and can never be overtaken by it.
-    """
-    (result,) = claims.claim_ranges(conn, db, run, [rng], record=False)
-    return result
 
 
 def reread(

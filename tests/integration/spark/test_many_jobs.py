@@ -98,7 +98,7 @@ def test_four_jobs_on_threads_each_exact_and_concurrent(
     # their batches shared Spark jobs: one per round, carrying every batch, fewer than the batches
     batches = sum(s.batches for s in result.summaries.values())
     assert result.round_batches == batches and 1 <= result.rounds < batches, result
-    # and a round task committed its jobs' units in one transaction (store.joint_commit): lineage
+    # and a round task committed its jobs' units in one transaction (txn_offsets.commit.commit_units): lineage
     # rows are only inserted, so their xmins are the transactions; fewer than the jobs' batches
     with engine.connect() as conn:
         units, transactions = conn.execute(

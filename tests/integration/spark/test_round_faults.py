@@ -1,5 +1,5 @@
-"""A shared round's task killed around its joint transaction (store.joint_commit): its jobs' units
-commit all or nothing, so a worker killed before the COMMIT leaves nothing of any of them (the
+"""A shared round's task killed around its joint transaction (txn_offsets.commit.commit_units): its
+jobs' units commit all or nothing, so a worker killed before the COMMIT leaves nothing of any of them (the
 retried task commits them all, none found already committed), and one killed after it leaves all
 of them committed (the retried task finds every one of them already committed). Each job exact."""
 

@@ -126,7 +126,9 @@ def test_replayed_batch_is_a_no_op_and_a_zombie_query_is_fenced(
     try:
         _wait_for(lambda: stored_offsets(engine, db, job_name) == settled_ends(kafka, topic, 2))
         # Spark replaying the batch (a foreachBatch call for ranges already committed) writes nothing
-        replay = ExactlyOnceSink(run=zombie.run, database=db, write=refuse_write, compute_df=key_counts)
+        replay = ExactlyOnceSink(
+            run=zombie.run, database=db, kafka=kafka, write=refuse_write, compute_df=key_counts
+        )
         replay(any_spark.createDataFrame([], "key binary"), 99)
         assert totals(engine, counts_table) == dict(expected)
         # a new run fences the running query: its next trigger fails with Fenced, it writes nothing

@@ -114,8 +114,8 @@ def test_reset_moves_audits_and_fences(engine: sa.Engine, migrated: DatabaseSett
         ("t", 0, 10, 0, "reset", "replay", "ops"),
         ("u", 0, None, 3, "reset", "replay", "ops"),
     ]
+    from tests.unproven import commit_ranges
     from txn_offsets.ranges import OffsetRange
-    from txn_offsets.store.transaction import commit_ranges
 
     with pytest.raises(Fenced):  # the run that planned from the old offsets is fenced
         commit_ranges(engine, migrated, run, [OffsetRange("t", 1, 20, 30)])

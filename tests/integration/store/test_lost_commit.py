@@ -19,11 +19,12 @@ from collections.abc import Callable
 import pytest
 import sqlalchemy as sa
 
+from tests.unproven import commit_ranges
 from txn_offsets import CommitNotApplied
+from txn_offsets.commit import Outcome
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.store.runs import Run
-from txn_offsets.store.transaction import Outcome, commit_ranges
 
 from .conftest import Ctx
 from .helpers import Aggregate, offsets_of, seed
@@ -114,7 +115,7 @@ def test_acknowledgement_lost_after_server_committed_is_committed(
     ctx: Ctx, admin_engine: sa.Engine, sleepy: Aggregate, caplog: pytest.LogCaptureFixture
 ) -> None:
     engine, migrated, run = ctx.engine, ctx.db, ctx.run
-    caplog.set_level(logging.INFO, logger="txn_offsets.store.transaction")
+    caplog.set_level(logging.INFO, logger="txn_offsets.commit.shell")
     seed(engine, migrated, run.job, {("t", 0): 0})
     rng = [OffsetRange("t", 0, 0, 10)]
     helpers: list[threading.Thread] = []

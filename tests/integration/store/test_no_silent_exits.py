@@ -11,13 +11,15 @@ import time
 import pytest
 import sqlalchemy as sa
 
+from tests.unproven import commit_ranges
 from txn_offsets import ClaimBlocked, Fenced, JobAlreadyRunning, TransactionAborted
+from txn_offsets.commit.claim import claim_ranges
+from txn_offsets.commit.classify import ClaimResult
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.store import migrate, offset_rows
 from txn_offsets.store.database import engine_for
 from txn_offsets.store.runs import Run, start_run
-from txn_offsets.store.transaction import commit_ranges
 
 from .conftest import Ctx
 from .helpers import offsets_of, seed
@@ -67,8 +69,8 @@ def test_a_claim_behind_a_held_row_fails_with_claim_blocked(
         with engine.connect() as frozen, frozen.begin():
             # a task that claimed and then froze before COMMIT
             assert (
-                offset_rows.claim(frozen, migrated, run, OffsetRange("t", 0, 0, 5))
-                is offset_rows.ClaimResult.CLAIMED
+                claim_ranges(frozen, migrated, run, [OffsetRange("t", 0, 0, 5)], record=False)[0]
+                is ClaimResult.CLAIMED
             )
             t0 = time.monotonic()
             with pytest.raises(ClaimBlocked) as info:
@@ -93,7 +95,7 @@ def test_an_idle_claim_holder_is_ended_by_the_server(
     try:
         with quick_engine.connect() as frozen:
             frozen.begin()
-            offset_rows.claim(frozen, migrated, run, OffsetRange("t", 0, 0, 5))
+            claim_ranges(frozen, migrated, run, [OffsetRange("t", 0, 0, 5)], record=False)[0]
             time.sleep(2.5)  # frozen: no statement, no COMMIT
             with pytest.raises(sa.exc.DBAPIError):
                 frozen.execute(sa.text("SELECT 1"))

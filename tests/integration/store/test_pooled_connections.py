@@ -17,12 +17,13 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
+from tests.unproven import commit_ranges
+from txn_offsets.commit import Outcome
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.store import database
 from txn_offsets.store.database import engine_for
 from txn_offsets.store.runs import Run
-from txn_offsets.store.transaction import Outcome, commit_ranges
 
 from .helpers import Aggregate, offsets_of, seed
 

@@ -23,6 +23,7 @@ from confluent_kafka.admin import AdminClient
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
+from tests.unproven import commit_ranges
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.service.app import Service, create_app
@@ -30,7 +31,6 @@ from txn_offsets.service.kafka_view import KafkaView
 from txn_offsets.store import stats
 from txn_offsets.store.runs import Run, end_run, start_run
 from txn_offsets.store.schema import tables_for
-from txn_offsets.store.transaction import commit_ranges
 
 from . import prometheus_bin
 from .helpers import produce_counts, seed

@@ -15,7 +15,9 @@ import sqlalchemy as sa
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from tests.fix_services import TopicFactory
+from tests.unproven import commit_ranges
 from txn_offsets import planner
+from txn_offsets.commit import Outcome
 from txn_offsets.config import DatabaseSettings, KafkaSettings, Secret
 from txn_offsets.errors import Fenced, TxnOffsetsError
 from txn_offsets.kafka import metadata
@@ -28,7 +30,6 @@ from txn_offsets.store.lease import renew_and_load
 from txn_offsets.store.offset_rows import load_rows
 from txn_offsets.store.runs import Run, lock_job, start_run
 from txn_offsets.store.schema import tables_for
-from txn_offsets.store.transaction import Outcome, commit_ranges
 
 from .helpers import offsets_of, produce_counts
 

@@ -17,10 +17,11 @@ from collections.abc import Callable
 import pytest
 import sqlalchemy as sa
 
+from tests.unproven import commit_ranges
+from txn_offsets.commit import Outcome
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.store.runs import Run
-from txn_offsets.store.transaction import Outcome, commit_ranges
 
 from .conftest import Ctx
 from .helpers import Aggregate, offsets_of, seed
@@ -100,7 +101,7 @@ def test_races_under_snapshot_isolation(
 ) -> None:
     engine, migrated, run, aggregate = ctx.engine, ctx.db, ctx.run, ctx.agg
     seed(engine, migrated, run.job, {("t", 0): 0})
-    caplog.set_level(logging.INFO, logger="txn_offsets.store.transaction")
+    caplog.set_level(logging.INFO, logger="txn_offsets.commit.shell")
     rounds = _race(
         engine,
         migrated,

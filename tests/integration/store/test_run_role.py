@@ -8,12 +8,13 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
+from tests.unproven import commit_ranges
+from txn_offsets.commit import Outcome
 from txn_offsets.config import DatabaseSettings, Secret
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.store import offset_rows, stats
 from txn_offsets.store.runs import end_run, heartbeat, start_run
 from txn_offsets.store.schema import run_role_grants
-from txn_offsets.store.transaction import Outcome, commit_ranges
 
 from .helpers import offsets_of
 

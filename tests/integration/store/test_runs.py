@@ -9,13 +9,16 @@ import time
 import pytest
 import sqlalchemy as sa
 
+from tests.unproven import commit_ranges
 from txn_offsets import ConfigError, Fenced, JobAlreadyRunning
+from txn_offsets.commit import Outcome
+from txn_offsets.commit.claim import claim_ranges
+from txn_offsets.commit.classify import ClaimResult
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.planner import Limits, TopicSelection, plan_batch
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.store.lease import LeaseKeeper
 from txn_offsets.store.runs import Run, end_run, heartbeat, lock_job, start_run
-from txn_offsets.store.transaction import Outcome, commit_ranges
 
 from .helpers import Aggregate, offsets_of, seed
 
@@ -129,19 +132,16 @@ def test_start_gives_up_on_a_stuck_claim_with_a_clear_error(
     engine: sa.Engine, migrated: DatabaseSettings, run: Run
 ) -> None:
     seed(engine, migrated, run.job, {("t", 0): 0})
-    with engine.connect() as stuck:
-        # hold the claim's lock as a batch stuck before COMMIT would
-        from txn_offsets.store import offset_rows
-
-        with stuck.begin():
-            assert (
-                offset_rows.claim(stuck, migrated, run, OffsetRange("t", 0, 0, 1))
-                is offset_rows.ClaimResult.CLAIMED
-            )
-            with pytest.raises(JobAlreadyRunning) as info:
-                start_run(engine, migrated, run.job, force=True, lock_timeout_s=0.3)
-            assert info.value.run_id == run.run_id
-            stuck.rollback()
+    # hold the claim's lock as a batch stuck before COMMIT would
+    with engine.connect() as stuck, stuck.begin():
+        assert (
+            claim_ranges(stuck, migrated, run, [OffsetRange("t", 0, 0, 1)], record=False)[0]
+            is ClaimResult.CLAIMED
+        )
+        with pytest.raises(JobAlreadyRunning) as info:
+            start_run(engine, migrated, run.job, force=True, lock_timeout_s=0.3)
+        assert info.value.run_id == run.run_id
+        stuck.rollback()
     assert _state(engine, migrated, run.job)[0] == run.generation  # nothing changed
 
 

@@ -14,13 +14,14 @@ import pytest
 import sqlalchemy as sa
 
 from tests.integration.commit_cut import commit_cut
+from tests.unproven import commit_ranges
+from txn_offsets.commit import Outcome
 from txn_offsets.config import DatabaseSettings, Secret
 from txn_offsets.errors import Fenced
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.store.database import engine_for
 from txn_offsets.store.runs import Run, end_run, start_run
 from txn_offsets.store.schema import tables_for
-from txn_offsets.store.transaction import Outcome, commit_ranges
 
 from .helpers import offsets_of, seed
 

@@ -16,13 +16,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from benchmarks.store_scale import measure_offsets_table
+from tests.unproven import commit_ranges
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import ConfigError
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.store import budget, health
 from txn_offsets.store.database import engine_for
 from txn_offsets.store.runs import Run, start_run
-from txn_offsets.store.transaction import commit_ranges
 
 from .helpers import seed
 from .test_service import make_client  # noqa: F401 - the fixture

@@ -6,12 +6,13 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
+from tests.unproven import commit_ranges
 from txn_offsets import Fenced, StreamDiverged
+from txn_offsets.commit import Outcome
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.store.runs import Run, start_run
 from txn_offsets.store.stream_plans import check_committed, claim, load_plan, mark_committed, save_plan
-from txn_offsets.store.transaction import Outcome, commit_ranges
 
 from .helpers import seed
 

@@ -7,7 +7,7 @@ partitions' new records as a range ``[committed, position)`` - once the first re
 ``commit_interval_ms`` with nothing more buffered, or at ``commit_max_records`` - with the batch
 mode's guarded claim + ``PartitionWriter`` write + advance. When one range is due, every range the
 task has read joins it: all of them in one transaction
-(:func:`txn_offsets.spark.tasks.commit_reporting`).
+(the staging rules of :mod:`txn_offsets.commit.staging`, then the commit core).
 
 It stops at the epoch's deadline, when the job row says the epoch ended (see :mod:`.control`), when
 ``until_caught_up`` and every partition reached the end the epoch was planned to, or at the first
@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import sqlalchemy as sa
-
+from txn_offsets.commit import Outcome
+from txn_offsets.commit.staging import Prepare, Prepared, RangesWrite, Stop, prepare_range, unit_of
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.errors import OffsetConflict, RecordRejected, RecordsNotConsumed, TxnOffsetsError
+from txn_offsets.errors import OffsetConflict, TxnOffsetsError
 from txn_offsets.kafka.follower import Follower
 from txn_offsets.kafka.reader import Record
 from txn_offsets.ranges import OffsetRange, TopicPartition
@@ -40,8 +40,6 @@ from txn_offsets.spark.lowlatency.options import LowLatency
 from txn_offsets.spark.tasks import TaskReport, commit_reporting
 from txn_offsets.store import offset_rows
 from txn_offsets.store.database import translate_errors, worker_engine
-from txn_offsets.store.dead_letters import DeadLetter, write_dead_letters
-from txn_offsets.store.lineage import Lineage
 from txn_offsets.store.runs import Run
 
 __all__ = ["FollowReport", "FollowTask"]
@@ -81,8 +79,8 @@ class FollowTask:
     partitions: tuple[TopicPartition, ...]
     ends: dict[TopicPartition, int]  # the ends the epoch was planned to (until_caught_up)
     options: LowLatency
-    prepare: Callable[[Iterator[Record], list[DeadLetter] | None], Any]
-    write: Callable[[sa.Connection, Sequence[tuple[OffsetRange, Any]]], None]  # PartitionWriter.write_ranges
+    prepare: Prepare[Any]
+    write: RangesWrite[Any]  # PartitionWriter.write_ranges
     isolation_level: str = "READ COMMITTED"
     dead_letters: bool = False
     epoch: int = 1
@@ -196,50 +194,25 @@ class _Follow:
     ) -> TxnOffsetsError | None:
         """Commit the due partitions' ranges in one transaction; the error if they did not commit."""
         t = self.t
-        ranges: list[OffsetRange] = []
-        prepared: dict[TopicPartition, Any] = {}
-        dead: dict[TopicPartition, list[DeadLetter] | None] = {}
-        stamps: dict[TopicPartition, tuple[int | None, int | None]] = {}
-        records = 0
+        prepared: list[Prepared[Any]] = []
         for key in due:
             p = pending[key]
             rng = OffsetRange(key[0], key[1], p.committed, positions[key], self.topic_ids.get(key[0]))
-            dead[key] = [] if t.dead_letters else None
-            it = iter(p.records)
-            try:
-                prepared[key] = t.prepare(it, dead[key])
-            except RecordRejected as exc:
-                return exc
-            if next(it, None) is not None:
-                return RecordsNotConsumed(rng.topic, rng.partition, rng.start, rng.until)
-            stamps[key] = (_first_ts(p.records), _first_ts(reversed(p.records)))
-            records += len(p.records)
-            ranges.append(rng)
-
-        def write(conn: sa.Connection) -> None:
-            t.write(conn, [(rng, prepared[rng.key]) for rng in ranges])
-            for rng in ranges:
-                letters = dead[rng.key]
-                if letters:
-                    write_dead_letters(conn, t.database, t.run.job, letters)
-
+            item = prepare_range(rng, iter(p.records), t.prepare, dead_letters=t.dead_letters)
+            if isinstance(item, Stop):
+                return item.error
+            prepared.append(item)
+        ranges = [item.range for item in prepared]
+        unit = unit_of(t.run, t.database, prepared, t.write, source=t.kafka, batch=t.epoch)
+        records = sum(item.records for item in prepared)
         started = time.monotonic()
-        reports = commit_reporting(
-            t.database,
-            t.run,
-            ranges,
-            write,
-            isolation_level=t.isolation_level,
-            records=records,
-            kafka=t.kafka,
-            lineage=Lineage(t.epoch, stamps),
-        )
+        reports = commit_reporting(t.database, unit, isolation_level=t.isolation_level, records=records)
         if len(self.commit_ms) < 2000:
             self.commit_ms.append((time.monotonic() - started) * 1000)
         for report in reports:
             if report.error is not None:
                 return report.error
-        if reports and reports[0].outcome == "already_committed":
+        if reports and reports[0].outcome is Outcome.ALREADY_COMMITTED:
             self.already += 1
         else:
             self.commits += 1
@@ -272,7 +245,7 @@ class _Follow:
         spans = tuple(
             TaskReport(
                 OffsetRange(k[0], k[1], p.first_start, p.committed, self.topic_ids.get(k[0])),
-                "committed",
+                Outcome.COMMITTED,
                 p.total,
             )
             for k, p in (pending or {}).items()
@@ -285,8 +258,3 @@ class _Follow:
         return FollowReport(
             self.index, spans, self.commits, self.already, stopped_by, error, tuple(self.commit_ms)
         )
-
-
-def _first_ts(records: Iterable[Record]) -> int | None:
-    """The first record timestamp of `records` (None: none has one); stops at the first found."""
-    return next((r.timestamp_ms for r in records if r.timestamp_ms is not None), None)

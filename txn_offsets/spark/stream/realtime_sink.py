@@ -3,7 +3,7 @@
 Real-time mode (``trigger(realTime=...)``, Spark >= 4.1) runs long-running tasks that read Kafka
 continuously and hand each row to the writer as it arrives; ``foreachBatch`` is not allowed there.
 This writer commits each *group* of a partition's rows with that partition's offset, guarded
-exactly like ``run_job``'s ranges (:func:`txn_offsets.store.transaction.commit_ranges`): the claim
+exactly like ``run_job``'s ranges (through the commit core, :mod:`txn_offsets.commit`): the claim
 is ``off = <stored offset>`` at the run's generation, moving it to ``<last row's offset> + 1``, and
 ``write(conn, range, rows)`` runs in the same transaction. Spark's Kafka source gives every row
 its position (the ``topic``, ``partition`` and ``offset`` columns, which the frame must keep).
@@ -21,7 +21,7 @@ its position (the ``topic``, ``partition`` and ``offset`` columns, which the fra
   ``latest``). Otherwise StreamDiverged fails the task, nothing written.
 * Every group checks (``kafka``: where the rows were read), after its rows were
   read and before they are committed, that the partition's topic still has the Kafka topic id its
-  offset row holds (:func:`txn_offsets.kafka.metadata.check_incarnation`): a topic deleted and
+  offset row holds (the commit core's proof, :mod:`txn_offsets.commit.proof`): a topic deleted and
   created again under the same name hands Spark's source the NEW topic's records at the stored
   offsets, which must never be committed as the old topic's (TopicChanged fails the task,
   nothing of that group is written).
@@ -44,16 +44,15 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from txn_offsets.commit import Outcome, RangeOutcome, Unit, commit_unit
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError, StreamDiverged
-from txn_offsets.kafka.metadata import check_incarnation
 from txn_offsets.kafka.reader import read_range
 from txn_offsets.ranges import OffsetRange, TopicPartition
 from txn_offsets.store.database import translate_errors, worker_engine
 from txn_offsets.store.lineage import Lineage
 from txn_offsets.store.offset_rows import load_rows
 from txn_offsets.store.runs import Run
-from txn_offsets.store.transaction import Outcome, commit_ranges
 
 __all__ = ["RealTimeSink"]
 
@@ -75,7 +74,6 @@ class RealTimeSink:
         max_rows: int = 500,
         max_delay_s: float = 0.005,
         isolation_level: str = "READ COMMITTED",
-        guard: bool = True,
     ) -> None:
         if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows <= 0:
             raise ConfigError("max_rows", f"must be a positive whole number, got {max_rows!r}")
@@ -83,12 +81,15 @@ class RealTimeSink:
             raise ConfigError("max_delay_s", f"must be between 0 and 60 seconds, got {max_delay_s!r}")
         self.run, self.database, self.write = run, database, write
         self.max_rows, self.max_delay_s, self.isolation_level = max_rows, max_delay_s, isolation_level
-        self.guard = guard  # benchmarks only: False commits without the claim (at-least-once)
         self.kafka = kafka  # where the rows were read: their topic's incarnation checked per group
         self._task: _Task | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_task": None}  # a task's state never travels
+
+    def commit(self, engine: sa.Engine, unit: Unit) -> list[RangeOutcome]:
+        """Commit one group through the commit core (a benchmark's at-least-once sink overrides it)."""
+        return commit_unit(engine, self.database, unit, isolation_level=self.isolation_level)
 
     def open(self, partition_id: int, epoch_id: int) -> bool:
         self._task = _Task(self, epoch_id)
@@ -221,17 +222,11 @@ class _Task:
         until = int(rows[-1]["offset"]) + 1
         rng = OffsetRange(key[0], key[1], start, until, topic_id)
         sink = self.sink
-        check_incarnation(sink.kafka, [rng])  # the rows were read: still the offset row's incarnation?
-        outcomes = commit_ranges(
-            self.engine,
-            sink.database,
-            sink.run,
-            [rng],
-            lambda conn: sink.write(conn, rng, rows),
-            isolation_level=sink.isolation_level,
-            guard=sink.guard,
-            lineage=Lineage(self.epoch),
+        # the rows were read: COMMIT waits for the proof that the topic is the offset row's incarnation
+        unit = Unit(
+            sink.run, [rng], lambda conn: sink.write(conn, rng, rows), Lineage(self.epoch), source=sink.kafka
         )
+        outcomes = sink.commit(self.engine, unit)
         if outcomes[0].outcome is Outcome.ALREADY_COMMITTED:
             logger.info("job=%r %s already committed (a replay)", sink.run.job, rng)
         self.next[key] = (until, topic_id)

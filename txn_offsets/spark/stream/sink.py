@@ -31,6 +31,7 @@ from typing import Any, Generic, TypeVar
 
 import sqlalchemy as sa
 
+from txn_offsets.commit import Outcome, Unit
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import BatchFailed
 from txn_offsets.ranges import OffsetRange
@@ -61,7 +62,7 @@ class ExactlyOnceSink(Generic[R]):
     compute_df: Callable[[Any], R] | None = None
     # where the batch's records were read: after compute_df, the topics must still be the
     # incarnations the ranges were planned from (TopicChanged fails the batch, nothing committed)
-    kafka: KafkaSettings | None = None
+    kafka: KafkaSettings
     isolation_level: str = "READ COMMITTED"
     lease_s: float = 60.0
     batch_timeout_s: float | None = 600.0
@@ -80,19 +81,12 @@ class ExactlyOnceSink(Generic[R]):
                 self.write(conn, ranges, result)
                 mark_committed(conn, self.database, self.run, ranges)
 
-            reports = commit_reporting(
-                self.database,
-                self.run,
-                list(ranges),
-                write,
-                isolation_level=self.isolation_level,
-                records=-1,
-                kafka=self.kafka,
-                lineage=Lineage(batch_id),  # Spark's batch id of the query; no record timestamps
-            )
-        if any(report.outcome == "topic_changed" for report in reports):
+            # Spark's batch id of the query in the lineage; no record timestamps
+            unit = Unit(self.run, list(ranges), write, Lineage(batch_id), source=self.kafka)
+            reports = commit_reporting(self.database, unit, isolation_level=self.isolation_level, records=-1)
+        if any(report.outcome is Outcome.TOPIC_CHANGED for report in reports):
             let_go(engine, self.database, self.run, ranges)
-            changed = next(r.error for r in reports if r.outcome == "topic_changed")
+            changed = next(r.error for r in reports if r.outcome is Outcome.TOPIC_CHANGED)
             logger.warning(
                 "job=%r stream batch=%d not committed, planned again: %s", self.run.job, batch_id, changed
             )
