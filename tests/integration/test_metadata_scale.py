@@ -14,6 +14,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions, OffsetSpec
 
 from tests.fix_services import TopicFactory
 from tests.kafka_ends import settled_ends
+from txn_offsets.commit.proof import check_incarnation
 from txn_offsets.config import KafkaSettings
 from txn_offsets.errors import TopicChanged
 from txn_offsets.kafka import metadata
@@ -94,9 +95,9 @@ def test_the_incarnation_check_holds_every_range_to_its_own_planned_id(
     current = metadata.describe_topics(kafka, [topic], timeout_s=30)[topic].topic_id
     fresh = OffsetRange(topic, 0, 0, 1, topic_id=current)
     stale = OffsetRange(topic, 1, 0, 1, topic_id="AAAAAAAAAAAAAAAAAAAAAA")
-    metadata.check_incarnation(kafka, [fresh], timeout_s=30)  # the same incarnation: passes
+    check_incarnation(kafka, [fresh], timeout_s=30)  # the same incarnation: passes
     with pytest.raises(TopicChanged) as caught:
-        metadata.check_incarnation(kafka, [fresh, stale], timeout_s=30)
+        check_incarnation(kafka, [fresh, stale], timeout_s=30)
     assert caught.value.topic == topic and current in str(caught.value)
 
 
