@@ -224,7 +224,12 @@ def _attempt(
         # unused (connections in steady use are not pinged before each transaction, see
         # store.database.PING_IF_IDLE_S). The next attempt takes a fresh connection.
         raise _Retry("connection lost before the claim") from None
-    except sa.exc.DBAPIError as exc:
+    except Exception as raised:
+        # what PostgreSQL said, through SQLAlchemy or straight from the driver (a write on the raw
+        # DBAPI cursor): classified alike, so no driver error leaves with its text (it may quote values)
+        exc = _as_dbapi(raised)
+        if exc is None:
+            raise
         if stage == "commit" and is_connection_lost(exc):
             logger.warning("%s: connection lost during COMMIT; re-reading the offsets", _who(units))
             return [
@@ -248,9 +253,8 @@ def _attempt(
                 "PostgreSQL", db.display_url, f"connection lost during the {stage}"
             ) from None
         # the user's write failed: name the error, never its text (it may quote record values)
-        raise WriteFailed(
-            run.job, describe(ranges), type(exc.orig or exc).__name__, sqlstate(exc), _where(exc)
-        ) from None
+        name = getattr(exc.orig, "driver_error", None) or type(exc.orig or exc).__name__
+        raise WriteFailed(run.job, describe(ranges), name, sqlstate(exc), _where(exc)) from None
     finally:
         conn.close()
 
@@ -263,14 +267,51 @@ def is_aborted(conn: sa.Connection) -> bool:
     return status is not None and status == psycopg.pq.TransactionStatus.INERROR
 
 
+#: the SQLSTATEs whose primary message names only objects, never a value: a unique, foreign-key,
+#: not-null, check or exclusion violation ("duplicate key value violates unique constraint "k"": the
+#: values are in the DETAIL line), a missing table, column or function, a permission denied, a
+#: statement after an error. Every other message may quote what the write sent (a data exception's
+#: "invalid input syntax for type integer: "<value>"", a syntax error's "at or near "<fragment>"",
+#: a trigger's RAISE with NEW's columns): only its SQLSTATE and object names are shown.
+VALUE_FREE_MESSAGES = frozenset(
+    {"23502", "23503", "23505", "23514", "23P01", "42P01", "42703", "42883", "42501", "25P02"}
+)
+
+
+def _as_dbapi(exc: BaseException) -> sa.exc.DBAPIError | None:
+    """`exc` as SQLAlchemy wraps a driver error: itself, or a raw driver error (psycopg's, or any
+    driver's that carries a SQLSTATE) wrapped; None for anything else (the caller's own errors)."""
+    if isinstance(exc, sa.exc.DBAPIError):
+        return exc
+    if not isinstance(exc, Exception):
+        return None
+    code = getattr(exc, "sqlstate", None) or getattr(exc, "pgcode", None)
+    if not isinstance(exc, psycopg.Error) and not isinstance(code, str):
+        return None
+    if isinstance(code, str) and getattr(exc, "sqlstate", None) is None:
+        exc = _WithState(code, exc)  # sqlstate() reads orig.sqlstate
+    wrapped = sa.exc.DBAPIError.instance(None, None, exc, psycopg.Error, hide_parameters=True)
+    return wrapped if isinstance(wrapped, sa.exc.DBAPIError) else sa.exc.DBAPIError(None, None, exc)
+
+
+class _WithState(Exception):
+    """A driver error whose SQLSTATE has another name (psycopg2's pgcode), seen as psycopg's."""
+
+    def __init__(self, code: str, orig: Exception) -> None:
+        super().__init__(type(orig).__name__)
+        self.sqlstate = code
+        self.diag = getattr(orig, "diag", None)
+        self.driver_error = type(orig).__name__
+
+
 def _where(exc: sa.exc.DBAPIError) -> str:
-    """What PostgreSQL said, without values: the primary message (except for data exceptions,
-    class 22, whose messages quote the offending value) and the table, column and constraint. The
+    """What PostgreSQL said, without values: the primary message only for the SQLSTATEs whose
+    messages hold none (:data:`VALUE_FREE_MESSAGES`), and the table, column and constraint. The
     DETAIL line (``Key (k)=(v) already exists``) and the statement's parameters are never shown."""
     diag = getattr(exc.orig, "diag", None)
     parts = []
     primary = getattr(diag, "message_primary", None)
-    if primary and not (sqlstate(exc) or "").startswith("22"):
+    if primary and sqlstate(exc) in VALUE_FREE_MESSAGES:
         parts.append(str(primary))
     for label, attr in (
         ("table", "table_name"),
