@@ -2,14 +2,22 @@
 
 Secrets (the database password, Kafka SASL/SSL passwords) are held in :class:`Secret` (repr and str
 never show the value); URLs are shown through :func:`redact_url`, which masks the password and
-every query parameter whose name says it is a secret (``sslpassword=``, ``token=``).
+every query parameter whose name says it is a secret (``sslpassword=``, ``token=``). A URL with a
+second, unencoded ``@`` (in the password) is refused without showing any of the password.
+
+Transport security: :func:`check_database_tls` (every engine) and :func:`check_kafka_tls` (every
+Kafka client) warn once per process about a server beyond loopback reached without verified TLS,
+or refuse it under ``TXN_OFFSETS_REQUIRE_TLS=1``.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import logging
 import math
 import os
 import re
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
@@ -19,16 +27,31 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from txn_offsets.errors import ConfigError
-from txn_offsets.redaction import SECRET_KAFKA_KEYS, Secret, redact_url, secret_query_values
+from txn_offsets.redaction import (
+    SECRET_KAFKA_KEYS,
+    Secret,
+    has_unencoded_at,
+    redact_url,
+    secret_query_values,
+)
 
 __all__ = [
+    "REQUIRE_TLS",
     "DatabaseSettings",
     "KafkaSettings",
     "Secret",
+    "TlsGap",
+    "check_database_tls",
+    "check_kafka_tls",
     "database_from_env",
+    "database_tls_gap",
+    "enforce_tls",
     "from_env",
+    "is_loopback",
     "kafka_from_env",
+    "kafka_tls_gap",
     "redact_url",
+    "require_tls",
     "validate_identifier",
 ]
 
@@ -47,8 +70,23 @@ def validate_identifier(value: str, what: str) -> str:
     return value
 
 
+def _refuse_unencoded_at(raw: str) -> None:
+    """A URL has one ``@``: the one before the host. A second one (a password or user name with an
+    unencoded ``@``) makes the rest of the password parse as the host, which every error would
+    then show: refused, without showing anything of the password."""
+    if has_unencoded_at(raw):
+        raise ConfigError(
+            "database_url",
+            f"{redact_url(raw)} holds more than one '@': percent-encode each '@' inside the "
+            f"password (or the user name, database name or a query value) as %40 (p@ss -> p%40ss); "
+            f"only the '@' before the host stays",
+        )
+
+
 def _parse_database_url(url: str | URL | Secret) -> URL:
     raw = url.get() if isinstance(url, Secret) else url
+    if isinstance(raw, str):
+        _refuse_unencoded_at(raw)
     try:
         parsed = make_url(raw) if isinstance(raw, str) else raw
     except (ArgumentError, ValueError):  # ValueError: a non-numeric port
@@ -345,3 +383,191 @@ def kafka_from_env(
             "is not set; pass --kafka-bootstrap host:port, export it, or set bootstrap.servers in the file",
         )
     return KafkaSettings(servers, props.properties if props else {})
+
+
+# -- transport security: verified TLS beyond loopback
+
+REQUIRE_TLS = "TXN_OFFSETS_REQUIRE_TLS"
+# libpq's modes that check the server's certificate (verify-full also its name)
+_VERIFIED_SSLMODES = frozenset({"verify-full", "verify-ca"})
+_TLS_PROTOCOLS = frozenset({"ssl", "sasl_ssl"})
+_FALSE = frozenset({"false", "0", "no", "off"})
+_tls_logger = logging.getLogger("txn_offsets.security")
+_tls_lock = threading.Lock()
+_tls_warned: dict[str, int] = {}  # "PostgreSQL" / "Kafka" -> pid of the process that warned
+
+
+@dataclass(frozen=True)
+class TlsGap:
+    """A connection beyond loopback without verified TLS: the servers (hosts, never a password),
+    the setting at fault as set (``sslmode=disable``) and what to change."""
+
+    service: str  # "PostgreSQL" or "Kafka"
+    servers: tuple[str, ...]
+    setting: str  # the setting to change, as a ConfigError names it
+    current: str
+    fix: str
+
+    def message(self) -> str:
+        return (
+            f"{self.service} at {', '.join(self.servers)} is reached without verified TLS "
+            f"({self.current}): {self.fix}"
+        )
+
+
+def require_tls(environ: Mapping[str, str] | None = None) -> bool:
+    """``TXN_OFFSETS_REQUIRE_TLS``: 1 refuses a connection beyond loopback without verified TLS,
+    0 or unset warns once per process."""
+    env = os.environ if environ is None else environ
+    value = (env.get(REQUIRE_TLS) or "").strip().lower()
+    if value in ("", *_FALSE):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise ConfigError(
+        REQUIRE_TLS,
+        f"{value!r}: use 1 (refuse connections beyond loopback without verified TLS) or 0 (warn once)",
+    )
+
+
+def is_loopback(host: str) -> bool:
+    """``localhost``, 127.0.0.0/8 or ``::1`` (also IPv4-mapped); any other name counts as remote."""
+    name = host.strip().strip("[]").rstrip(".").lower()
+    if name == "localhost":
+        return True
+    try:
+        ip = ipaddress.ip_address(name.split("%", 1)[0])  # no IPv6 zone
+    except ValueError:
+        return False
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    return ip.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def _host_of(entry: str) -> str:
+    """The host of ``host``, ``host:port``, ``[v6]:port``, ``::1`` or ``PROTOCOL://host:port``."""
+    text = entry.strip()
+    text = text.split("://", 1)[1] if "://" in text else text
+    if text.startswith("["):
+        return text[1:].split("]", 1)[0]
+    return text.rsplit(":", 1)[0] if text.count(":") == 1 else text
+
+
+def _listed(value: object) -> list[str]:
+    """A setting's values: one string, a tuple of them (a repeated URL query key) or None."""
+    if value is None:
+        return []
+    items = [value] if isinstance(value, str) else list(value) if isinstance(value, tuple | list) else [value]
+    return [part.strip() for item in items for part in str(item).split(",") if part.strip()]
+
+
+def database_tls_gap(
+    db: DatabaseSettings,
+    connect_args: Mapping[str, object] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> TlsGap | None:
+    """What makes `db`'s connections reach a server beyond loopback without verified TLS (libpq's
+    ``sslmode`` other than verify-full / verify-ca; unset is libpq's ``prefer``), or None: verified,
+    or loopback / a Unix socket only. `connect_args` (the engine's) win over the URL's query, the
+    libpq environment (``PGSSLMODE``, ``PGHOST``...) applies where neither says."""
+    env = os.environ if environ is None else environ
+    args = connect_args or {}
+
+    def setting(key: str, variable: str) -> list[str]:
+        given = args.get(key) if key in args else db.url.query.get(key)
+        return _listed(given) or _listed(env.get(variable))
+
+    addresses = setting("hostaddr", "PGHOSTADDR")  # libpq connects to these when given
+    if addresses:
+        hosts = addresses
+    else:
+        if "host" in args:  # connect_args replace the URL's host
+            named = [_host_of(h) for h in _listed(args["host"])]
+        else:  # the URL's host, or its query's host=h1:5432&host=h2 (a multi-host URL)
+            named = [db.url.host] if db.url.host else []
+            named += [_host_of(h) for h in _listed(db.url.query.get("host"))]
+        hosts = named or _listed(env.get("PGHOST"))
+    # a path ("/var/run/postgresql", "@abstract") is a Unix socket; none at all: the default socket
+    remote = [h for h in dict.fromkeys(hosts) if not h.startswith(("/", "@")) and not is_loopback(h)]
+    if not remote:
+        return None
+    modes = setting("sslmode", "PGSSLMODE")
+    mode = modes[-1].lower() if modes else None
+    if mode is None and setting("sslrootcert", "PGSSLROOTCERT")[-1:] == ["system"]:
+        mode = "verify-full"  # libpq >= 16: sslrootcert=system implies verify-full
+    if mode in _VERIFIED_SSLMODES:
+        return None
+    return TlsGap(
+        "PostgreSQL",
+        tuple(remote),
+        "sslmode",
+        f"sslmode={mode}" if mode else "no sslmode: libpq's prefer, the server's certificate unchecked",
+        "add sslmode=verify-full and sslrootcert=<the server's CA file> to the database URL's query",
+    )
+
+
+def _off(value: object) -> bool:
+    return value is False or (isinstance(value, str) and value.strip().lower() in _FALSE)
+
+
+def kafka_tls_gap(config: Mapping[str, Any]) -> TlsGap | None:
+    """What makes a Kafka client of librdkafka properties `config` reach a broker beyond loopback
+    without verified TLS (``security.protocol`` other than SSL / SASL_SSL,
+    ``enable.ssl.certificate.verification=false``, ``ssl.endpoint.identification.algorithm=none``),
+    or None."""
+    servers = _listed(config.get("bootstrap.servers") or config.get("metadata.broker.list"))
+    remote = [s for s in dict.fromkeys(servers) if not is_loopback(_host_of(s))]
+    if not remote:
+        return None
+    where = "in the Kafka properties (KafkaSettings.extra, --kafka-config, TXN_OFFSETS_KAFKA_CONFIG)"
+    protocol = str(config.get("security.protocol") or "plaintext").strip().lower()
+    if protocol not in _TLS_PROTOCOLS:
+        return TlsGap(
+            "Kafka",
+            tuple(remote),
+            "security.protocol",
+            f"security.protocol={protocol.upper()}",
+            f"set security.protocol=SASL_SSL (or SSL) and ssl.ca.location=<the brokers' CA file> {where}",
+        )
+    if _off(config.get("enable.ssl.certificate.verification")):
+        return TlsGap(
+            "Kafka",
+            tuple(remote),
+            "enable.ssl.certificate.verification",
+            "enable.ssl.certificate.verification=false",
+            f"remove enable.ssl.certificate.verification=false (or set it to true) {where}",
+        )
+    algorithm = config.get("ssl.endpoint.identification.algorithm")
+    if isinstance(algorithm, str) and algorithm.strip().lower() == "none":
+        return TlsGap(
+            "Kafka",
+            tuple(remote),
+            "ssl.endpoint.identification.algorithm",
+            "ssl.endpoint.identification.algorithm=none: the broker's name unchecked",
+            f"set ssl.endpoint.identification.algorithm=https (librdkafka's default) {where}",
+        )
+    return None
+
+
+def enforce_tls(gap: TlsGap | None, environ: Mapping[str, str] | None = None) -> None:
+    """Refuse `gap` (ConfigError) under ``TXN_OFFSETS_REQUIRE_TLS=1``, else log it as a warning,
+    once per process and service (PostgreSQL, Kafka)."""
+    strict = require_tls(environ)  # a bad value is an error even where TLS is fine
+    if gap is None:
+        return
+    if strict:
+        raise ConfigError(gap.setting, f"{gap.message()}; refused by {REQUIRE_TLS}=1")
+    with _tls_lock:
+        if _tls_warned.get(gap.service) == os.getpid():
+            return
+        _tls_warned[gap.service] = os.getpid()
+    _tls_logger.warning("%s (%s=1 refuses this; warned once per process)", gap.message(), REQUIRE_TLS)
+
+
+def check_database_tls(db: DatabaseSettings, connect_args: Mapping[str, object] | None = None) -> None:
+    """:func:`enforce_tls` for `db`'s connections (:func:`database_tls_gap`)."""
+    enforce_tls(database_tls_gap(db, connect_args))
+
+
+def check_kafka_tls(config: Mapping[str, Any]) -> None:
+    """:func:`enforce_tls` for a Kafka client of properties `config` (:func:`kafka_tls_gap`)."""
+    enforce_tls(kafka_tls_gap(config))

@@ -5,10 +5,11 @@ Settings (:mod:`txn_offsets.config`) hold and render their secrets through these
 from __future__ import annotations
 
 import re
+from urllib.parse import quote
 
 from sqlalchemy.engine import URL, make_url
 
-__all__ = ["MASK", "SECRET_KAFKA_KEYS", "Secret", "redact_url", "secret_query_values"]
+__all__ = ["MASK", "SECRET_KAFKA_KEYS", "Secret", "has_unencoded_at", "redact_url", "secret_query_values"]
 
 # librdkafka properties whose values must never be shown: passwords and passphrases, SASL secrets
 # (JAAS config, OAUTHBEARER config and client secret, tokens) and private key material
@@ -59,12 +60,41 @@ def secret_query_values(url: URL) -> list[str]:
     return values
 
 
+def has_unencoded_at(raw: str) -> bool:
+    """More than one ``@`` after the scheme: a password (user name, ...) holding an ``@`` that is
+    not percent-encoded (``%40``). Parsed as it stands, the part after its ``@`` is taken for the
+    host, and every message naming the host would show it."""
+    _, sep, rest = raw.partition("://")
+    return bool(sep) and rest.count("@") > 1
+
+
+def _redact_unencoded_at(raw: str) -> str:
+    """`raw` (:func:`has_unencoded_at`) with everything between ``://`` and its *last* ``@`` held
+    to be the user name and password (a password's ``@`` comes before the host's): the password
+    and any fragment of it masked, the user name (what precedes the first ``:``) shown
+    percent-encoded. With an ``@`` after a ``?`` (it may be a secret query value's) nothing but
+    the scheme is shown."""
+    scheme, _, rest = raw.partition("://")
+    if not re.fullmatch(r"[\w+.-]+", scheme):
+        return "<unparseable database URL>"
+    userinfo, _, tail = rest.rpartition("@")
+    if "?" in userinfo:
+        return f"{scheme}://{MASK}"
+    user, colon, _ = userinfo.partition(":")
+    # without a ':' all of it may be password; with one, what precedes it is the user name
+    shown = f"{quote(user, safe='')}:{MASK}" if colon else MASK
+    return redact_url(f"{scheme}://{shown}@{tail}")  # one '@' now; secret query values masked
+
+
 def redact_url(url: str | URL) -> str:
     """The URL with its password, and the value of every query parameter whose name contains
-    ``password``, ``secret`` or ``token`` (any case), replaced by ``***``.
+    ``password``, ``secret`` or ``token`` (any case), replaced by ``***``. A URL with more than one
+    ``@`` (:func:`has_unencoded_at`) is shown with everything before its last ``@`` masked.
 
     Never raises: garbage gives a placeholder that shows nothing of the input.
     """
+    if isinstance(url, str) and has_unencoded_at(url):
+        return _redact_unencoded_at(url)
     try:
         parsed = make_url(url) if isinstance(url, str) else url
         masked = {

@@ -7,6 +7,7 @@ step, so scripts and CI logs stay readable and stdout stays the command's result
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -16,15 +17,38 @@ from typing import Any, Protocol, TextIO
 from txn_offsets.admin.moves import Move, MovePlan
 from txn_offsets.errors import JobAlreadyRunning
 
-__all__ = ["Progress", "confirm_move", "emit_json", "print_moves", "progress", "table"]
+__all__ = ["Progress", "confirm_move", "emit_json", "print_moves", "printable", "progress", "table"]
 
 FORMATS = ("table", "json")
 
 
+# C0 and C1 control characters, DEL, the line and paragraph separators and the bidirectional
+# overrides and isolates: text a tenant wrote (a job name, an audit reason) would otherwise move
+# the terminal's cursor, recolour or clear it, break a row in two or reorder what it shows
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    return _NAMED.get(char) or (f"\\x{ord(char):02x}" if ord(char) <= 0xFF else f"\\u{ord(char):04x}")
+
+
+def printable(text: str) -> str:
+    """`text` with every control character shown as its escape (``\\x1b``, ``\\n``, ``\\u202e``),
+    so that a value a tenant wrote can neither drive the terminal nor forge rows; other text,
+    backslashes included, is unchanged."""
+    return _UNSAFE.sub(_escape, text)
+
+
 def table(header: Sequence[str], rows: Sequence[Sequence[object]], *, out: TextIO | None = None) -> None:
-    """Columns padded to their widest cell; None prints as ``-``."""
+    """Columns padded to their widest cell; None prints as ``-``; control characters in any cell
+    as escapes (:func:`printable`); JSON output (:func:`emit_json`) escapes them itself."""
     stream = out or sys.stdout
-    cells = [[str(c) for c in header], *[["-" if c is None else str(c) for c in row] for row in rows]]
+    cells = [
+        [printable(str(c)) for c in header],
+        *[["-" if c is None else printable(str(c)) for c in row] for row in rows],
+    ]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     for row in cells:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip(), file=stream)
@@ -94,7 +118,8 @@ def print_moves(header: str, moves: Iterable[Move], *, detail: Callable[[Any], s
     for m in moves:
         old = "(none)" if m.old is None else str(m.old)
         delta = "" if m.old is None else f"  ({m.new - m.old:+d})"
-        print(f"  {m.topic}[{m.partition}]  {old} -> {m.new}{delta}{detail(m) if detail else ''}")
+        shown = printable(f"{m.topic}[{m.partition}]  {old} -> {m.new}{delta}{detail(m) if detail else ''}")
+        print(f"  {shown}")
 
 
 def confirm_move(plan: MovePlan, *, action: str, dry_run: bool, force: bool) -> bool:
@@ -102,8 +127,9 @@ def confirm_move(plan: MovePlan, *, action: str, dry_run: bool, force: bool) -> 
     is changed); JobAlreadyRunning when a live run holds it and `force` was not given."""
     if plan.live_run is not None:
         need = "would need" if dry_run else "needs"
+        run = printable(str(plan.live_run))
         print(
-            f"note: live run {plan.live_run} holds the lease (heartbeat {plan.heartbeat_age_s:.1f}s ago); "
+            f"note: live run {run} holds the lease (heartbeat {plan.heartbeat_age_s:.1f}s ago); "
             f"the {action} {need} --force, which fences it"
         )
     if dry_run:

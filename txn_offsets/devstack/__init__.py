@@ -3,7 +3,8 @@ in front of PostgreSQL (``up(pooler="pgbouncer")``: transaction pooling, a pool 
 streaming replica beside it (``up(replica=True)``: :mod:`.replica`).
 
 ``up`` is idempotent (a running service is only checked), ``down`` stops exactly the processes whose
-pids ``up`` recorded. Connection settings go to ``<stack>/env`` (mode 0600) as KEY=value lines; the
+pids ``up`` recorded. Connection settings go to ``<stack>/env`` (mode 0600) as ``KEY='value'`` lines
+(single-quoted: ``set -a; . .stack/env; set +a`` gives the values as written; :func:`read_env_file`); the
 pooled URL (TXN_OFFSETS_POOLED_DATABASE_URL) is there while the stack's PgBouncer runs, the
 replica's (TXN_OFFSETS_REPLICA_DATABASE_URL) and the multi-host one over both servers
 (TXN_OFFSETS_HA_DATABASE_URL, ``target_session_attrs=read-write``) while the replica runs.
@@ -16,7 +17,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import secrets
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +28,7 @@ from txn_offsets.devstack import replica as standby
 from txn_offsets.devstack._proc import pick_free_port, read_pid
 from txn_offsets.errors import StackError
 
-__all__ = ["POOLERS", "Stack", "StackStatus"]
+__all__ = ["POOLERS", "Stack", "StackStatus", "read_env_file", "shell_quote", "write_env_file"]
 
 POOLERS = ("pgbouncer",)
 
@@ -44,6 +47,57 @@ class StackStatus:
     kafka_sasl_port: int | None = None  # None: the stack was never started with TLS
     replica_pid: int | None = None
     replica_port: int | None = None  # None: the stack was never started with a replica
+
+
+def shell_quote(value: str) -> str:
+    """`value` in single quotes for a POSIX shell, each ``'`` in it written ``'\\''``: nothing in
+    it (``&``, ``;``, ``$``, spaces, backquotes) is interpreted when the file is sourced."""
+    return "'" + value.replace("'", "'\\''") + "'"
+
+
+def write_env_file(path: Path, lines: list[str]) -> None:
+    """Write ``KEY=value`` `lines` to `path` (mode 0600) as ``KEY='value'``: the file can be
+    sourced (``set -a; . .stack/env; set +a``) and gives each value exactly as it is here."""
+    out = []
+    for line in lines:
+        key, sep, value = line.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise StackError("stack", f"cannot write {key!r} to {path}", "name it as a shell variable")
+        if "\n" in value or "\r" in value:  # one line per variable: read_env_file and grep rely on it
+            raise StackError(
+                "stack", f"the value of {key} holds a line break", f"move the stack ({path.parent})"
+            )
+        out.append(f"{key}={shell_quote(value)}\n")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write("".join(out))
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """The variables of an env file as a shell sourcing it sees them: ``KEY='value'`` lines
+    (:func:`write_env_file`) unquoted; a value not starting with a quote (a file written before
+    values were quoted) is taken as it stands. No file: nothing."""
+    out: dict[str, str] = {}
+    if not path.exists():
+        return out
+    for line in path.read_text().splitlines():
+        key, sep, value = line.partition("=")
+        if not sep:
+            continue
+        if value.startswith("'"):
+            try:
+                words = shlex.split(value)
+            except ValueError:  # an unclosed quote
+                words = []
+            if len(words) != 1:
+                raise StackError(
+                    "stack",
+                    f"{path}: the value of {key} is not one quoted word",
+                    "run `txn-offsets dev up` to write it again",
+                )
+            value = words[0]
+        out[key] = value
+    return out
 
 
 class Stack:
@@ -183,10 +237,7 @@ class Stack:
         if "kafka_sasl_port" in state:
             sasl_port = int(str(state["kafka_sasl_port"]))
             lines += tls.env_lines(self._tls(), f"{app}/{postgres.APP_DB}", sasl_port)
-        lines.append("")
-        fd = os.open(self.env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write("\n".join(lines))
+        write_env_file(self.env_file, lines)
 
     def down(self) -> list[str]:
         """Stop what we started; returns the names of the services that were stopped."""
@@ -223,14 +274,8 @@ class Stack:
         )
 
     def env(self) -> dict[str, str]:
-        """The connection settings written by ``up``."""
-        out: dict[str, str] = {}
-        if self.env_file.exists():
-            for line in self.env_file.read_text().splitlines():
-                key, sep, value = line.partition("=")
-                if sep:
-                    out[key] = value
-        return out
+        """The connection settings written by ``up`` (:func:`read_env_file`)."""
+        return read_env_file(self.env_file)
 
     def restart_postgres_immediate(self) -> None:
         """Crash-restart PostgreSQL (fault injection)."""

@@ -24,6 +24,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from txn_offsets.config import check_kafka_tls
+
 __all__ = ["LOGGER_NAME", "WINDOW_S", "Deduplicate", "client_config", "serve_logs"]
 
 LOGGER_NAME = "txn_offsets.kafka.librdkafka"
@@ -71,7 +73,12 @@ _logger.addFilter(Deduplicate())
 
 
 def client_config(base: Mapping[str, Any]) -> dict[str, Any]:
-    """`base` plus the shared logging hook (the caller's own ``logger`` / ``log_level`` win)."""
+    """`base` plus the shared logging hook (the caller's own ``logger`` / ``log_level`` win).
+
+    Brokers beyond loopback without verified TLS (SSL / SASL_SSL with certificate and name checks)
+    are warned about once per process, or refused (ConfigError) under ``TXN_OFFSETS_REQUIRE_TLS=1``:
+    :func:`txn_offsets.config.check_kafka_tls`."""
+    check_kafka_tls(base)
     return {"logger": _logger, "log_level": _LOG_LEVEL, **base}
 
 

@@ -22,7 +22,7 @@ from urllib.parse import quote, quote_plus
 import sqlalchemy as sa
 from sqlalchemy.engine.interfaces import DBAPIConnection
 
-from txn_offsets.config import DatabaseSettings
+from txn_offsets.config import DatabaseSettings, check_database_tls
 from txn_offsets.errors import SchemaMissing, ServiceUnavailable
 from txn_offsets.store.pooler import make_pooler_safe, options_refused
 
@@ -73,6 +73,9 @@ def engine_for(db: DatabaseSettings, **kwargs: object) -> sa.Engine:
     :meth:`DatabaseSettings.connect_args`), parameters kept out of error messages, and safe behind
     a transaction-pooling PgBouncer (no prepared statements; the timeouts set in each
     transaction when the pooler dropped them; statement pooling refused: :mod:`.pooler`).
+    A server beyond loopback without ``sslmode=verify-full`` / ``verify-ca`` is warned about once
+    per process, or refused under ``TXN_OFFSETS_REQUIRE_TLS=1``
+    (:func:`txn_offsets.config.check_database_tls`).
 
     `kwargs` go to :func:`sqlalchemy.create_engine` and override the defaults; a ``connect_args``
     among them is merged over ``db.connect_args()`` (so overriding one argument keeps the others).
@@ -85,6 +88,8 @@ def engine_for(db: DatabaseSettings, **kwargs: object) -> sa.Engine:
         if not isinstance(extra, Mapping):
             raise TypeError(f"connect_args must be a mapping, got {type(extra).__name__}")
         connect_args.update(extra)
+    # beyond loopback without verified TLS: a warning once per process, or TXN_OFFSETS_REQUIRE_TLS=1's refusal
+    check_database_tls(db, connect_args)
     options: dict[str, object] = {"hide_parameters": True}
     if "poolclass" not in kwargs:
         options.update(pool_size=DRIVER_POOL[0], max_overflow=DRIVER_POOL[1])
