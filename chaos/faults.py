@@ -7,6 +7,13 @@ faults (F2) fire on the first attempt of a task only, so Spark's own retry (``lo
 attempts) is what has to recover; driver kills (F1) and frozen workers (F13) are counted across
 worker processes through files, because Python workers share nothing else.
 
+A task's first fault ends its attempt: a range decided for a later point (``after_commit``) fires
+nothing when another range of the same task, or its own first record (``before_write`` is keyed by
+it), failed first. F2 therefore runs one range per Spark task, forces one range per point
+(`forced`) and, with `record`, has the workers log what really fired (``run_dir/faults``) and every
+after_commit call with its outcome and attempt (``run_dir/after-commit``): its checks use those
+logs, never the seeded decisions alone.
+
 Fault points, in the order a range lives through them::
 
     [hold (F12b)] -> read -> prepare (decode, aggregate)  [before_write]
@@ -42,10 +49,14 @@ __all__ = [
     "EXECUTOR_POINTS",
     "KILL_POINTS",
     "AfterCommit",
+    "AfterCommitCall",
     "CountUsers",
     "CountWrite",
     "FaultPlan",
+    "Fired",
+    "after_commit_calls",
     "decode_user",
+    "fired_faults",
     "frozen_key",
     "frozen_workers",
     "tables",
@@ -69,6 +80,12 @@ class FaultPlan:
     # F2: fraction of ranges whose first attempt fails, at one of `executor_points` (seeded)
     executor_rate: float = 0.0
     executor_points: tuple[str, ...] = ()
+    # F2: ranges whose first attempt fails at a given point whatever the seeded draw says, each as
+    # (topic, partition, start, first record offset, point); the range's other key draws nothing
+    forced: tuple[tuple[str, int, int, int, str], ...] = ()
+    # F2: log every executor fault that fires (run_dir/faults) and every after_commit call with
+    # its outcome and attempt (run_dir/after-commit)
+    record: bool = False
     # F1: kill the driver (pid) with SIGKILL at the `kill_after`-th range event at `kill_point`
     kill_point: str = ""
     kill_after: int = 0
@@ -95,6 +112,10 @@ class FaultPlan:
 
     def executor_point(self, key: Key) -> str | None:
         """The F2 point the range at `key` fails at on its first attempt (None: it does not)."""
+        for topic, part, start, first, point in self.forced:
+            if (key[0], key[1]) == (topic, part) and key[2] in (start, first):
+                # before_write is keyed by the range's first record, every other point by its start
+                return point if key[2] == (first if point == "before_write" else start) else None
         if not self.executor_points or self.executor_rate <= 0:
             return None
         r = self._rng(key, "f2")
@@ -107,6 +128,9 @@ class FaultPlan:
         if point == self.kill_point and self.driver_pid:
             self._maybe_kill_driver(point, key)
         if self.executor_point(key) == point and _first_attempt():
+            if self.record and self.run_dir:
+                line = f"{point} {key[0]} {key[1]} {key[2]} {_attempt_number()}"
+                _append(Path(self.run_dir) / "faults", line)  # before os._exit: it must be on disk
             if point == "crash_after_claim":
                 # the Python worker dies with the transaction open: Postgres rolls it back when
                 # the socket closes, Spark sees a lost worker and retries the task
@@ -190,6 +214,52 @@ def _attempt_number() -> int:
 
 def _first_attempt() -> bool:
     return _attempt_number() == 0
+
+
+def _append(path: Path, line: str) -> None:
+    """One short line appended with O_APPEND (atomic across the Python workers at this size)."""
+    with path.open("a") as fh:
+        fh.write(line + "\n")
+
+
+@dataclass(frozen=True)
+class Fired:
+    """An executor fault that fired (``run_dir/faults``): its point, key and task attempt."""
+
+    point: str
+    key: Key
+    attempt: int
+
+
+def fired_faults(run_dir: Path) -> list[Fired]:
+    """The executor faults that fired in `run_dir` (FaultPlan.record), in the order they fired."""
+    path = run_dir / "faults"
+    out = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        point, topic, part, off, attempt = line.split()
+        out.append(Fired(point, (topic, int(part), int(off)), int(attempt)))
+    return out
+
+
+@dataclass(frozen=True)
+class AfterCommitCall:
+    """One call of the after_commit hook (``run_dir/after-commit``): after its range's COMMIT, or
+    after a retry found the range committed already."""
+
+    key: Key
+    until: int
+    outcome: str
+    attempt: int
+
+
+def after_commit_calls(run_dir: Path) -> list[AfterCommitCall]:
+    """Every after_commit call in `run_dir` (FaultPlan.record), in call order."""
+    path = run_dir / "after-commit"
+    out = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        topic, part, start, until, outcome, attempt = line.split()
+        out.append(AfterCommitCall((topic, int(part), int(start)), int(until), outcome, int(attempt)))
+    return out
 
 
 def _start_time(pid: int) -> int:
@@ -335,6 +405,9 @@ class AfterCommit:
     plan: FaultPlan
 
     def __call__(self, rng: OffsetRange, outcome: str) -> None:
+        if self.plan.record and self.plan.run_dir:
+            line = f"{rng.topic} {rng.partition} {rng.start} {rng.until} {outcome} {_attempt_number()}"
+            _append(Path(self.plan.run_dir) / "after-commit", line)
         self.plan.at("after_commit", _key(rng))
 
 

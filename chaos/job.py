@@ -32,6 +32,7 @@ from txn_offsets.planner import Limits
 from txn_offsets.spark import runner
 from txn_offsets.spark.many import run_jobs
 from txn_offsets.spark.runner import BatchReport
+from txn_offsets.spark.tasks import ReadOptions
 from txn_offsets.spark.writers import PartitionWriter
 
 logger = logging.getLogger("chaos.job")
@@ -87,6 +88,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--master", default="local[2,3]", help="local[2,3]: 2 threads, 3 attempts per task")
     p.add_argument("--max-per-partition", type=int, default=2_000)
     p.add_argument("--max-per-batch", type=int, default=0, help="a cap on each batch in all (0: none)")
+    p.add_argument(
+        "--max-tasks",
+        type=int,
+        default=0,
+        help="F2: ReadOptions(max_tasks=...), Spark tasks per batch (0: the library's, one per core)",
+    )
     p.add_argument("--follow", action="store_true", help="run until SIGTERM instead of until caught up")
     p.add_argument("--batch-interval", type=float, default=0.5)
     p.add_argument("--force", action="store_true", help="fence a live run (restart after a crash)")
@@ -218,6 +225,10 @@ def main(argv: list[str] | None = None) -> int:
         options: dict[str, Any] = {}
         if args.batch_timeout is not None:
             options["batch_timeout_s"] = args.batch_timeout
+        if args.max_tasks:
+            # F2: as many tasks as ranges, so each range's first attempt fails at its own fault point
+            # (sharing a task, an earlier range's fault would end the attempt before a later one's)
+            options["read"] = ReadOptions(max_tasks=args.max_tasks)
         if args.low_latency:
             low = LowLatency(epoch_s=args.low_latency, commit_max_records=args.max_per_partition)
             options["low_latency"] = low

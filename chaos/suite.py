@@ -55,8 +55,8 @@ _SHARE = {
     "F1b": 0.05,
     "F19": 0.04,
 }
-# make test's smoke runs 45,000 messages: F2 keeps the 19,800 it needs to hit every one of its
-# five fault points at seed 1 (at 10,800 no range drew 'after_write')
+# make test's smoke runs 45,000 messages: F2 keeps 19,800 of them (its five fault points no longer
+# depend on it: F2 forces one range per point, whatever the seed and the data)
 _SMOKE_SHARE = {
     "F2": 0.44,
     "F11": 0.01,
