@@ -15,12 +15,22 @@ The probes are coroutines that read the cached health: they run on the event loo
 PostgreSQL or Kafka and never take a worker thread. /metrics and /offsets read the store in a
 worker thread (a slow database never blocks the event loop) that a stopping server abandons
 instead of waiting for it.
+
+Without a token, ``serve`` wraps the app in :class:`LoopbackHostsOnly`: a service on loopback is
+reachable from every web page the machine's browser opens, and DNS rebinding (a name the page's
+site controls pointed at 127.0.0.1) lets such a page read the answers, its Host header still naming
+the attacker's site. So without a token only requests addressed to a loopback name (``localhost``,
+127.0.0.0/8, ``[::1]``, any port) are answered; others get 421 with a body that says why. The
+probes stay open to any name: they say only ok/unavailable, and an orchestrator asks them by the
+pod's address. With a token any Host is answered: the token guards the data, and scrapers reach the
+service under names of their own.
 """
 
 from __future__ import annotations
 
 import functools
 import hmac
+import ipaddress
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -34,6 +44,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from txn_offsets.config import DatabaseSettings, Secret
 from txn_offsets.errors import TxnOffsetsError
@@ -44,7 +55,7 @@ from txn_offsets.service.snapshot import Snapshot, read_snapshot
 from txn_offsets.service.status import JobStatuses, StatusRules
 from txn_offsets.store.runs import validate_job
 
-__all__ = ["Service", "create_app"]
+__all__ = ["OPEN_PATHS", "LoopbackHostsOnly", "Service", "create_app", "is_loopback", "loopback_host"]
 
 logger = logging.getLogger(__name__)
 
@@ -180,3 +191,64 @@ def create_app(service: Service) -> Starlette:
         Route("/readyz", probe("ready")),
     ]
     return Starlette(routes=routes)
+
+
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})  # ok/unavailable only: nothing a page could use
+
+_REFUSED = (
+    "this service answers only requests addressed to localhost, 127.0.0.1 or [::1] while "
+    "TXN_OFFSETS_SERVE_TOKEN is not set: the Host header names another host, as a web page "
+    "reaching the service through DNS rebinding does. Use one of those names, or set the token"
+)
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 (also IPv4-mapped) and ``localhost``; anything else (0.0.0.0, ::, a name,
+    an empty host) reaches beyond this machine, or may."""
+    host = host.strip().removeprefix("[").removesuffix("]")
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host.lower() == "localhost"
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool((mapped or address).is_loopback)
+
+
+def loopback_host(header: str | None) -> bool:
+    """Whether a Host header names this machine's loopback: ``localhost``, an address of
+    127.0.0.0/8 or ``[::1]`` (IPv6 in brackets), each with or without a port. Strict: anything
+    else, a malformed value or no header at all is not."""
+    if not header:
+        return False
+    if header.startswith("["):
+        name, bracket, port = header[1:].partition("]")
+        if not bracket or ":" not in name:  # only IPv6 goes in brackets
+            return False
+    else:
+        name, colon, digits = header.partition(":")
+        port = colon + digits
+        if "[" in name or "]" in name:
+            return False
+    digits = port.removeprefix(":")
+    if port and not (port != digits and 1 <= len(digits) <= 5 and digits.isascii() and digits.isdigit()):
+        return False
+    if "%" in name or name != name.strip():  # an IPv6 zone, padding: never in a browser's Host
+        return False
+    return is_loopback(name)
+
+
+class LoopbackHostsOnly:
+    """ASGI middleware: 421 for a request whose Host header is not loopback (or missing, or given
+    twice), except on :data:`OPEN_PATHS`. Used when no token is set."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] not in OPEN_PATHS:
+            hosts = [value for name, value in scope["headers"] if name == b"host"]
+            if len(hosts) != 1 or not loopback_host(hosts[0].decode("latin-1")):
+                # the header is not echoed: it is the caller's text
+                await JSONResponse({"error": _REFUSED}, status_code=421)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

@@ -25,6 +25,9 @@ as STOPPED with lag and page through the shipped rules; ``txn_offsets_jobs_retir
 
 A database that cannot be read gives ``txn_offsets_up{target="database"} 0`` and no other series
 (the exporter convention: the scrape itself succeeds); Kafka trouble drops only the Kafka series.
+A topic Kafka answers about without facts (unknown, a name it refuses, no leader) costs only the
+series of that topic: ``txn_offsets_topic_readable{txn_job, topic}`` is 0 for it (1 for the others)
+while ``txn_offsets_up{target="kafka"}`` stays 1 and every other topic's lag is shown.
 """
 
 from __future__ import annotations
@@ -169,6 +172,13 @@ class StoreCollector(Collector):
             "Offsets left to process over all partitions of the topic",
             [JOB_LABEL, "topic"],
         )
+        readable = _gauge(
+            "txn_offsets_topic_readable",
+            "1 when Kafka gave the offsets of the job's topic, 0 when it answered without them (no "
+            "such topic, a name it refuses, no leader): /offsets says why",
+            [JOB_LABEL, "topic"],
+        )
+        kafka_ok = snap.kafka is not None and snap.kafka.error is None
         for j in snap.jobs:
             for (topic, part), row in sorted(j.stored.items()):
                 stored.add_metric([j.job, topic, str(part)], row.offset)
@@ -184,7 +194,10 @@ class StoreCollector(Collector):
                     lag_s.add_metric(labels, p.lag_seconds)
             for topic, total in sorted(_topic_lags(j).items()):
                 topic_lag.add_metric([j.job, topic], total)
-        yield from (stored, age, end, start, lag, lag_s, lost, out_of_log, topic_lag)
+            if kafka_ok:  # while Kafka answers at all: else txn_offsets_up says it for every topic
+                for topic in j.topics:
+                    readable.add_metric([j.job, topic], 0.0 if topic in j.topic_errors else 1.0)
+        yield from (stored, age, end, start, lag, lag_s, lost, out_of_log, topic_lag, readable)
 
     def _consumer_groups(self, snap: Snapshot) -> Iterator[Metric]:
         """kafka_exporter's families (its names, help texts and labels)."""

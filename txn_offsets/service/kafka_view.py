@@ -8,18 +8,31 @@ instead of starting their own. A failed refresh is cached too (as an error), so 
 broker is not hammered by every scrape. While the service's background health check finds Kafka
 down (:attr:`KafkaView.known_down`), a scrape does not ask Kafka at all: it gets an error at once
 instead of waiting for the timeouts.
+
+The topics come from rows tenants write, so one topic must never blind the service for every job
+(a row for ``no'such topic`` once failed the whole refresh: ``txn_offsets_up{target="kafka"} 0``
+and every job's lag gone). A name Kafka would refuse is never sent; the others are described in
+one request whose answer is per topic, and a topic Kafka answers about without facts (unknown, a
+name it refuses, not authorised, no leader) is set aside with its reason in
+:attr:`KafkaFacts.topic_errors` while every other topic is read as usual. Only Kafka not answering
+at all is an error of the whole refresh.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
 
 from txn_offsets.config import KafkaSettings
-from txn_offsets.errors import ConfigError, ServiceUnavailable, TxnOffsetsError
+from txn_offsets.errors import ConfigError, ServiceUnavailable, TopicMissing, TxnOffsetsError
 from txn_offsets.ranges import TopicPartition
 
 __all__ = ["KafkaFacts", "KafkaView"]
@@ -39,6 +52,31 @@ class KafkaFacts:
     missing_topics: frozenset[str] = frozenset()
     error: str | None = None  # Kafka unreachable: one line, no secrets
     fetched_at: float = 0.0
+    # topic -> why Kafka gave no facts (or only some) for it while it answered; the unknown topics
+    # (missing_topics) among them
+    topic_errors: Mapping[str, str] = field(default_factory=dict)
+
+
+# Kafka's own rule for topic names (org.apache.kafka.common.internals.Topic.validate)
+_LEGAL = re.compile(r"[A-Za-z0-9._-]{1,249}")
+REFUSED = "Kafka refuses this topic name (letters, digits, '.', '_' and '-'; 1 to 249 of them)"
+UNKNOWN = "Kafka has no topic of this name (never created, or deleted)"
+_UNKNOWN_CODES = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC}
+_REFUSED_CODES = {KafkaError.TOPIC_EXCEPTION}  # "Invalid topic"
+
+
+def legal_topic(topic: str) -> bool:
+    """Whether Kafka accepts `topic` as a name ("." and ".." it refuses too)."""
+    return _LEGAL.fullmatch(topic) is not None and topic not in {".", ".."}
+
+
+def _reason(err: KafkaError) -> str:
+    """Why Kafka gave no facts for a topic, in words of our own and the error's name only."""
+    if err.code() in _UNKNOWN_CODES:
+        return UNKNOWN
+    if err.code() in _REFUSED_CODES:
+        return REFUSED
+    return f"Kafka answered {err.name()} for this topic"
 
 
 class KafkaView:
@@ -56,6 +94,7 @@ class KafkaView:
         self._at = 0.0  # monotonic time of the cached facts
         # the error class of a failed health check of Kafka, None while it answers
         self.known_down: Callable[[], str | None] = lambda: None
+        self._problems: dict[str, str] = {}  # topic -> reason, as last logged
 
     def facts(self, stored: Mapping[TopicPartition, Collection[int]]) -> KafkaFacts:
         """Facts covering the topics of `stored`: per partition the stored positions of every job
@@ -82,20 +121,13 @@ class KafkaView:
     def _refresh(
         self, topics: frozenset[str], stored: Mapping[TopicPartition, Collection[int]]
     ) -> KafkaFacts:
-        from txn_offsets.kafka import metadata, timestamps
+        from txn_offsets.kafka import timestamps
 
+        problems: dict[str, str] = {}
         try:
-            partitions: dict[str, tuple[int, ...]] = {}
-            missing = set()
-            for topic in sorted(topics):
-                try:
-                    partitions[topic] = tuple(
-                        metadata.partitions_for(self.kafka, topic, timeout_s=self.timeout_s)
-                    )
-                except ConfigError:  # deleted: its stored offsets stay visible, without lag
-                    missing.add(topic)
-            keys = {(t, p) for t, parts in partitions.items() for p in parts}
-            marks = metadata.watermarks(self.kafka, keys, timeout_s=self.timeout_s) if keys else {}
+            partitions, leaderless = self._describe(sorted(topics), problems)
+            marks = self._marks(partitions, leaderless, problems)
+            partitions = {t: parts for t, parts in partitions.items() if t not in problems or t in leaderless}
             # below the log start the oldest record left is the first one; a partition without a
             # row starts there too
             wanted = {
@@ -113,4 +145,83 @@ class KafkaView:
         except TxnOffsetsError as exc:
             logger.warning("Kafka facts not refreshed: %s", exc)
             return KafkaFacts(topics, error=str(exc), fetched_at=time.time())
-        return KafkaFacts(topics, partitions, marks, stamps, frozenset(missing), None, time.time())
+        self._log_problems(problems)
+        missing = frozenset(t for t, why in problems.items() if why == UNKNOWN)
+        return KafkaFacts(topics, partitions, marks, stamps, missing, None, time.time(), problems)
+
+    def _describe(
+        self, topics: Sequence[str], problems: dict[str, str]
+    ) -> tuple[dict[str, tuple[int, ...]], dict[str, set[int]]]:
+        """The partitions of each topic, in one request whose answer is per topic; a topic Kafka
+        answers about without them goes to `problems`. Also the partitions that have no leader
+        (an offline broker): asking for their offsets would wait out the timeout, for every job."""
+        from txn_offsets.kafka import admins
+
+        problems.update({t: REFUSED for t in topics if not legal_topic(t)})
+        asked = [t for t in topics if t not in problems]
+        if not asked:
+            return {}, {}
+        admin = admins.connected_admin(self.kafka, self.timeout_s)
+        futures: dict[str, Future[Any]] = admin.describe_topics(
+            TopicCollection(asked), request_timeout=self.timeout_s
+        )
+        admins.issued(admin, futures.values())
+        partitions: dict[str, tuple[int, ...]] = {}
+        leaderless: dict[str, set[int]] = {}
+        for topic, fut in futures.items():
+            try:
+                desc = fut.result(timeout=self.timeout_s + 5)
+            except TimeoutError:
+                admins.forget_admin_client(self.kafka)
+                raise ServiceUnavailable(
+                    "Kafka", self.kafka.bootstrap_servers, f"no answer in {self.timeout_s:g}s"
+                ) from None
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                if not isinstance(err, KafkaError) or err.code() in admins.NO_ANSWER:
+                    admins.forget_admin_client(self.kafka)  # nobody answered: a fresh client next time
+                    raise ServiceUnavailable(
+                        "Kafka", self.kafka.bootstrap_servers, admins.describe_error(exc)
+                    ) from None
+                problems[topic] = _reason(err)
+                continue
+            partitions[topic] = tuple(sorted(p.id for p in desc.partitions))
+            offline = {p.id for p in desc.partitions if p.leader is None or p.leader.id < 0}
+            if offline:
+                leaderless[topic] = offline
+                problems[topic] = f"no leader for partition(s) {', '.join(map(str, sorted(offline)))}"
+        return partitions, leaderless
+
+    def _marks(
+        self,
+        partitions: Mapping[str, tuple[int, ...]],
+        leaderless: Mapping[str, set[int]],
+        problems: dict[str, str],
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        """(log start, end) of every partition with a leader. A topic deleted since it was
+        described is set aside and the others asked again (at most once per topic)."""
+        from txn_offsets.kafka import metadata
+
+        keys = {(t, p) for t, parts in partitions.items() for p in parts if p not in leaderless.get(t, ())}
+        while keys:
+            try:
+                return metadata.watermarks(self.kafka, keys, timeout_s=self.timeout_s)
+            except TopicMissing as exc:
+                if exc.topic not in {t for t, _ in keys}:
+                    raise
+                problems[exc.topic] = UNKNOWN
+                keys = {(t, p) for t, p in keys if t != exc.topic}
+        return {}
+
+    def _log_problems(self, problems: Mapping[str, str]) -> None:
+        """One warning when the set of topics without facts changes, not one per refresh (every
+        few seconds). Names repr()'d: they come from rows tenants write."""
+        if problems == self._problems:
+            return
+        self._problems = dict(problems)
+        if problems:
+            shown = ", ".join(f"{t!r} ({why})" for t, why in sorted(problems.items())[:5])
+            more = f" and {len(problems) - 5} more" if len(problems) > 5 else ""
+            logger.warning(
+                "Kafka gave no facts for %d topic(s), shown without lag: %s%s", len(problems), shown, more
+            )

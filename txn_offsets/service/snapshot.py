@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import sqlalchemy as sa
@@ -55,6 +56,9 @@ class JobView:
     stored: dict[TopicPartition, StoredRow]
     partitions: tuple[PartitionLag, ...]  # where Kafka answered: lag in offsets and seconds
     stats: JobStats | None
+    # the job's topics Kafka gave no facts for while it answered: topic -> why (a topic of one
+    # job never takes the others' series with it)
+    topic_errors: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def total_lag(self) -> int:
@@ -84,7 +88,13 @@ class JobView:
                 for (t, p), row in sorted(self.stored.items())
                 if not any((x.topic, x.partition) == (t, p) for x in self.partitions)
             ],
+            "topic_errors": dict(sorted(self.topic_errors.items())),
         }
+
+    @property
+    def topics(self) -> list[str]:
+        """The topics of the job's stored rows, sorted."""
+        return sorted({t for t, _ in self.stored})
 
 
 @dataclass(frozen=True)
@@ -195,7 +205,9 @@ def read_snapshot(engine: sa.Engine, db: DatabaseSettings, kafka: KafkaView | No
     for r in jobs:
         mine = stored.get(r.job, {})
         lags: tuple[PartitionLag, ...] = ()
+        errors: dict[str, str] = {}
         if facts is not None and facts.error is None:
+            errors = {t: facts.topic_errors[t] for t, _ in mine if t in facts.topic_errors}
             offsets = {k: row.offset for k, row in mine.items()}
             own_ts = {
                 (t, p): facts.timestamps.get((t, p, max(offsets.get((t, p), lo), lo)))
@@ -203,5 +215,7 @@ def read_snapshot(engine: sa.Engine, db: DatabaseSettings, kafka: KafkaView | No
             }
             lags = partition_lags(offsets, facts.partitions, marks, own_ts)
         age = None if r.age is None else float(r.age)
-        views.append(JobView(r.job, r.generation, r.run_id, bool(r.live), age, mine, lags, stats.get(r.job)))
+        views.append(
+            JobView(r.job, r.generation, r.run_id, bool(r.live), age, mine, lags, stats.get(r.job), errors)
+        )
     return Snapshot(tuple(views), None, facts, stats_error, store=store, retired=tuple(retired))
