@@ -3,6 +3,10 @@
 The statements come from :mod:`txn_offsets.store.roles`; here they run in one transaction, with
 every value bound (the job name, the owner row) and the password never in SQL text: it is turned
 into a SCRAM verifier by libpq on the client (``PQencryptPasswordConn``) before it is sent.
+
+Both refuse a name that is no role of its own (PUBLIC, CURRENT_USER..., a predefined ``pg_*``
+role: :func:`txn_offsets.store.roles.role_refusal`) before connecting, and ``apply_grants`` a role
+that does not exist (granting to it would fail; nothing is changed).
 """
 
 from __future__ import annotations
@@ -13,10 +17,10 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from txn_offsets.config import DatabaseSettings, Secret, validate_identifier
+from txn_offsets.config import DatabaseSettings, Secret
 from txn_offsets.errors import ConfigError
 from txn_offsets.store.database import translate_errors
-from txn_offsets.store.roles import job_role_grants, owner_of, role_statements
+from txn_offsets.store.roles import job_role_grants, owner_of, role_statements, validate_role
 from txn_offsets.store.runs import validate_job
 from txn_offsets.store.schema import tables_for
 
@@ -35,7 +39,7 @@ def apply_role(engine: sa.Engine, db: DatabaseSettings, role: str, password: Sec
     """Create `role` (or bring an existing one to the job-role attributes) and set its password
     when given; returns whether the role was created. Refuses a superuser and the connected role
     itself: ``ALTER ROLE ... NOSUPERUSER`` would strip an administrator."""
-    validate_identifier(role, "role")
+    validate_role(role)
     with translate_errors(db), engine.begin() as conn:
         row = conn.execute(
             sa.text(
@@ -62,12 +66,20 @@ def apply_grants(
     engine: sa.Engine, db: DatabaseSettings, role: str, *, job: str | None = None, tables: Sequence[str] = ()
 ) -> GrantResult:
     """Run :func:`job_role_grants` and, with `job`, make `role` the job's owner (replacing the
-    previous owner, returned), in one transaction."""
+    previous owner, returned), in one transaction. Raises a ConfigError naming the role when it
+    does not exist (or is no role of its own), before anything is changed."""
     if job is not None:
         validate_job(job)
-    stmts = job_role_grants(db.schema, role, tables)
+    stmts = job_role_grants(db.schema, role, tables)  # validates the role's name
     previous = None
     with translate_errors(db), engine.begin() as conn:
+        found = conn.execute(sa.text("SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = :r"), {"r": role})
+        if found.first() is None:
+            raise ConfigError(
+                "--role",
+                f"role {role!r} does not exist: create it first (`txn-offsets db role --role {role} "
+                f"--apply`), then grant again (nothing was changed)",
+            )
         for stmt in stmts:
             conn.execute(sa.text(stmt))
         if job is not None:

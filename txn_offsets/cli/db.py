@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from txn_offsets.admin import grants
-from txn_offsets.cli import options
+from txn_offsets.cli import exits, options
 from txn_offsets.config import Secret
 from txn_offsets.errors import ConfigError
 from txn_offsets.store import migrate
-from txn_offsets.store.roles import job_role_grants, owner_statement, role_statements
+from txn_offsets.store.roles import job_role_grants, owner_statement, role_refusal, role_statements
 from txn_offsets.store.runs import validate_job
 
 PASSWORD_ENV = "TXN_OFFSETS_ROLE_PASSWORD"  # noqa: S105 - the variable's name, not a password
@@ -20,9 +21,21 @@ PASSWORD_ENV = "TXN_OFFSETS_ROLE_PASSWORD"  # noqa: S105 - the variable's name, 
 __all__ = ["register"]
 
 
+def _refused(role: str) -> bool:
+    """A usage error (one line, code 64) when `role` is no role of its own: PUBLIC, a reserved
+    word, a predefined pg_* role. Checked before anything is printed or connected."""
+    problem = role_refusal(role)
+    if problem is None:
+        return False
+    print(f"txn-offsets: error: argument --role: {problem} (see `txn-offsets db --help`)", file=sys.stderr)
+    return True
+
+
 def _grants(args: argparse.Namespace) -> int:
     if not args.role:
         raise ConfigError("--role", "name the role the jobs run as")
+    if _refused(args.role):
+        return exits.USAGE
     schema = args.schema or "txn_offsets"
     stmts = job_role_grants(schema, args.role, args.table)  # validates before anything runs
     if args.job is not None:
@@ -44,6 +57,8 @@ def _grants(args: argparse.Namespace) -> int:
 def _role(args: argparse.Namespace) -> int:
     if not args.role:
         raise ConfigError("--role", "name the role to create or update for a job")
+    if _refused(args.role):
+        return exits.USAGE
     stmts = role_statements(args.role)
     if not args.apply:
         print("\n".join(f"{stmt};" for stmt in stmts))

@@ -5,7 +5,14 @@ Since migration 0006 every row of ``jobs``, ``offsets``, ``offset_audit``, ``dea
 ``job_reachable(job, current_user)`` holds: current_user owns the job (``job_owners``), or is the
 owner of the tables or the schema (the admin), or nobody owns the job and current_user owns no
 job (a role granted the old, shared way). The boundary is current_user - what PostgreSQL
-authenticated - never a setting the client chooses, so it holds behind PgBouncer unchanged.
+authenticated - never a setting the client chooses, so it holds behind PgBouncer unchanged. Since
+migration 0011 the helper functions answer only about roles the session may act as (and to the
+store's owner): a run role learns its own scope and jobs, never another role's.
+
+A job's role is a real role: never PUBLIC (a quoted "public" is PUBLIC too), a role specifier
+(CURRENT_USER, SESSION_USER, CURRENT_ROLE), NONE, or one of PostgreSQL's predefined ``pg_*``
+roles (:func:`role_refusal`); granting it a job's rights would hand them to every role, or to every
+member of a built-in role.
 
 Statements are built from validated identifiers (quoting is then enough); values are bound when
 executed (:mod:`txn_offsets.admin.grants`), and rendered as literals only for printing.
@@ -24,6 +31,7 @@ from txn_offsets.errors import ConfigError
 from txn_offsets.store.schema import run_role_grants, tables_for
 
 __all__ = [
+    "PSEUDO_ROLES",
     "ROLE_ATTRIBUTES",
     "RoleCheck",
     "check_run_role",
@@ -33,8 +41,10 @@ __all__ = [
     "permitted",
     "require_reachable",
     "role_check",
+    "role_refusal",
     "role_statements",
     "table_name",
+    "validate_role",
     "warn_unconfined",
 ]
 
@@ -42,6 +52,42 @@ logger = logging.getLogger(__name__)
 
 #: What a job's role may not be: no superuser, no DDL outside its grants, no row-level bypass.
 ROLE_ATTRIBUTES = "LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS"
+
+
+#: Names that are no role of their own: PUBLIC (every role; GRANT ... TO "public" is PUBLIC too),
+#: the role specifiers of GRANT and ALTER ROLE, and NONE (reserved). Lower case: validate_identifier
+#: accepts nothing else.
+PSEUDO_ROLES = frozenset({"public", "current_user", "current_role", "session_user", "none"})
+
+_OWN_ROLE = "name the job's own role (`txn-offsets db role --role NAME --apply` creates one)"
+
+
+def role_refusal(role: str) -> str | None:
+    """Why `role` may not be made a job's role or be granted a run role's rights; None: it may.
+    Pure: whether the role exists is asked of the database (:mod:`txn_offsets.admin.grants`)."""
+    if role == "public":
+        return f"'public' is PUBLIC, every role of the database (quoted or not), not one role: {_OWN_ROLE}"
+    if role in PSEUDO_ROLES:
+        return (
+            f"{role!r} is a reserved word of PostgreSQL (CURRENT_USER, SESSION_USER, CURRENT_ROLE, "
+            f"NONE), not a role of its own: {_OWN_ROLE}"
+        )
+    if role.startswith("pg_"):
+        return (
+            f"{role!r} is a predefined PostgreSQL role (every pg_* name is reserved): its members "
+            f"would get the job's rights; {_OWN_ROLE}"
+        )
+    return None
+
+
+def validate_role(role: str, what: str = "role") -> str:
+    """`role` if it is a valid identifier and may be a job's role (:func:`role_refusal`), else a
+    ConfigError naming `what` (the setting or option)."""
+    name = validate_identifier(role, what)
+    problem = role_refusal(name)
+    if problem is not None:
+        raise ConfigError(what, problem)
+    return name
 
 
 def _q(name: str) -> str:
@@ -63,8 +109,9 @@ def table_name(name: str) -> tuple[str | None, str]:
 def job_role_grants(schema: str, role: str, tables: Sequence[str] = ()) -> list[str]:
     """:func:`run_role_grants` plus SELECT, INSERT, UPDATE on the job's result tables (an
     additive upsert reads the old value: ``ON CONFLICT DO UPDATE SET n = t.n + ...`` needs SELECT),
-    and USAGE on their schemas. Never DELETE, never DDL."""
-    stmts = run_role_grants(schema, role)
+    and USAGE on their schemas. Never DELETE, never DDL; never to PUBLIC, a role specifier or a
+    predefined role (:func:`validate_role`)."""
+    stmts = run_role_grants(schema, validate_role(role))
     r = _q(role)
     for t in tables:
         tschema, table = table_name(t)
@@ -81,7 +128,7 @@ def owner_statement(schema: str, job: str, role: str) -> str:
     """The ``job_owners`` upsert as printable SQL (the job name rendered as a string literal;
     executing it uses bound values instead: :func:`txn_offsets.admin.grants.apply_grants`)."""
     s = _q(validate_identifier(schema, "schema"))
-    values = "('" + job.replace("'", "''") + "', '" + validate_identifier(role, "role") + "')"
+    values = "('" + job.replace("'", "''") + "', '" + validate_role(role) + "')"
     upsert = "ON CONFLICT (job) DO UPDATE SET role = EXCLUDED.role, granted_at = now()"
     return f"INSERT INTO {s}.job_owners (job, role) VALUES {values} {upsert}"  # noqa: S608 - printed only
 
@@ -89,8 +136,9 @@ def owner_statement(schema: str, job: str, role: str) -> str:
 def role_statements(role: str) -> list[str]:
     """Create the role if missing, then give it exactly :data:`ROLE_ATTRIBUTES` (idempotent).
     No password: it is set from TXN_OFFSETS_ROLE_PASSWORD by ``db role --apply`` (as a SCRAM
-    verifier computed by the client) or with psql's ``\\password``."""
-    name = validate_identifier(role, "role")
+    verifier computed by the client) or with psql's ``\\password``. Refuses what
+    :func:`role_refusal` refuses."""
+    name = validate_role(role)
     return [
         f"DO $$BEGIN IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = '{name}') "
         f"THEN CREATE ROLE {_q(name)}; END IF; END$$",

@@ -78,6 +78,18 @@ NAMING_CONVENTION = {
 
 _TS = sa.DateTime(timezone=True)
 
+# Kafka's legal topic names ([a-zA-Z0-9._-], 1-249 characters, not "." or ".."): a CHECK on every
+# column holding one (migration 0011; the migration's text, character for character).
+_TOPIC_RE = "^[a-zA-Z0-9._-]{1,249}$"
+_TOPIC_LEGAL = f"topic ~ '{_TOPIC_RE}' AND topic NOT IN ('.', '..')"
+# stream_plans.ranges: an array of [topic, partition, start, until(, topic id)], each topic legal
+_BAD_RANGE = (
+    'strict $[*] ? (@.type() != "array" || @.size() == 0 || @[0].type() != "string"'
+    ' || !(@[0] like_regex "' + _TOPIC_RE + '") || @[0] == "." || @[0] == "..")'
+)
+_BAD_RANGES = f"jsonb_path_exists(ranges, '{_BAD_RANGE}', '{{}}', true)"  # silent: NULL on an error
+_PLAN_TOPICS_LEGAL = f"jsonb_typeof(ranges) = 'array' AND NOT coalesce({_BAD_RANGES}, true)"
+
 #: Upper bounds (seconds) of the batch duration histogram's buckets; ``job_stats.batch_buckets``
 #: holds one count per bound plus one for +Inf. Changing them needs a migration that resets it.
 BATCH_SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
@@ -151,6 +163,7 @@ def tables_for(schema: str = DEFAULT_SCHEMA) -> Tables:
         sa.CheckConstraint("off >= 0", name="off_nonneg"),
         sa.CheckConstraint("part >= 0", name="part_nonneg"),
         sa.CheckConstraint("topic <> ''", name="topic_nonempty"),
+        sa.CheckConstraint(_TOPIC_LEGAL, name="topic_legal"),
     )
     audit = sa.Table(
         "offset_audit",
@@ -170,6 +183,7 @@ def tables_for(schema: str = DEFAULT_SCHEMA) -> Tables:
             "action IN (" + ", ".join(f"'{a}'" for a in AUDIT_ACTIONS) + ")", name="action_known"
         ),
         sa.CheckConstraint("new_off >= 0", name="new_off_nonneg"),
+        sa.CheckConstraint(_TOPIC_LEGAL, name="topic_legal"),
         sa.Index("ix_offset_audit_job_at", "job", "at"),
     )
     dead_letters = sa.Table(
@@ -183,6 +197,7 @@ def tables_for(schema: str = DEFAULT_SCHEMA) -> Tables:
         sa.Column("value", sa.LargeBinary, nullable=True),
         sa.Column("error", sa.Text, nullable=False),
         sa.Column("at", _TS, nullable=False, server_default=sa.func.now()),
+        sa.CheckConstraint(_TOPIC_LEGAL, name="topic_legal"),
     )
     stats = sa.Table(
         "job_stats",
@@ -212,6 +227,7 @@ def tables_for(schema: str = DEFAULT_SCHEMA) -> Tables:
         # set by the sink in the transaction that commits the ranges
         sa.Column("committed", sa.Boolean, nullable=False),
         sa.Column("planned_at", _TS, nullable=False, server_default=sa.func.now()),
+        sa.CheckConstraint(_PLAN_TOPICS_LEGAL, name="topics_legal"),
     )
     owners = sa.Table(
         "job_owners",
@@ -241,6 +257,7 @@ def tables_for(schema: str = DEFAULT_SCHEMA) -> Tables:
         sa.Column("last_record_at", _TS, nullable=True),
         sa.Column("committed_at", _TS, nullable=False, server_default=sa.func.now()),
         sa.CheckConstraint("from_off >= 0 AND until_off >= from_off", name="range_valid"),
+        sa.CheckConstraint(_TOPIC_LEGAL, name="topic_legal"),
         sa.Index("ix_commits_job_topic_part_until_off", "job", "topic", "part", "until_off"),
         sa.Index("ix_commits_job_committed_at", "job", "committed_at"),
     )
