@@ -78,6 +78,7 @@ demo: install stack-up
 
 chaos: install stack-up
 	$(WITH_ENV) $(BIN)/python -m chaos $(CHAOS_ARGS)
+	$(WITH_ENV) $(BIN)/pytest tests/integration/test_commit_model.py -m slow -q
 
 bench: install stack-up
 	$(WITH_ENV) BENCH_SIZE=$(BENCH_SIZE) $(BIN)/python -m benchmarks.bench $(BENCH_ARGS)

@@ -114,7 +114,6 @@ def test_session_probes_moved_out_of_frames_warn(name: str) -> None:
         _ = frames.no_such_name  # type: ignore[attr-defined]
 
 
-
 def test_cli_subcommands_registers_the_store_groups_from_their_modules() -> None:
     from txn_offsets.cli import db, imports, jobs, offsets
 

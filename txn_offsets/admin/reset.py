@@ -147,6 +147,16 @@ def _targets(
         return dict.fromkeys(keys, _value(target))
     if target.kind == "shift":
         out = {}
+        unstored = [f"{t}[{p}]" for t, p in keys if (t, p) not in stored]
+        if unstored:
+            # a shift moves a stored offset; a partition the job never stored (never planned, or added
+            # since its last plan) has none to move from
+            raise ConfigError(
+                "--shift-by",
+                f"the job has no stored offset for {', '.join(unstored[:8])} to shift from: reset those "
+                f"partitions to an offset (--to-earliest, --to-latest, --to-offset) or let a run plan them "
+                f"first",
+            )
         for key in keys:
             new = stored[key] + _value(target)
             if new < 0 and target.allow_outside_log:
