@@ -75,6 +75,11 @@ class TaskReport:
     records: int
     error: TxnOffsetsError | None = None
 
+    def __post_init__(self) -> None:
+        # a report built with the outcome's name ("committed") is the same report: counted alike
+        if not isinstance(self.outcome, Outcome):
+            object.__setattr__(self, "outcome", Outcome(self.outcome))
+
 
 def success_counts(reports: Iterable[TaskReport]) -> dict[str, int]:
     """Ranges per success outcome (``committed``, ``already_committed``): a batch's statistics."""
