@@ -61,7 +61,7 @@ lint: install
 	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/mypy txn_offsets
 
-# the tests run once through PgBouncer too (tests/integration/test_pgbouncer.py): POOLER=pgbouncer;
+# the tests run once through PgBouncer too (tests/integration/store/test_pgbouncer.py): POOLER=pgbouncer;
 # and over TLS + SASL_SSL (tests/integration/test_tls_sasl.py): TLS=1
 # lint and the stack's start run side by side (Kafka's JVM and initdb wait on their disks while
 # mypy works); either failing fails the target
@@ -78,7 +78,7 @@ demo: install stack-up
 
 chaos: install stack-up
 	$(WITH_ENV) $(BIN)/python -m chaos $(CHAOS_ARGS)
-	$(WITH_ENV) $(BIN)/pytest tests/integration/test_commit_model.py -m slow -q
+	$(WITH_ENV) $(BIN)/pytest tests/integration/commit/test_commit_model.py -m slow -q
 
 bench: install stack-up
 	$(WITH_ENV) BENCH_SIZE=$(BENCH_SIZE) $(BIN)/python -m benchmarks.bench $(BENCH_ARGS)

@@ -1,4 +1,4 @@
-"""Run by tests/integration/test_admin_clients.py in a process of its own (a crash must not take
+"""Run by tests/integration/kafka/test_admin_clients.py in a process of its own (a crash must not take
 pytest down): planners in threads ask for a topic's partitions and offsets (and, with
 FORGET_EVERY > 0, retire the process's clients every so many calls, as when Kafka was
 unreachable) while the main thread deletes the topic and creates it again, over and over. Before

@@ -4,9 +4,9 @@ with the real job in its own processes; it passes only if nothing was lost or du
 invariant held (``make chaos`` runs the full suite). F3 (PostgreSQL backends terminated, a restart),
 F5 (a zombie run), F12/F12b (a topic re-created), F13 (a frozen claim holder), F15/F16 (a failover,
 a switchover) and F18 (low-latency mode killed) run in the full suite only; make test covers their
-faults in tests/integration/store/test_lost_commit.py, test_failover_errors.py,
-tests/integration/spark/test_writers.py, test_carried_plans.py, test_no_silent_exits.py,
-test_recreated_in_flight.py, test_low_latency.py and tests/integration/test_replica.py."""
+faults in tests/integration/commit/test_lost_commit.py, test_failover_errors.py,
+tests/integration/spark/batch/test_writers.py, test_carried_plans.py, test_no_silent_exits.py,
+test_recreated_in_flight.py, test_low_latency.py and tests/integration/store/test_replica.py."""
 
 from __future__ import annotations
 

@@ -32,13 +32,12 @@ import pytest
 import sqlalchemy as sa
 from psycopg import sql
 
+from tests.integration.helpers import produce_counts, seed
 from txn_offsets import cli
 from txn_offsets.config import DatabaseSettings, Secret
 from txn_offsets.store import migrate
 from txn_offsets.store.database import engine_for
 from txn_offsets.store.runs import start_run
-
-from .store.helpers import produce_counts, seed
 
 REPO = Path(__file__).resolve().parents[2]
 

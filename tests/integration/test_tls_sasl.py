@@ -28,7 +28,7 @@ import sqlalchemy as sa
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.integration.spark.test_streaming import key_counts
+from tests.integration.spark.stream.test_streaming import key_counts
 from tests.kafka_ends import settled_ends
 from tests.unproven import commit_ranges
 from txn_offsets.config import DatabaseSettings, KafkaSettings, kafka_from_env

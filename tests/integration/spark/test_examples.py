@@ -8,8 +8,8 @@ import sqlalchemy as sa
 from examples import idempotent_events, metric_per_topic, pageviews, top_keys_per_batch, windowed_counts
 from examples.schema import events, top_keys, topic_metrics, window_counts
 from tests.fix_services import TopicFactory
+from tests.integration.spark.batch.test_counting_job import stored_offsets
 from tests.integration.spark.conftest import RunTestJob
-from tests.integration.spark.test_counting_job import stored_offsets
 from tests.kafka_ends import settled_ends
 from txn_offsets import Limits
 from txn_offsets.config import DatabaseSettings, KafkaSettings

@@ -14,14 +14,13 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
+from tests.integration.helpers import Aggregate, offsets_of, seed
 from tests.unproven import commit_ranges
 from txn_offsets.config import DatabaseSettings, Secret
 from txn_offsets.errors import ServiceUnavailable, Transient
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.store.database import engine_for, is_connection_lost, translate_errors
 from txn_offsets.store.runs import Run
-
-from .helpers import Aggregate, offsets_of, seed
 
 READ_ONLY = "-c default_transaction_read_only=on"
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pytest
 import sqlalchemy as sa
 
+from tests.integration.helpers import offsets_of
 from tests.unproven import commit_ranges
 from txn_offsets import cli
 from txn_offsets.commit import Outcome
@@ -26,8 +27,6 @@ from txn_offsets.spark.spec import JobSpec, job_run
 from txn_offsets.store import offset_rows, stats
 from txn_offsets.store.runs import end_run, start_run
 from txn_offsets.store.schema import run_role_grants
-
-from .helpers import offsets_of
 
 
 @dataclass(frozen=True)

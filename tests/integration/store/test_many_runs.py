@@ -3,7 +3,7 @@ starts as it would alone (one bump, its run id, a live lease), a job whose start
 None and leaves the others started, and a lost COMMIT of the joint start is settled by each job's
 own start with its ticket: never a second bump, never a guess.
 
-The COMMIT is lost deterministically by tests/integration/commit_cut.py (see
+The COMMIT is lost deterministically by tests/integration/commit/commit_cut.py (see
 test_start_run_lost_commit.py): "drop" (not applied) and "cut" (applied, acknowledgement lost).
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from tests.integration.commit_cut import commit_cut
+from tests.integration.commit.commit_cut import commit_cut
 from txn_offsets.config import DatabaseSettings, Secret
 from txn_offsets.errors import ConfigError, JobAlreadyRunning, ServiceUnavailable
 from txn_offsets.spark.spec import JointStarts

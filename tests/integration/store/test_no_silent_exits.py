@@ -11,6 +11,8 @@ import time
 import pytest
 import sqlalchemy as sa
 
+from tests.integration.conftest import Ctx
+from tests.integration.helpers import offsets_of, seed
 from tests.unproven import commit_ranges
 from txn_offsets import ClaimBlocked, Fenced, JobAlreadyRunning, TransactionAborted
 from txn_offsets.commit.claim import claim_ranges
@@ -20,9 +22,6 @@ from txn_offsets.ranges import OffsetRange
 from txn_offsets.store import migrate, offset_rows
 from txn_offsets.store.database import engine_for
 from txn_offsets.store.runs import Run, start_run
-
-from .conftest import Ctx
-from .helpers import offsets_of, seed
 
 
 # Item 4. Before: COMMIT of the aborted transaction was a silent ROLLBACK reported as COMMITTED.

@@ -17,6 +17,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
+from tests.integration.helpers import Aggregate, offsets_of, seed
 from tests.unproven import commit_ranges
 from txn_offsets.commit import Outcome
 from txn_offsets.config import DatabaseSettings
@@ -24,8 +25,6 @@ from txn_offsets.ranges import OffsetRange
 from txn_offsets.store import database
 from txn_offsets.store.database import engine_for
 from txn_offsets.store.runs import Run
-
-from .helpers import Aggregate, offsets_of, seed
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
+from tests.integration.helpers import offsets_of
 from tests.unproven import commit_ranges
 from txn_offsets.commit import Outcome
 from txn_offsets.config import DatabaseSettings, Secret
@@ -15,8 +16,6 @@ from txn_offsets.ranges import OffsetRange
 from txn_offsets.store import offset_rows, stats
 from txn_offsets.store.runs import end_run, heartbeat, start_run
 from txn_offsets.store.schema import run_role_grants
-
-from .helpers import offsets_of
 
 
 @pytest.fixture

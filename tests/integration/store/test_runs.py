@@ -9,6 +9,7 @@ import time
 import pytest
 import sqlalchemy as sa
 
+from tests.integration.helpers import Aggregate, offsets_of, seed
 from tests.unproven import commit_ranges
 from txn_offsets import ConfigError, Fenced, JobAlreadyRunning
 from txn_offsets.commit import Outcome
@@ -19,8 +20,6 @@ from txn_offsets.planner import Limits, TopicSelection, plan_batch
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.store.lease import LeaseKeeper
 from txn_offsets.store.runs import Run, end_run, heartbeat, lock_job, start_run
-
-from .helpers import Aggregate, offsets_of, seed
 
 
 def _state(engine: sa.Engine, db: DatabaseSettings, job: str) -> tuple[int, str | None, bool]:

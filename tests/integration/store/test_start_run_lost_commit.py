@@ -3,7 +3,7 @@ the error whether its new generation committed. Its run id is the token: start_r
 job row and our own row means the start committed (continue), the generation we locked means it did
 not (start again), anything else means another run took the job (Fenced).
 
-The COMMIT is lost deterministically by a proxy (tests/integration/commit_cut.py) in front of the
+The COMMIT is lost deterministically by a proxy (tests/integration/commit/commit_cut.py) in front of the
 stack's PostgreSQL: "drop" never forwards it (rolled back), "cut" forwards it and hangs up on the
 client once the server has answered (committed, acknowledgement lost).
 """
@@ -13,7 +13,8 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from tests.integration.commit_cut import commit_cut
+from tests.integration.commit.commit_cut import commit_cut
+from tests.integration.helpers import offsets_of, seed
 from tests.unproven import commit_ranges
 from txn_offsets.commit import Outcome
 from txn_offsets.config import DatabaseSettings, Secret
@@ -22,8 +23,6 @@ from txn_offsets.ranges import OffsetRange
 from txn_offsets.store.database import engine_for
 from txn_offsets.store.runs import Run, end_run, start_run
 from txn_offsets.store.schema import tables_for
-
-from .helpers import offsets_of, seed
 
 MARKER = b"jobs SET generation"  # start_run's bump of the generation
 

@@ -16,6 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from benchmarks.store_scale import measure_offsets_table
+from tests.integration.helpers import seed
+from tests.integration.service.test_service import make_client  # noqa: F401 - the fixture
 from tests.unproven import commit_ranges
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import ConfigError
@@ -23,9 +25,6 @@ from txn_offsets.ranges import OffsetRange
 from txn_offsets.store import budget, health
 from txn_offsets.store.database import engine_for
 from txn_offsets.store.runs import Run, start_run
-
-from .helpers import seed
-from .test_service import make_client  # noqa: F401 - the fixture
 
 
 def _metrics(client: TestClient) -> dict[str, float]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
+from tests.integration.helpers import seed
 from tests.unproven import commit_ranges
 from txn_offsets import Fenced, StreamDiverged
 from txn_offsets.commit import Outcome
@@ -13,8 +14,6 @@ from txn_offsets.config import DatabaseSettings
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.store.runs import Run, start_run
 from txn_offsets.store.stream_plans import check_committed, claim, load_plan, mark_committed, save_plan
-
-from .helpers import seed
 
 FIRST = (OffsetRange("t", 0, 0, 10), OffsetRange("t", 1, 0, 5))
 SECOND = (OffsetRange("t", 0, 10, 20),)

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import sqlalchemy as sa
 
+from tests.integration.helpers import offsets_of
 from tests.unproven import commit_ranges
 from txn_offsets import MigrationError
 from txn_offsets.admin import grants
@@ -33,7 +34,6 @@ from txn_offsets.ranges import OffsetRange
 from txn_offsets.store import migrate, offset_rows
 from txn_offsets.store.runs import end_run, start_run
 
-from .helpers import offsets_of
 from .test_job_roles import JobRole, RunCli, as_url, make_role  # noqa: F401 - the fixtures
 
 HELPERS = {"job_reachable(text,text)", "job_scope(text)", "jobs_owned_by(text)", "job_owned(text)"}

@@ -1,0 +1,159 @@
+"""The offsets stored for a topic deleted and created again (a new Kafka topic id) are never read in
+the new topic as if they were its own.
+
+A reset stores the topic id of the incarnation its offsets were chosen in, so a topic re-created after
+it is data loss on the next plan. A skip (``on_data_loss="skip"``) resumes at the NEW log's start,
+even when the log offsets Kafka gave the plan were the old topic's.
+
+A plan asks Kafka for the topics' ids and their partitions' (log start, end) at once. When the topic
+is deleted and created again between the two answers, the id can be the new topic's and the offsets
+the old one's. Before: the skip of a re-created topic resumed at that old log start, passing over the
+new topic's first records (audited as a data-loss skip of the wrong size). Now the offsets of a
+re-created topic are asked again after its new id was seen, and the id once more after them
+(plan_moves._confirmed). The old log's answer is injected by replacing the first watermarks call:
+the interleaving itself is a race no test can schedule on a real broker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from confluent_kafka.admin import AdminClient
+
+from tests.fix_services import TopicFactory
+from tests.integration.helpers import offsets_of, produce_counts
+from tests.kafka_topics import recreate_topic
+from txn_offsets.admin.reset import ResetTarget, apply_reset, plan_reset
+from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.errors import DataLoss
+from txn_offsets.kafka import metadata
+from txn_offsets.kafka.start import StartPolicy
+from txn_offsets.planner import Limits, Plan, TopicSelection, plan_batch
+from txn_offsets.ranges import OffsetRange
+from txn_offsets.store import offset_rows
+from txn_offsets.store.database import engine_for
+from txn_offsets.store.runs import Run, start_run
+
+
+def test_a_recreated_topic_resumes_at_the_new_logs_start_whatever_offsets_came_with_its_id(
+    migrated: DatabaseSettings,
+    kafka_bootstrap: str,
+    kafka_admin: AdminClient,
+    topic_factory: TopicFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kafka = KafkaSettings(kafka_bootstrap)
+    topic = topic_factory(partitions=1)
+    engine = engine_for(migrated)
+    try:
+        run = _read_to_its_end(engine, migrated, kafka, topic, "recreated-marks")
+        old_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
+        recreate_topic(kafka_admin, topic, 1)
+        produce_counts(kafka_bootstrap, topic, {0: 150})
+        new_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
+        assert new_id != old_id
+
+        real = metadata.watermarks
+        calls: list[int] = []
+
+        def old_log_first(
+            kafka: KafkaSettings, tps: Any, **kw: Any
+        ) -> dict[tuple[str, int], tuple[int, int]]:
+            calls.append(1)
+            if len(calls) == 1:  # the answer the old topic's log gave (its start, had retention run)
+                return dict.fromkeys(tps, (50, 100))
+            return real(kafka, tps, **kw)
+
+        monkeypatch.setattr(metadata, "watermarks", old_log_first)
+        plan = _plan(engine, migrated, kafka, run, topic=topic, on_data_loss="skip")
+        assert len(calls) >= 2  # the offsets asked again once the new id was seen
+        assert plan.ranges == (OffsetRange(topic, 0, 0, 150, new_id),)  # every record of the new topic
+        assert offsets_of(engine, migrated, run.job) == {(topic, 0): 0}
+        assert _skips(engine, migrated, run.job) == [(100, 0)]
+    finally:
+        engine.dispose()
+
+
+def _plan(engine: sa.Engine, db: DatabaseSettings, kafka: KafkaSettings, run: Run, **kw: Any) -> Plan:
+    return plan_batch(
+        engine,
+        db,
+        kafka,
+        job=run.job,
+        selection=TopicSelection((kw.pop("topic"),)),
+        start=StartPolicy.earliest(),
+        limits=Limits(),
+        run=run,
+        **kw,
+    )
+
+
+# Before: a reset stored its offsets without a topic id ("for the topic as it is now"); the next plan
+# adopted the NEW topic's id for them and read the new topic from offset 60 on: its first 60 records
+# were never counted, with no DataLoss and no audit row. Now the reset records the incarnation its
+# offsets were chosen in (described before and after the targets).
+def test_a_reset_then_a_recreated_topic_is_data_loss_not_a_silent_skip(
+    migrated: DatabaseSettings, kafka_bootstrap: str, kafka_admin: AdminClient, topic_factory: TopicFactory
+) -> None:
+    kafka = KafkaSettings(kafka_bootstrap)
+    topic = topic_factory(partitions=1)
+    engine = engine_for(migrated)
+    try:
+        run = _read_to_its_end(engine, migrated, kafka, topic, "reset-then-recreated")
+        plan = plan_reset(engine, migrated, run.job, ResetTarget("offset", 60), topic=topic, kafka=kafka)
+        apply_reset(engine, migrated, plan, reason="replay the last 40", force=True)
+
+        recreate_topic(kafka_admin, topic, 1)
+        produce_counts(kafka_bootstrap, topic, {0: 150})
+        new_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
+        run = start_run(engine, migrated, run.job)
+        with pytest.raises(DataLoss) as info:
+            _plan(engine, migrated, kafka, run, topic=topic)
+        assert (info.value.kind, info.value.stored, info.value.log_start) == ("recreated", 60, 0)
+        assert offsets_of(engine, migrated, run.job) == {(topic, 0): 60}  # nothing moved
+
+        skipped = _plan(engine, migrated, kafka, run, topic=topic, on_data_loss="skip")
+        assert skipped.ranges == (OffsetRange(topic, 0, 0, 150, new_id),)  # every record of the new topic
+        assert _skips(engine, migrated, run.job) == [(60, 0)]
+
+        # the other order: re-created, then reset - the reset's offsets are the new topic's
+        recreate_topic(kafka_admin, topic, 1)
+        produce_counts(kafka_bootstrap, topic, {0: 30})
+        newest = metadata.describe_topics(kafka, [topic])[topic].topic_id
+        plan = plan_reset(engine, migrated, run.job, ResetTarget("earliest"), topic=topic, kafka=kafka)
+        apply_reset(engine, migrated, plan, reason="the topic was re-created", force=True)
+        run = start_run(engine, migrated, run.job)
+        assert _plan(engine, migrated, kafka, run, topic=topic).ranges == (
+            OffsetRange(topic, 0, 0, 30, newest),
+        )
+        assert _skips(engine, migrated, run.job) == [(60, 0)]  # no data loss this time
+    finally:
+        engine.dispose()
+
+
+def _skips(engine: sa.Engine, db: DatabaseSettings, job: str) -> list[tuple[int, int]]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text(
+                f'SELECT old_off, new_off FROM "{db.schema}".offset_audit '
+                "WHERE job = :j AND action = 'data_loss_skip' ORDER BY id"
+            ),
+            {"j": job},
+        ).all()
+    return [(r.old_off, r.new_off) for r in rows]
+
+
+def _read_to_its_end(
+    engine: sa.Engine, db: DatabaseSettings, kafka: KafkaSettings, topic: str, job: str
+) -> Run:
+    """A run of `job` whose offset row says it read the 100 records of `topic` (one partition) to
+    their end, with the topic's id of now."""
+    produce_counts(kafka.bootstrap_servers, topic, {0: 100})
+    topic_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
+    run = start_run(engine, db, job)
+    with engine.begin() as conn:
+        offset_rows.seed_offsets(
+            conn, db, run.job, {(topic, 0): 100}, reason="t", actor="t", topic_ids={topic: topic_id}
+        )
+    return run

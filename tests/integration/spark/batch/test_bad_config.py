@@ -1,0 +1,103 @@
+"""A misconfigured run fails before it changes anything - not even the job's generation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from tests.fix_services import TopicFactory
+from tests.integration.spark.batch.test_counting_job import counting_writer
+from txn_offsets import ConfigError, SchemaMissing, StartPolicy, run_job
+from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.planner import Limits
+
+
+def _jobs(engine: sa.Engine, db: DatabaseSettings) -> list[tuple[Any, ...]]:
+    with engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(sa.text(f'SELECT job, generation FROM "{db.schema}".jobs'))]
+
+
+def test_missing_topic_changes_nothing(
+    spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    counts_table: str,
+    job_name: str,
+) -> None:
+    with pytest.raises(ConfigError, match=r"topic 'no-such-topic-.*' does not exist"):
+        run_job(
+            spark,
+            job=job_name,
+            kafka=kafka,
+            database=db,
+            writer=counting_writer(counts_table),
+            topics=[f"no-such-topic-{job_name}"],
+            start=StartPolicy.earliest(),
+        )
+    assert _jobs(engine, db) == []
+
+
+def test_missing_schema_changes_nothing(
+    spark: Any,
+    engine: sa.Engine,
+    database_url: str,
+    kafka: KafkaSettings,
+    topic_factory: TopicFactory,
+    job_name: str,
+    pg_schema: str,
+) -> None:
+    db = DatabaseSettings(database_url, schema=pg_schema)  # never migrated
+    with pytest.raises(SchemaMissing, match="txn-offsets db upgrade"):
+        run_job(
+            spark,
+            job=job_name,
+            kafka=kafka,
+            database=db,
+            writer=counting_writer("x.counts"),
+            topics=[topic_factory()],
+            start=StartPolicy.earliest(),
+        )
+    with engine.connect() as conn:
+        assert not conn.execute(
+            sa.text("SELECT 1 FROM pg_namespace WHERE nspname = :s"), {"s": pg_schema}
+        ).all()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "setting"),
+    [
+        ({"limits": lambda: Limits(max_records_per_partition=0)}, "max_records_per_partition"),
+        ({"limits": lambda: Limits(max_records_per_batch=-5)}, "max_records_per_batch"),
+        ({"batch_interval_s": -1}, "batch_interval_s"),
+        ({"max_batches": 0}, "max_batches"),
+        ({"on_data_loss": "ignore"}, "on_data_loss"),
+        ({"job": ""}, "job"),
+    ],
+)
+def test_bad_limits_are_named(
+    spark: Any,
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    counts_table: str,
+    topic_factory: TopicFactory,
+    job_name: str,
+    kwargs: dict[str, Any],
+    setting: str,
+) -> None:
+    args: dict[str, Any] = {
+        "job": job_name,
+        "kafka": kafka,
+        "database": db,
+        "writer": counting_writer(counts_table),
+        "topics": [topic_factory()],
+        "start": StartPolicy.earliest(),
+        "until_caught_up": True,
+    }
+    with pytest.raises(ConfigError, match=setting):
+        given = {k: (v() if callable(v) else v) for k, v in kwargs.items()}  # Limits validates on creation
+        run_job(spark, **{**args, **given})
+    assert _jobs(engine, db) == []
