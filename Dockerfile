@@ -11,9 +11,10 @@ ENV JAVA_HOME=/opt/java \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /app
-COPY pyproject.toml README.md ./
-# the offsets migrations are package data (txn_offsets/migrations): installed with the package
+COPY pyproject.toml setup.py README.md ./
+# the offsets migrations (migrations/) are built into the package: installed with it
 COPY txn_offsets ./txn_offsets
+COPY migrations ./migrations
 RUN pip install --no-cache-dir '.[examples]'
 COPY examples ./examples
 # the job runs as an unprivileged user

@@ -22,7 +22,7 @@ REPLICA ?=
 BENCH_SIZE ?= full
 # e.g. CHAOS_ARGS="--scenarios F1,F3 --runs 10"; CHAOS_SEED / CHAOS_RUNS / CHAOS_MESSAGES in the environment
 CHAOS_ARGS ?=
-LINT_PATHS := $(wildcard txn_offsets tests examples benchmarks chaos)
+LINT_PATHS := $(wildcard txn_offsets migrations setup.py tests examples benchmarks chaos)
 
 .PHONY: help install stack-up stack-down stack-status lint test test-unit demo chaos bench clean
 
@@ -59,16 +59,19 @@ stack-status: install
 lint: install
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
-	$(BIN)/mypy txn_offsets
+	$(BIN)/mypy
 
 # the tests run once through PgBouncer too (tests/integration/store/test_pgbouncer.py): POOLER=pgbouncer;
 # and over TLS + SASL_SSL (tests/integration/test_tls_sasl.py): TLS=1
+# two workers: the Spark-bound tests one after another on one, the others file by file on the other
+# (tests/conftest.py); TEST_WORKERS= runs them all in this process, in order
+TEST_WORKERS ?= -n 2 --dist loadgroup
 # lint and the stack's start run side by side (Kafka's JVM and initdb wait on their disks while
 # mypy works); either failing fails the target
 test: install
 	$(MAKE) stack-up POOLER=pgbouncer TLS=1 & up=$$!; lint=0; $(MAKE) lint || lint=$$?; \
 		wait $$up || exit $$?; exit $$lint
-	$(WITH_ENV) $(BIN)/pytest -m "not slow" --durations=40 $(PYTEST_ARGS)
+	$(WITH_ENV) $(BIN)/pytest -m "not slow" --durations=40 $(TEST_WORKERS) $(PYTEST_ARGS)
 
 test-unit: install
 	$(BIN)/pytest -m unit $(PYTEST_ARGS)

@@ -47,6 +47,7 @@ from txn_offsets.commit import NoKafkaSource, commit_ranges
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.store import offset_rows
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import end_run, start_run
 from txn_offsets.store.schema import tables_for
 
@@ -215,17 +216,18 @@ def claim_cost(
             for on in (False, True) if b % 2 == 0 else (True, False):
                 settings = dataclasses.replace(scratch, lineage=on)
                 job = f"lin-{uuid.uuid4().hex[:8]}"
-                run = start_run(engine, settings, job)
+                run = start_run(Store(engine, settings), job)
                 keys = {("lin-topic", p): 0 for p in range(ranges_per_transaction)}
                 with engine.begin() as conn:
                     offset_rows.seed_offsets(conn, settings, job, keys, reason="bench", actor="bench")
+                store = Store(engine, settings)
                 t0 = time.perf_counter()
                 for i in range(transactions):
                     start, until = i * 100, (i + 1) * 100
                     ranges = [OffsetRange("lin-topic", p, start, until) for p in range(per_transaction)]
-                    commit_ranges(engine, settings, run, ranges, source=NO_RECORDS)
+                    commit_ranges(store, run, ranges, source=NO_RECORDS)
                 seconds = time.perf_counter() - t0
-                end_run(engine, settings, run)
+                end_run(Store(engine, settings), run)
                 times[on].append(seconds * 1000 / (transactions * ranges_per_transaction))
     return {
         "on_ms_per_range": statistics.median(times[True]),

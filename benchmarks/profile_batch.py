@@ -32,11 +32,12 @@ from examples import windowed_counts
 from txn_offsets import StartPolicy, from_env
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.kafka import metadata
-from txn_offsets.planner import Limits, TopicSelection, plan_batch
+from txn_offsets.plan.planner import Limits, TopicSelection, plan_batch
 from txn_offsets.spark import tasks
 from txn_offsets.spark.tasks import PartitionTask
 from txn_offsets.store import migrate
 from txn_offsets.store.database import engine_for
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import end_run, heartbeat, start_run
 
 _spent: collections.defaultdict[str, float] = collections.defaultdict(float)
@@ -91,7 +92,7 @@ def one_topic(  # noqa: PLR0917 - a script's one call
     print(f"\n{partitions} partitions: {data.messages:,} records in {data.topic}", flush=True)
     engine = engine_for(db)
     job = f"profile-{uuid.uuid4().hex[:8]}"
-    run = start_run(engine, db, job)
+    run = start_run(Store(engine, db), job)
     selection = TopicSelection((data.topic,), None)
     per_batch_s: list[float] = []
     ranges_n: list[int] = []
@@ -100,11 +101,10 @@ def one_topic(  # noqa: PLR0917 - a script's one call
         for number in range(batches + 1):
             t0 = time.perf_counter()
             with _span("driver: heartbeat"):
-                heartbeat(engine, db, run)
+                heartbeat(Store(engine, db), run)
             with _span("driver: plan (total)"):
                 plan = plan_batch(
-                    engine,
-                    db,
+                    Store(engine, db),
                     kafka,
                     job=job,
                     selection=selection,
@@ -136,7 +136,7 @@ def one_topic(  # noqa: PLR0917 - a script's one call
             per_batch_s.append(time.perf_counter() - t0)
             ranges_n.append(len(plan.ranges))
     finally:
-        end_run(engine, db, run)
+        end_run(Store(engine, db), run)
         with engine.begin() as conn:
             conn.execute(sa.text(f"DELETE FROM txn_examples.window_counts WHERE topic = '{data.topic}'"))  # noqa: S608
         engine.dispose()

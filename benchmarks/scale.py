@@ -24,7 +24,7 @@ from benchmarks.settings import EO_PARTITION, SPARK_TASK_SLOTS, WARM, ScaleMore,
 from benchmarks.stats import ratio
 from benchmarks.worker import Spec, Worker
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.planner import Limits
+from txn_offsets.plan.planner import Limits
 from txn_offsets.store.database import engine_for
 
 

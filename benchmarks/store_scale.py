@@ -28,10 +28,11 @@ import sqlalchemy as sa
 from txn_offsets.commit import NoKafkaSource, commit_ranges
 from txn_offsets.config import DatabaseSettings, KafkaSettings, from_env
 from txn_offsets.kafka.start import StartPolicy
-from txn_offsets.planner import Limits, TopicSelection, plan_batch
+from txn_offsets.plan.planner import Limits, TopicSelection, plan_batch
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.store import health, migrate, offset_rows
 from txn_offsets.store.database import engine_for
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import end_run, start_run
 
 __all__ = ["measure_offsets_table", "scratch_schema", "time_planning"]
@@ -56,7 +57,7 @@ def time_planning(
     ``db`` must be migrated. Returns ``{"p50_ms", "min_ms", "max_ms", "plans", "partitions",
     "first_ms"}`` (``plans``: `runs`; ``first_ms``: the seeding plan)."""
     job = job or f"plan-{uuid.uuid4().hex[:10]}"
-    run = start_run(engine, db, job)
+    run = start_run(Store(engine, db), job)
     kw: dict[str, Any] = {
         "job": job,
         "selection": TopicSelection(topics=tuple(topics)),
@@ -66,15 +67,15 @@ def time_planning(
     }
     try:
         t0 = time.perf_counter()
-        plan = plan_batch(engine, db, kafka, **kw)  # seeds every row: not what a batch pays
+        plan = plan_batch(Store(engine, db), kafka, **kw)  # seeds every row: not what a batch pays
         first_ms = (time.perf_counter() - t0) * 1000
         times = []
         for _ in range(runs):
             t0 = time.perf_counter()
-            plan_batch(engine, db, kafka, **kw)
+            plan_batch(Store(engine, db), kafka, **kw)
             times.append((time.perf_counter() - t0) * 1000)
     finally:
-        end_run(engine, db, run)
+        end_run(Store(engine, db), run)
     return {
         "p50_ms": round(statistics.median(times), 1),
         "min_ms": round(min(times), 1),
@@ -154,7 +155,7 @@ def _measure_once(
 ) -> dict[str, Any]:
     with scratch_schema(db, "hot") as (scratch, engine):
         job = f"hot-{uuid.uuid4().hex[:8]}"
-        run = start_run(engine, scratch, job)
+        run = start_run(Store(engine, scratch), job)
         topic = "hot-topic"
         with engine.begin() as conn:
             offset_rows.seed_offsets(
@@ -170,12 +171,13 @@ def _measure_once(
         waited = _wait_for_no_old_transaction(observer)
         oldest = 0.0  # the oldest other transaction seen during the batches (it stops the pruning)
         others = 0  # looks that saw another transaction of the database open (any age)
+        store = Store(engine, scratch)
         for mark in sorted(checkpoints):
             t0 = time.perf_counter()
             while done < mark:
                 start = done * records_per_range
                 ranges = [OffsetRange(topic, p, start, start + records_per_range) for p in range(partitions)]
-                commit_ranges(engine, scratch, run, ranges, source=NO_RECORDS)
+                commit_ranges(store, run, ranges, source=NO_RECORDS)
                 done += 1
                 if done % HORIZON_EVERY == 0:
                     age, n = _others(observer)
@@ -196,7 +198,7 @@ def _measure_once(
                     "seconds": round(seconds, 2),
                 }
             )
-        end_run(engine, scratch, run)
+        end_run(Store(engine, scratch), run)
     return {
         "partitions": partitions,
         "checkpoints": out,

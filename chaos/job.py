@@ -25,13 +25,14 @@ from typing import Any
 
 from chaos.faults import AfterCommit, CountUsers, CountWrite, FaultPlan, decode_user
 from txn_offsets import JobSummary, LowLatency, run_job
-from txn_offsets.config import DatabaseSettings, KafkaSettings, Secret
+from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import TxnOffsetsError
 from txn_offsets.kafka.start import StartPolicy
-from txn_offsets.planner import Limits
+from txn_offsets.plan.planner import Limits
+from txn_offsets.redaction import Secret
 from txn_offsets.spark import runner
 from txn_offsets.spark.many import run_jobs
-from txn_offsets.spark.runner import BatchReport
+from txn_offsets.spark.summary import BatchReport
 from txn_offsets.spark.tasks import ReadOptions
 from txn_offsets.spark.writers import PartitionWriter
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from txn_offsets import Limits, StartPolicy, from_env, local_session, run_job
 from txn_offsets.logs import configure_logging
-from txn_offsets.spark.runner import BatchReport, JobSummary
+from txn_offsets.spark.summary import BatchReport, JobSummary
 from txn_offsets.spark.writers import Writer
 
 

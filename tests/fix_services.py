@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,32 @@ class Services:
     admin_database_url: str
     kafka_bootstrap: str
     origin: str  # "env", "testcontainers" or "embedded"
+
+    def environ(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """`base` (default: this process's environment) pointing a subprocess at these services and
+        at this repository (TXN_OFFSETS_DATABASE_URL, TXN_OFFSETS_KAFKA_BOOTSTRAP, PYTHONPATH)."""
+        return {
+            **(os.environ if base is None else base),
+            "TXN_OFFSETS_DATABASE_URL": self.database_url,
+            "TXN_OFFSETS_KAFKA_BOOTSTRAP": self.kafka_bootstrap,
+            "PYTHONPATH": str(REPO),
+        }
+
+
+def run_module(
+    module: str, *args: str, env: Mapping[str, str], timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """``python -m module args...`` in the repository with `env`, its output captured as text; its
+    exit code is the caller's to check (never raised)."""
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=REPO,
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

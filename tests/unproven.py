@@ -8,24 +8,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import sqlalchemy as sa
-
 from txn_offsets import commit
 from txn_offsets.commit import NoKafkaSource, RangeOutcome, TransactionWrite
-from txn_offsets.config import DatabaseSettings
 from txn_offsets.ranges import OffsetRange
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import Run
 
 NO_RECORDS = NoKafkaSource("a test that claims ranges without reading their records")
 
 
 def commit_ranges(
-    engine: sa.Engine,
-    db: DatabaseSettings,
+    store: Store,
     run: Run,
     ranges: Sequence[OffsetRange],
     write: TransactionWrite | None = None,
     **options: Any,
 ) -> list[RangeOutcome]:
     options.setdefault("source", NO_RECORDS)
-    return commit.commit_ranges(engine, db, run, ranges, write, **options)
+    return commit.commit_ranges(store, run, ranges, write, **options)

@@ -7,9 +7,8 @@ exactly-once sink), start policies and limits, the set-based sink helper :func:`
 the error classes.
 """
 
-from importlib.metadata import PackageNotFoundError, version
-
-from txn_offsets.config import DatabaseSettings, KafkaSettings, Secret, from_env
+from txn_offsets._version import __version__
+from txn_offsets.config import DatabaseSettings, KafkaSettings, from_env
 from txn_offsets.errors import (
     BatchFailed,
     ClaimBlocked,
@@ -39,18 +38,15 @@ from txn_offsets.errors import (
 )
 from txn_offsets.kafka.reader import Record
 from txn_offsets.kafka.start import StartPolicy
-from txn_offsets.planner import Limits
+from txn_offsets.plan.planner import Limits
 from txn_offsets.ranges import OffsetRange
+from txn_offsets.redaction import Secret
 from txn_offsets.spark.lowlatency import LowLatency
-from txn_offsets.spark.runner import BatchReport, JobSummary, run_job
+from txn_offsets.spark.runner import run_job
 from txn_offsets.spark.session import local_session
+from txn_offsets.spark.summary import BatchReport, JobSummary
 from txn_offsets.spark.writers import BatchWriter, PartitionWriter
 from txn_offsets.upserts import upsert_add
-
-try:
-    __version__ = version("txn-offsets")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
-    __version__ = "0.0.0"
 
 __all__ = [
     "BatchFailed",

@@ -39,7 +39,6 @@ __all__ = [
     "REQUIRE_TLS",
     "DatabaseSettings",
     "KafkaSettings",
-    "Secret",
     "TlsGap",
     "check_database_tls",
     "check_kafka_tls",
@@ -50,7 +49,6 @@ __all__ = [
     "is_loopback",
     "kafka_from_env",
     "kafka_tls_gap",
-    "redact_url",
     "require_tls",
     "validate_identifier",
 ]
@@ -370,8 +368,8 @@ def kafka_from_env(
     config_file: str | os.PathLike[str] | None = None,
 ) -> KafkaSettings:
     """Kafka settings: properties (SASL, SSL...) from `config_file` or $TXN_OFFSETS_KAFKA_CONFIG
-    (:mod:`txn_offsets.kafka.properties`); bootstrap: `bootstrap`, the file's, or the env's."""
-    from txn_offsets.kafka.properties import read_properties
+    (:mod:`txn_offsets.properties`); bootstrap: `bootstrap`, the file's, or the env's."""
+    from txn_offsets.properties import read_properties
 
     env = os.environ if environ is None else environ
     path = config_file or env.get("TXN_OFFSETS_KAFKA_CONFIG")

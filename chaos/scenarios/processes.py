@@ -68,7 +68,7 @@ def driver_kills(
 
     With `jobs` > 1 (F19) the driver runs that many jobs with ``run_jobs`` in shared rounds
     (``chaos.job --many``), each on a topic of `parts` partitions of its own, all in one schema,
-    and every job is checked; the kill point 'plan' is left out (a joint plan is not the runner's
+    and every job is checked; the kill point 'plan' is left out (a shared plan is not the runner's
     plan_batch). `crash_rate`: the share of ranges (seeded) whose Python worker crashes after the
     claim on a task's first attempt, so Spark retries the task (in shared rounds: the whole round
     task, its joint transaction rolled back)."""

@@ -10,8 +10,10 @@ import sqlalchemy as sa
 
 from tests.integration.helpers import Aggregate, Cli
 from txn_offsets import cli
-from txn_offsets.config import DatabaseSettings, Secret
+from txn_offsets.config import DatabaseSettings
+from txn_offsets.redaction import Secret
 from txn_offsets.store import migrate
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import Run, start_run
 
 
@@ -29,8 +31,14 @@ def migrated(db: DatabaseSettings) -> DatabaseSettings:
 
 
 @pytest.fixture
+def store(engine: sa.Engine, migrated: DatabaseSettings) -> Store:
+    """The migrated schema's store, on the session's engine."""
+    return Store(engine, migrated)
+
+
+@pytest.fixture
 def run(engine: sa.Engine, migrated: DatabaseSettings, job_name: str) -> Run:
-    return start_run(engine, migrated, job_name)
+    return start_run(Store(engine, migrated), job_name)
 
 
 @pytest.fixture
@@ -53,6 +61,10 @@ class Ctx:
     db: DatabaseSettings
     run: Run
     agg: Aggregate
+
+    @property
+    def store(self) -> Store:
+        return Store(self.engine, self.db)
 
 
 @pytest.fixture

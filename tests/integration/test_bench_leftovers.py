@@ -15,7 +15,8 @@ from benchmarks.dataset import create_topic, delete_topics
 from examples import migrate as examples_migrate
 from examples.schema import window_counts
 from tests.fix_services import Services
-from txn_offsets.config import DatabaseSettings, KafkaSettings, Secret
+from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.redaction import Secret
 
 
 def _rows(topic: str, n: int) -> list[dict[str, object]]:

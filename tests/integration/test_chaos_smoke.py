@@ -23,8 +23,9 @@ from tests.fix_services import REPO, Services
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import SchemaMissing
 from txn_offsets.kafka.start import StartPolicy
-from txn_offsets.planner import Limits, TopicSelection, plan_batch
+from txn_offsets.plan.planner import Limits, TopicSelection, plan_batch
 from txn_offsets.store import migrate
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import start_run
 
 SMOKE_MESSAGES = 45_000
@@ -69,13 +70,12 @@ def test_missing_offsets_table_is_schema_missing(database_url: str, kafka_bootst
     engine = sa.create_engine(database_url)
     try:
         # planning belongs to a run (it checks the run's generation first): start one, as run_job does
-        start_run(engine, db, "j")
+        start_run(Store(engine, db), "j")
         with engine.begin() as conn:
             conn.execute(sa.text(f'DROP TABLE "{db.schema}".offsets CASCADE'))
         with pytest.raises(SchemaMissing, match="offsets"):
             plan_batch(
-                engine,
-                db,
+                Store(engine, db),
                 KafkaSettings(kafka_bootstrap),
                 job="j",
                 selection=TopicSelection(pattern="__no_such_topic_.*"),

@@ -34,9 +34,11 @@ from psycopg import sql
 
 from tests.integration.helpers import produce_counts, seed
 from txn_offsets import cli
-from txn_offsets.config import DatabaseSettings, Secret
+from txn_offsets.config import DatabaseSettings
+from txn_offsets.redaction import Secret
 from txn_offsets.store import migrate
 from txn_offsets.store.database import engine_for
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import start_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -269,7 +271,7 @@ def test_no_verified_tls_beyond_loopback_warns_once_per_service_or_is_refused(
 ) -> None:
     topic = topic_factory(partitions=2)
     produce_counts(kafka_bootstrap, topic, {0: 3, 1: 2})
-    start_run(engine, migrated, job_name)
+    start_run(Store(engine, migrated), job_name)
     seed(engine, migrated, job_name, {(topic, 0): 1, (topic, 1): 0})
     real = sa.engine.make_url(database_url)
     password = str(real.password)

@@ -7,7 +7,6 @@ shows up nowhere (reprs, errors, CLI output, a failing Spark task's error text).
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 import re
@@ -16,7 +15,7 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,26 +24,32 @@ import httpx2 as httpx
 import psycopg
 import pytest
 import sqlalchemy as sa
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.integration.spark.stream.test_streaming import key_counts
+from tests.integration.spark.counting import (
+    counting_writer,
+    create_counts,
+    key_of,
+    produce_keyed,
+    stored_offsets,
+    stream_once,
+    totals,
+)
 from tests.kafka_ends import settled_ends
 from tests.unproven import commit_ranges
 from txn_offsets.config import DatabaseSettings, KafkaSettings, kafka_from_env
 from txn_offsets.errors import ConfigError, TxnOffsetsError
 from txn_offsets.kafka.mirror import group_offsets
-from txn_offsets.kafka.reader import Record
 from txn_offsets.kafka.start import StartPolicy
-from txn_offsets.planner import Limits
+from txn_offsets.plan.planner import Limits
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark.runner import run_job
-from txn_offsets.spark.stream.query import open_stream
 from txn_offsets.spark.writers import PartitionWriter
 from txn_offsets.store import migrate, offset_rows
 from txn_offsets.store.database import engine_for
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import start_run
-from txn_offsets.upserts import upsert_add
 
 
 @dataclass(frozen=True)
@@ -116,46 +121,6 @@ def make_topic(kafka: KafkaSettings, partitions: int) -> str:
     return name
 
 
-def produce(kafka: KafkaSettings, topic: str, n: int, partitions: int) -> collections.Counter[str]:
-    producer = Producer({**kafka.client_config(), "linger.ms": 5})
-    expected: collections.Counter[str] = collections.Counter()
-    for i in range(n):
-        key = f"k{(i * 7919) % 31}"
-        expected[key] += 1
-        producer.produce(topic, key=key.encode(), value=b"1", partition=i % partitions)
-    assert producer.flush(30) == 0
-    settled_ends(kafka, topic, partitions)
-    return expected
-
-
-def counts_table(engine: sa.Engine, schema: str) -> sa.Table:
-    table = sa.Table(
-        "counts",
-        sa.MetaData(),
-        sa.Column("k", sa.Text, primary_key=True),
-        sa.Column("n", sa.BigInteger, nullable=False),
-        schema=schema,
-    )
-    with engine.begin() as conn:
-        table.create(conn)
-    return table
-
-
-def totals(engine: sa.Engine, table: sa.Table) -> dict[str, int]:
-    with engine.connect() as conn:
-        return {str(k): int(n) for k, n in conn.execute(sa.select(table.c.k, table.c.n)).all()}
-
-
-def stored(engine: sa.Engine, db: DatabaseSettings, job: str) -> dict[tuple[str, int], int]:
-    with engine.connect() as conn:
-        return offset_rows.load_offsets(conn, db, job)
-
-
-def key_of(record: Record) -> str:
-    assert record.key is not None
-    return record.key.decode()
-
-
 def test_the_endpoints_verify_and_encrypt(tls: Tls, tmp_path: Path) -> None:
     url = sa.engine.make_url(tls.database_url)
     assert url.query["sslmode"] == "verify-full"
@@ -184,11 +149,8 @@ def test_job_mirror_and_stream_are_exact_over_verify_full_and_sasl_ssl(
 ) -> None:
     kafka = tls.kafka
     topic = make_topic(kafka, 4)
-    expected = produce(kafka, topic, 2000, 4)
-    counts = counts_table(tls_engine, db.schema)
-
-    def write(conn: sa.Connection, rng: OffsetRange, agg: collections.Counter[str]) -> None:
-        upsert_add(conn, counts, [{"k": k, "n": n} for k, n in agg.items()], keys=["k"], add=["n"])
+    expected = produce_keyed(kafka, topic, 2000, 4, keys=31)
+    counts = create_counts(tls_engine, db.schema)
 
     job, group = f"job-{uuid.uuid4().hex[:10]}", f"grp-{uuid.uuid4().hex[:10]}"
     summary = run_job(
@@ -196,7 +158,7 @@ def test_job_mirror_and_stream_are_exact_over_verify_full_and_sasl_ssl(
         job=job,
         kafka=kafka,
         database=db,
-        writer=PartitionWriter(write=write, decode=key_of, aggregate=collections.Counter),
+        writer=counting_writer(counts),
         topics=[topic],
         start=StartPolicy.earliest(),
         limits=Limits(max_records_per_partition=300),
@@ -205,31 +167,23 @@ def test_job_mirror_and_stream_are_exact_over_verify_full_and_sasl_ssl(
     )
     ends = settled_ends(kafka, topic, 4)
     assert summary.records == 2000 and totals(tls_engine, counts) == dict(expected)
-    assert stored(tls_engine, db, job) == ends
+    assert stored_offsets(tls_engine, db, job) == ends
     assert dict(group_offsets(kafka, group)) == ends  # the consumer-group mirror, over SASL_SSL
 
     # the Structured Streaming source and sink: a second job over the same topic, same totals again
     stream_job = f"stream-{uuid.uuid4().hex[:10]}"
-
-    def write_rows(conn: sa.Connection, ranges: Sequence[OffsetRange], rows: list[tuple[str, int]]) -> None:
-        upsert_add(conn, counts, [{"k": k, "n": n} for k, n in rows], keys=["k"], add=["n"])
-
-    with open_stream(
+    stream_once(
         spark,
+        counts,
         job=stream_job,
         kafka=kafka,
         database=db,
         topics=[topic],
-        start=StartPolicy.earliest(),
         limits=Limits(max_records_per_batch=1000),
         checkpoint_root=str(tmp_path),
-    ) as stream:
-        records = spark.readStream.format("txn_offsets").option("job", stream_job).load()
-        query = stream.start(records, compute_df=key_counts, write=write_rows, available_now=True)
-        query.awaitTermination(120)
-        assert not query.isActive and query.exception() is None
+    )
     assert totals(tls_engine, counts) == {k: 2 * n for k, n in expected.items()}
-    assert stored(tls_engine, db, stream_job) == ends
+    assert stored_offsets(tls_engine, db, stream_job) == ends
 
 
 def test_a_failing_task_and_a_wrong_password_show_no_secret(
@@ -239,7 +193,7 @@ def test_a_failing_task_and_a_wrong_password_show_no_secret(
     assert tls.password not in repr(kafka) and "'sasl.password': '***'" in repr(kafka)
     assert tls.password not in repr(kafka.extra) and tls.password not in repr(db)
     topic = make_topic(kafka, 2)
-    produce(kafka, topic, 20, 2)
+    produce_keyed(kafka, topic, 20, 2, keys=31)
 
     def boom(conn: sa.Connection, rng: OffsetRange, agg: list[str]) -> None:
         raise ValueError("the user's write failed")
@@ -254,7 +208,7 @@ def test_a_failing_task_and_a_wrong_password_show_no_secret(
     assert "ValueError" in text and "write" in text, text  # the task's error reached the driver ...
     db_password = str(db.url.password)
     assert tls.password not in text and db_password not in text  # ... without a secret
-    assert stored(tls_engine, db, job) == {(topic, 0): 0, (topic, 1): 0}
+    assert stored_offsets(tls_engine, db, job) == {(topic, 0): 0, (topic, 1): 0}
 
     wrong = KafkaSettings(kafka.bootstrap_servers, {**kafka.extra, "sasl.password": "wr0ng-pass"})
     with pytest.raises(ConfigError, match=r"sasl\.username/sasl\.password") as refused:
@@ -281,12 +235,12 @@ def _seed(db: DatabaseSettings, job: str, topic: str) -> None:
     """A finished run of `job` at offset 5 of both partitions."""
     engine = engine_for(db)
     try:
-        run = start_run(engine, db, job)
+        run = start_run(Store(engine, db), job)
         with engine.begin() as conn:
             offset_rows.seed_offsets(
                 conn, db, job, {(topic, 0): 0, (topic, 1): 0}, reason="test", actor="pytest"
             )
-        commit_ranges(engine, db, run, [OffsetRange(topic, p, 0, 5) for p in (0, 1)])
+        commit_ranges(Store(engine, db), run, [OffsetRange(topic, p, 0, 5) for p in (0, 1)])
     finally:
         engine.dispose()
 
@@ -296,7 +250,7 @@ def test_cli_and_serve_take_the_properties_file(
 ) -> None:
     kafka = tls.kafka
     topic = make_topic(kafka, 2)
-    produce(kafka, topic, 20, 2)  # 10 per partition
+    produce_keyed(kafka, topic, 20, 2, keys=31)  # 10 per partition
     job = f"job-{uuid.uuid4().hex[:10]}"
     _seed(db, job, topic)
     common = ("--schema", db.schema, "--job", job, "--format", "json")

@@ -1,11 +1,11 @@
 """The package as users install it: a wheel, not the editable checkout.
 
-The wheel is built from a copy of the package alone (pyproject.toml, README.md, txn_offsets/), so
-nothing at the repository root (such as an old migrations/ folder) can be reached; it is installed
-with ``pip install --no-deps --target DIR`` and run with ``python -S`` (no site-packages .pth
-files, so the editable install's path hook never runs) on PYTHONPATH=DIR plus the repository
-venv's site-packages for the dependencies. `db upgrade`, `db check` and `db current` must work
-against the stack's PostgreSQL from that install.
+The wheel is built from a copy of its sources alone (pyproject.toml, setup.py, README.md,
+txn_offsets/ and the top-level migrations/, which the build puts inside the package), so nothing
+else of the repository can be reached; it is installed with ``pip install --no-deps --target DIR``
+and run with ``python -S`` (no site-packages .pth files, so the editable install's path hook never
+runs) on PYTHONPATH=DIR plus the repository venv's site-packages for the dependencies.
+`db upgrade`, `db check` and `db current` must work against the stack's PostgreSQL from that install.
 """
 
 from __future__ import annotations
@@ -29,9 +29,10 @@ REPO = Path(__file__).resolve().parents[2]
 def _build_and_install(tmp_path: Path) -> Path:
     src = tmp_path / "src"
     src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy2(REPO / name, src / name)
-    shutil.copytree(REPO / "txn_offsets", src / "txn_offsets", ignore=shutil.ignore_patterns("__pycache__"))
+    for folder in ("txn_offsets", "migrations"):
+        shutil.copytree(REPO / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     wheels = tmp_path / "wheels"
     subprocess.run([*pip, "wheel", "--no-deps", "-w", str(wheels), str(src)], check=True, timeout=180)

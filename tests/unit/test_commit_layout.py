@@ -1,6 +1,6 @@
 """The guard has one home (issue 41): only txn_offsets/commit/ claims, classifies a claim or proves a
 topic's incarnation; every mode builds units and hands them to it. Checked from the code itself,
-beside tests/unit/test_layout.py; and the package's imports form no circle."""
+beside tests/unit/test_layout.py (which checks that the package's imports form no circle)."""
 
 from __future__ import annotations
 
@@ -70,40 +70,3 @@ def test_no_other_module_writes_a_claim_statement(path: Path) -> None:
         if isinstance(node, ast.Constant) and isinstance(node.value, str)
     ]
     assert not [t for t in texts if "UPDATE" in t.upper() and re.search(r"\boff\s*=", t)]
-
-
-def _graph() -> dict[str, set[str]]:
-    names = {".".join(("txn_offsets", *p.relative_to(PACKAGE).with_suffix("").parts)): p for p in MODULES}
-    names = {n.removesuffix(".__init__"): p for n, p in names.items()}
-    graph: dict[str, set[str]] = {}
-    for name, path in names.items():
-        deps: set[str] = set()
-        for node in ast.parse(path.read_text()).body:  # module level: what importing it imports
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("txn_offsets"):
-                for alias in node.names:
-                    sub = f"{node.module}.{alias.name}"
-                    deps.add(sub if sub in names else node.module)
-            elif isinstance(node, ast.Import):
-                deps.update(a.name for a in node.names if a.name.startswith("txn_offsets"))
-        graph[name] = {d for d in deps if d in names and d != name}
-    return graph
-
-
-def test_the_import_graph_has_no_circle() -> None:
-    graph = _graph()
-    done: set[str] = set()
-    circles: list[list[str]] = []
-
-    def visit(node: str, path: list[str]) -> None:
-        if node in path:
-            circles.append([*path[path.index(node) :], node])
-            return
-        if node in done:
-            return
-        for dep in sorted(graph[node]):
-            visit(dep, [*path, node])
-        done.add(node)
-
-    for node in sorted(graph):
-        visit(node, [])
-    assert not circles, "\n".join(" -> ".join(c) for c in circles[:5])

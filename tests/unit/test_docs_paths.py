@@ -37,15 +37,13 @@ def _modules() -> dict[str, ModuleType]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         for info in pkgutil.walk_packages(txn_offsets.__path__, "txn_offsets."):
-            if ".migrations" in info.name or info.name.endswith("__main__"):
+            if info.name.endswith("__main__"):
                 continue
             found[info.name] = importlib.import_module(info.name)
     return found
 
 
 MODULES = _modules()
-DEPRECATED = {name for name, mod in MODULES.items() if (mod.__doc__ or "").startswith("Deprecated")}
-CURRENT = {name: mod for name, mod in MODULES.items() if name not in DEPRECATED}
 
 
 def _module_file(name: str) -> Path:
@@ -53,12 +51,8 @@ def _module_file(name: str) -> Path:
     return path.parent if path.name == "__init__.py" else path
 
 
-DEPRECATED_FILES = {_module_file(name).relative_to(REPO).as_posix() for name in DEPRECATED}
-
-
 def _paragraphs(path: Path) -> list[tuple[int, str]]:
-    """(first line number, text) of each paragraph: deprecated paths may be named where the
-    paragraph says they are deprecated."""
+    """(first line number, text) of each paragraph."""
     found, start, lines = [], 1, []
     for number, line in enumerate([*path.read_text().splitlines(), ""], 1):
         if line.strip():
@@ -68,10 +62,6 @@ def _paragraphs(path: Path) -> list[tuple[int, str]]:
             found.append((start, "\n".join(lines)))
         start, lines = number + 1, []
     return found
-
-
-def _says_deprecated(paragraph: str) -> bool:
-    return bool(re.search(r"deprecat|for one release", paragraph, re.IGNORECASE))
 
 
 def _attribute_chain(obj: object, names: list[str]) -> bool:
@@ -90,8 +80,6 @@ def dotted_problem(name: str) -> str | None:
     for k in range(len(parts), 0, -1):
         module = ".".join(parts[:k])
         if module in MODULES:
-            if module in DEPRECATED:
-                return f"{module} is an old path (a deprecated shim): name its new home"
             if _attribute_chain(MODULES[module], parts[k:]):
                 return None
             break
@@ -106,25 +94,21 @@ def path_problem(text: str) -> str | None:
     candidates = [REPO / text, PACKAGE / text]
     if not any(c.exists() for c in candidates):
         return "no such file or folder (relative to the repository or to txn_offsets/)"
-    for c in candidates:
-        if c.exists() and c.relative_to(REPO).as_posix().rstrip("/") in DEPRECATED_FILES:
-            return "an old path (a deprecated shim): name its new home"
     return None
 
 
-def _mentions() -> list[tuple[str, int, str, bool]]:
-    """(doc, line, what, allowed to be deprecated) for every module path in the docs."""
+def _mentions() -> list[tuple[str, int, str]]:
+    """(doc, line, what) for every module path in the docs."""
     full = re.compile(r"(?<![\w./-])(txn_offsets(?:/[\w.]+)+/?|txn_offsets(?:\.[A-Za-z_]\w*)+)")
     relative = re.compile(r"`((?:[\w.-]+/)+(?:[\w.-]+\.py)?)`")
     found = []
     for path in DOCS:
         doc = str(path.relative_to(REPO))
         for start, text in _paragraphs(path):
-            old_ok = _says_deprecated(text)
             for pattern in (full, relative):
                 for m in pattern.finditer(text):
                     line = start + text.count("\n", 0, m.start())
-                    found.append((doc, line, m.group(1).rstrip("."), old_ok))
+                    found.append((doc, line, m.group(1).rstrip(".")))
     return found
 
 
@@ -135,20 +119,18 @@ def test_the_scan_finds_paths() -> None:
     names = {m[2] for m in MENTIONS}
     assert {"txn_offsets/store/schema.py", "txn_offsets.commit.claim.claim_ranges"} <= names
     assert len(MENTIONS) > 60
-    assert dotted_problem("txn_offsets.spark.streaming")  # a shim
+    assert dotted_problem("txn_offsets.spark.streaming")  # an old path, gone
     assert dotted_problem("txn_offsets.store.nowhere")
     assert path_problem("store/nowhere.py")
 
 
 @pytest.mark.parametrize("mention", MENTIONS, ids=lambda m: f"{m[0]}:{m[1]}:{m[2]}")
-def test_every_module_path_in_the_docs_exists(mention: tuple[str, int, str, bool]) -> None:
-    doc, line, what, old_ok = mention
+def test_every_module_path_in_the_docs_exists(mention: tuple[str, int, str]) -> None:
+    doc, line, what = mention
     if what.startswith("txn_offsets.") or what == "txn_offsets":
         problem = dotted_problem(what)
     else:
         problem = path_problem(what)
-    if problem and old_ok and "old path" in problem:
-        problem = None
     assert problem is None, f"{doc}:{line}: {what}: {problem}"
 
 
@@ -195,13 +177,11 @@ def test_every_layout_entry_exists(entry: tuple[int, str, Path]) -> None:
     assert path.exists(), (
         f"README.md:{line}: the layout names {name}, but {path.relative_to(REPO)} does not exist"
     )
-    rel = path.relative_to(REPO).as_posix()
-    assert rel not in DEPRECATED_FILES, f"README.md:{line}: {rel} is an old path (a deprecated shim)"
 
 
 def test_the_layout_names_every_module() -> None:
     named = {path.resolve() for _, _, path in LAYOUT}
-    files = {_module_file(name) for name in CURRENT}  # private modules (_java.py) may be left out
+    files = {_module_file(name) for name in MODULES}  # private modules (_java.py) may be left out
     missing = sorted(
         f.relative_to(REPO).as_posix()
         for f in files
@@ -222,7 +202,7 @@ def relative_problem(span: str) -> str | None:
         return None if _attribute_chain(txn_offsets, parts) else "no such attribute"
     for k in range(len(parts), 0, -1):
         suffix = "." + ".".join(parts[:k])
-        modules = [mod for name, mod in CURRENT.items() if f".{name}".endswith(suffix)]
+        modules = [mod for name, mod in MODULES.items() if f".{name}".endswith(suffix)]
         if modules:
             if any(_attribute_chain(mod, parts[k:]) for mod in modules):
                 return None

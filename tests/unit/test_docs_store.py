@@ -1,6 +1,6 @@
 """The docs' facts about the store, the environment and the build match the code: the tables of
 docs/store.md and store/schema.py, the GRANT listings and `txn-offsets db grants`, the migrations
-table and revision numbers and txn_offsets/migrations/versions, the environment variables and what
+table and revision numbers and migrations/versions, the environment variables and what
 the code reads, the Python and pyspark floors and pyproject.toml, and an arch-independent Dockerfile."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from txn_offsets.store.schema import metadata_for, run_role_grants
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-VERSIONS = REPO / "txn_offsets" / "migrations" / "versions"
+VERSIONS = REPO / "migrations" / "versions"
 TABLES = {t.name for t in metadata_for().tables.values()}
 
 

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from txn_offsets import ConfigError, Limits, StartPolicy, run_job
-from txn_offsets.planner import TopicSelection
+from txn_offsets.plan.planner import TopicSelection
 from txn_offsets.spark.spec import JobSpec
 from txn_offsets.spark.stream.query import open_stream
 from txn_offsets.spark.tasks import ReadOptions

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from txn_offsets.config import KafkaSettings, Secret, from_env, kafka_from_env
+from txn_offsets.config import KafkaSettings, from_env, kafka_from_env
 from txn_offsets.errors import ConfigError
-from txn_offsets.kafka.properties import read_properties
+from txn_offsets.properties import read_properties
+from txn_offsets.redaction import Secret
 
 SECRET = "s3cr3t-Value-42"
 

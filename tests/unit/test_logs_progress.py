@@ -11,9 +11,10 @@ from collections.abc import Iterator
 import pytest
 
 from txn_offsets.cli import output
-from txn_offsets.config import DatabaseSettings, Secret
+from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import ConfigError
 from txn_offsets.logs import configure_logging, log_format_from_env
+from txn_offsets.redaction import Secret
 
 
 @pytest.fixture

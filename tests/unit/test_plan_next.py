@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from txn_offsets.planner import Limits, Plan, plan_from, plan_next
+from txn_offsets.plan.planner import Limits, Plan, plan_from, plan_next
 from txn_offsets.ranges import TopicPartition
 
 TOPIC_IDS = {"a": "id-a", "b": "id-b"}

@@ -1,4 +1,4 @@
-"""Whether a plan has anything to move (plan_moves.unmoved, pure): the one-statement plan of a running
+"""Whether a plan has anything to move (plan.moves.unmoved, pure): the one-statement plan of a running
 job is taken exactly when settle_offsets would seed, adopt and skip nothing, and then gives the
 stored offsets as they are."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from txn_offsets.data_loss import lost
-from txn_offsets.plan_moves import unmoved
+from txn_offsets.plan.data_loss import lost
+from txn_offsets.plan.moves import unmoved
 from txn_offsets.ranges import TopicPartition
 from txn_offsets.store.offset_rows import StoredOffset
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from txn_offsets.data_loss import lost as _lost
+from txn_offsets.plan.data_loss import lost as _lost
 from txn_offsets.store.offset_rows import StoredOffset
 
 offsets = st.integers(min_value=0, max_value=10**12)

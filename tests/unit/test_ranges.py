@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from txn_offsets.errors import ConfigError
-from txn_offsets.planner import Limits
+from txn_offsets.plan.planner import Limits
 from txn_offsets.ranges import OffsetRange, backlog_share, fair_share, plan_ranges
 
 keys = st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 7))

@@ -67,7 +67,7 @@ def test_public_is_named_as_every_role(capsys: pytest.CaptureFixture[str]) -> No
 
 
 def _migration() -> ModuleType:
-    versions = Path(__file__).resolve().parents[2] / "txn_offsets" / "migrations" / "versions"
+    versions = Path(__file__).resolve().parents[2] / "migrations" / "versions"
     path = next(versions.glob("0011_*.py"))
     spec = importlib.util.spec_from_file_location("migration_0011", path)
     assert spec is not None and spec.loader is not None

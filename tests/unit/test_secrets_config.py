@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from sqlalchemy.engine import URL
 
 from txn_offsets import ConfigError, SchemaMissing, ServiceUnavailable
-from txn_offsets.config import DatabaseSettings, KafkaSettings, Secret, redact_url, validate_identifier
+from txn_offsets.config import DatabaseSettings, KafkaSettings, validate_identifier
+from txn_offsets.redaction import Secret, redact_url
 from txn_offsets.store.database import (
     engine_for,
     is_connection_lost,

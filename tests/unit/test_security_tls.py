@@ -13,9 +13,10 @@ import logging
 import pytest
 
 from txn_offsets import config
-from txn_offsets.config import DatabaseSettings, Secret
+from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import ConfigError
 from txn_offsets.kafka.clients import client_config
+from txn_offsets.redaction import Secret
 from txn_offsets.store.database import engine_for
 
 PASSWORD = "pw-tls-Secret-42"

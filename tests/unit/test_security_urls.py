@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from txn_offsets.config import DatabaseSettings, Secret, database_from_env, redact_url
+from txn_offsets.config import DatabaseSettings, database_from_env
 from txn_offsets.errors import ConfigError
+from txn_offsets.redaction import Secret, redact_url
 
 # (URL, the secret parts that must not appear, what the message shows of the URL)
 CASES = [

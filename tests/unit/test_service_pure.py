@@ -16,12 +16,14 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from txn_offsets.admin.lag import partition_lags
-from txn_offsets.config import DatabaseSettings, KafkaSettings, Secret
+from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError
+from txn_offsets.redaction import Secret
+from txn_offsets.service.app import is_loopback
 from txn_offsets.service.collector import StoreCollector
 from txn_offsets.service.health import HealthMonitor
 from txn_offsets.service.kafka_view import KafkaFacts
-from txn_offsets.service.server import check_exposure, is_loopback
+from txn_offsets.service.server import check_exposure
 from txn_offsets.service.snapshot import JobView, Snapshot, StoredRow
 from txn_offsets.store.schema import BATCH_SECONDS_BUCKETS, STAT_OUTCOMES
 from txn_offsets.store.stats import JobStats, bucket_index

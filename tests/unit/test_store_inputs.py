@@ -10,9 +10,11 @@ import sqlalchemy as sa
 from tests.unproven import commit_ranges
 from txn_offsets import ConfigError, SchemaMissing, ServiceUnavailable, cli
 from txn_offsets.admin.reset import ResetTarget
-from txn_offsets.config import DatabaseSettings, Secret, database_from_env, kafka_from_env
+from txn_offsets.config import DatabaseSettings, database_from_env, kafka_from_env
 from txn_offsets.ranges import OffsetRange
+from txn_offsets.redaction import Secret
 from txn_offsets.store.database import is_connection_lost, is_retryable, translate_errors
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import Run, validate_job
 from txn_offsets.store.schema import metadata_for, tables_for
 
@@ -55,11 +57,11 @@ def test_commit_ranges_validates_before_touching_the_database() -> None:
     engine = sa.create_engine("postgresql+psycopg://u@db.invalid:1/x")
     run = Run("j", 1, "r")
     with pytest.raises(ConfigError, match="non-empty"):
-        commit_ranges(engine, DB, run, [])
+        commit_ranges(Store(engine, DB), run, [])
     with pytest.raises(ConfigError, match="non-empty"):
-        commit_ranges(engine, DB, run, OffsetRange("t", 0, 0, 1))  # type: ignore[arg-type]
+        commit_ranges(Store(engine, DB), run, OffsetRange("t", 0, 0, 1))  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="run"):
-        commit_ranges(engine, DB, ("j", 1), [OffsetRange("t", 0, 0, 1)])  # type: ignore[arg-type]
+        commit_ranges(Store(engine, DB), ("j", 1), [OffsetRange("t", 0, 0, 1)])  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("start", "until"), [(-1, 5), (5, 4)])

@@ -17,12 +17,11 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from txn_offsets.config import DatabaseSettings, Secret
 from txn_offsets.errors import ConfigError
-from txn_offsets.store.database import translate_errors
+from txn_offsets.redaction import Secret
+from txn_offsets.store.handle import Store
 from txn_offsets.store.roles import job_role_grants, owner_of, role_statements, validate_role
 from txn_offsets.store.runs import validate_job
-from txn_offsets.store.schema import tables_for
 
 __all__ = ["GrantResult", "apply_grants", "apply_role"]
 
@@ -35,12 +34,12 @@ class GrantResult:
     statements: int
 
 
-def apply_role(engine: sa.Engine, db: DatabaseSettings, role: str, password: Secret | None) -> bool:
+def apply_role(store: Store, role: str, password: Secret | None) -> bool:
     """Create `role` (or bring an existing one to the job-role attributes) and set its password
     when given; returns whether the role was created. Refuses a superuser and the connected role
     itself: ``ALTER ROLE ... NOSUPERUSER`` would strip an administrator."""
     validate_role(role)
-    with translate_errors(db), engine.begin() as conn:
+    with store.begin() as conn:
         row = conn.execute(
             sa.text(
                 "SELECT rolsuper, rolname = current_user AS me FROM pg_catalog.pg_roles WHERE rolname = :r"
@@ -63,16 +62,16 @@ def apply_role(engine: sa.Engine, db: DatabaseSettings, role: str, password: Sec
 
 
 def apply_grants(
-    engine: sa.Engine, db: DatabaseSettings, role: str, *, job: str | None = None, tables: Sequence[str] = ()
+    store: Store, role: str, *, job: str | None = None, tables: Sequence[str] = ()
 ) -> GrantResult:
     """Run :func:`job_role_grants` and, with `job`, make `role` the job's owner (replacing the
     previous owner, returned), in one transaction. Raises a ConfigError naming the role when it
     does not exist (or is no role of its own), before anything is changed."""
     if job is not None:
         validate_job(job)
-    stmts = job_role_grants(db.schema, role, tables)  # validates the role's name
+    stmts = job_role_grants(store.schema, role, tables)  # validates the role's name
     previous = None
-    with translate_errors(db), engine.begin() as conn:
+    with store.begin() as conn:
         found = conn.execute(sa.text("SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = :r"), {"r": role})
         if found.first() is None:
             raise ConfigError(
@@ -83,8 +82,8 @@ def apply_grants(
         for stmt in stmts:
             conn.execute(sa.text(stmt))
         if job is not None:
-            previous = owner_of(conn, db, job)
-            owners = tables_for(db.schema).owners
+            previous = owner_of(conn, store.settings, job)
+            owners = store.tables.owners
             ins = pg_insert(owners).values(job=job, role=role)
             conn.execute(
                 ins.on_conflict_do_update(

@@ -49,15 +49,14 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from txn_offsets.admin.moves import ALLOW_OUTSIDE_LOG, Move, MovePlan, forced_reason, in_log, outside_log
 from txn_offsets.admin.sources import Incarnation, incarnation_evidence
-from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.config import KafkaSettings
 from txn_offsets.errors import ConfigError, JobAlreadyRunning, UnknownJob
 from txn_offsets.kafka import metadata
 from txn_offsets.ranges import TopicPartition
 from txn_offsets.store import offset_rows
 from txn_offsets.store.audit import check_offsets
-from txn_offsets.store.database import translate_errors
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import lock_job, validate_job
-from txn_offsets.store.schema import tables_for
 
 __all__ = ["ImportPlan", "ImportStep", "apply_import", "plan_import", "select_topics"]
 
@@ -140,8 +139,7 @@ def select_topics(
 
 
 def plan_import(
-    engine: sa.Engine,
-    db: DatabaseSettings,
+    store: Store,
     job: str,
     offsets: Mapping[TopicPartition, int],
     *,
@@ -162,12 +160,12 @@ def plan_import(
     check_offsets(offsets)  # the store's own validation of topic/partition/offset values
     if not offsets:
         raise ConfigError("import", f"{source} has no offsets")
-    with translate_errors(db), engine.connect() as conn:
+    with store.connect() as conn:
         try:
-            state = lock_job(conn, db, job, for_update=False)
+            state = lock_job(conn, store.settings, job, for_update=False)
         except UnknownJob:
             state = None
-        stored = offset_rows.load_offsets(conn, db, job)
+        stored = offset_rows.load_offsets(conn, store.settings, job)
     held = collections.Counter(t for t, _ in offsets)
     chosen = select_topics(held, source=source, job=job, named=topics, own={t for t, _ in stored})
     not_imported = {t: n for t, n in sorted(held.items()) if t not in chosen}
@@ -233,8 +231,7 @@ def _by_reason(plan: ImportPlan, why: str) -> dict[str, list[ImportStep]]:
 
 
 def apply_import(
-    engine: sa.Engine,
-    db: DatabaseSettings,
+    store: Store,
     plan: ImportPlan,
     *,
     reason: str | None = None,
@@ -246,11 +243,11 @@ def apply_import(
     and when the offsets moved since the plan was made."""
     who = actor or offset_rows.default_actor()
     why = f"import from {plan.source}" + (f": {reason.strip()}" if reason and reason.strip() else "")
-    t = tables_for(db.schema)
-    with translate_errors(db), engine.begin() as conn:
+    t = store.tables
+    with store.begin() as conn:
         conn.execute(pg_insert(t.jobs).values(job=plan.job).on_conflict_do_nothing())
-        state = lock_job(conn, db, plan.job)  # FOR UPDATE: claims in flight finish first
-        current = offset_rows.load_offsets(conn, db, plan.job)
+        state = lock_job(conn, store.settings, plan.job)  # FOR UPDATE: claims in flight finish first
+        current = offset_rows.load_offsets(conn, store.settings, plan.job)
         stale = plan.moved_since(current)
         if stale is not None:
             raise ConfigError(
@@ -273,7 +270,7 @@ def apply_import(
             if fresh:
                 offset_rows.seed_offsets(
                     conn,
-                    db,
+                    store.settings,
                     plan.job,
                     fresh,
                     action="import",
@@ -283,7 +280,13 @@ def apply_import(
                 )
             if moved:  # audits 'reset', bumps the generation and drops the lease
                 offset_rows.reset_offsets(
-                    conn, db, plan.job, moved, reason=why_step, actor=who, topic_ids=plan.topic_ids
+                    conn,
+                    store.settings,
+                    plan.job,
+                    moved,
+                    reason=why_step,
+                    actor=who,
+                    topic_ids=plan.topic_ids,
                 )
         if not plan.existing:  # reset_offsets bumped it otherwise
             conn.execute(
@@ -291,7 +294,7 @@ def apply_import(
                 .where(t.jobs.c.job == plan.job)
                 .values(generation=t.jobs.c.generation + 1, run_id=None, lease_until=None)
             )
-        generation = lock_job(conn, db, plan.job).generation
+        generation = lock_job(conn, store.settings, plan.job).generation
     logger.info(
         "job %r: imported %r partition(s) from %s, generation now %r",
         plan.job,

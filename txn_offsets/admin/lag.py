@@ -18,14 +18,12 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import sqlalchemy as sa
-
-from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.config import KafkaSettings
 from txn_offsets.kafka import metadata
 from txn_offsets.kafka.timestamps import first_timestamps
 from txn_offsets.ranges import TopicPartition
 from txn_offsets.store import offset_rows
-from txn_offsets.store.database import translate_errors
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import lock_job, validate_job
 
 __all__ = ["LagReport", "PartitionLag", "offset_lag", "partition_lags"]
@@ -131,8 +129,7 @@ def partition_lags(
 
 
 def offset_lag(
-    engine: sa.Engine,
-    db: DatabaseSettings,
+    store: Store,
     job: str,
     kafka: KafkaSettings,
     *,
@@ -145,9 +142,9 @@ def offset_lag(
     reads (the planner seeds those at the log start). Reads only.
     """
     validate_job(job)
-    with translate_errors(db), engine.connect() as conn:
-        lock_job(conn, db, job, for_update=False)  # UnknownJob rather than an empty report
-        stored = offset_rows.load_offsets(conn, db, job)
+    with store.connect() as conn:
+        lock_job(conn, store.settings, job, for_update=False)  # UnknownJob rather than an empty report
+        stored = offset_rows.load_offsets(conn, store.settings, job)
     parts = {
         topic: tuple(metadata.partitions_for(kafka, topic, timeout_s=timeout_s))
         for topic in sorted({t for t, _ in stored})

@@ -14,11 +14,9 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import ConfigError
-from txn_offsets.store.database import translate_errors
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import lock_job, validate_job
-from txn_offsets.store.schema import tables_for
 
 __all__ = ["VERDICTS", "Explanation", "HistoryRow", "explain", "partition_history"]
 
@@ -88,8 +86,7 @@ def _check_limit(limit: int) -> int:
 
 
 def partition_history(
-    engine: sa.Engine,
-    db: DatabaseSettings,
+    store: Store,
     job: str,
     *,
     topic: str | None = None,
@@ -99,7 +96,7 @@ def partition_history(
     """The newest `limit` commits and audited moves of `job` (of `topic` and/or `partition`),
     newest first."""
     _check_limit(limit)
-    t = tables_for(db.schema)
+    t = store.tables
     c, a = t.commits, t.audit
     commits = sa.select(c).where(c.c.job == validate_job(job)).order_by(c.c.id.desc()).limit(limit)
     audits = sa.select(a).where(a.c.job == job).order_by(a.c.id.desc()).limit(limit)
@@ -107,8 +104,8 @@ def partition_history(
         commits, audits = commits.where(c.c.topic == topic), audits.where(a.c.topic == topic)
     if partition is not None:
         commits, audits = commits.where(c.c.part == partition), audits.where(a.c.part == partition)
-    with translate_errors(db), engine.connect() as conn:
-        lock_job(conn, db, job, for_update=False)
+    with store.connect() as conn:
+        lock_job(conn, store.settings, job, for_update=False)
         rows = [_commit_row(r) for r in conn.execute(commits)] + [_audit_row(r) for r in conn.execute(audits)]
     # a move's time is its transaction's start; a commit and an audited move of one partition never
     # share a transaction, and the later one waited for the earlier one's row lock
@@ -178,21 +175,19 @@ def _committed(c: HistoryRow) -> str:
     return text
 
 
-def explain(
-    engine: sa.Engine, db: DatabaseSettings, job: str, *, topic: str, partition: int, offset: int
-) -> Explanation:
+def explain(store: Store, job: str, *, topic: str, partition: int, offset: int) -> Explanation:
     """Which run and batch committed record `offset`, or why none did (see :data:`VERDICTS`)."""
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise ConfigError("offset", f"{offset!r}: give a whole number >= 0")
-    t = tables_for(db.schema)
+    t = store.tables
     c, a, o = t.commits, t.audit, t.offsets
     here = (c.c.job == validate_job(job), c.c.topic == topic, c.c.part == partition)
     holding = (
         sa.select(c).where(*here, c.c.from_off <= offset, c.c.until_off > offset).order_by(c.c.id.desc())
     )
     audit_here = (a.c.job == job, a.c.topic == topic, a.c.part == partition)
-    with translate_errors(db), engine.connect() as conn:
-        lock_job(conn, db, job, for_update=False)
+    with store.connect() as conn:
+        lock_job(conn, store.settings, job, for_update=False)
         stored = conn.execute(
             sa.select(o.c.off).where(o.c.job == job, o.c.topic == topic, o.c.part == partition)
         ).scalar_one_or_none()

@@ -18,12 +18,10 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from txn_offsets.admin.views import is_retired
-from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import ConfigError
 from txn_offsets.store.audit import OffsetChange, check_audit, default_actor, write_audit
-from txn_offsets.store.database import translate_errors
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import lock_job, validate_job
-from txn_offsets.store.schema import tables_for
 
 __all__ = ["Pruned", "prune_lineage", "retired_jobs"]
 
@@ -51,16 +49,15 @@ def _check(keep: int | None, older_than_s: float | None) -> None:
         raise ConfigError("--older-than", f"{older_than_s!r}: give a duration > 0 (e.g. 30d), <= 100 years")
 
 
-def retired_jobs(engine: sa.Engine, db: DatabaseSettings) -> list[str]:
+def retired_jobs(store: Store) -> list[str]:
     """The jobs retired by ``jobs retire`` and not started since, by name."""
-    j = tables_for(db.schema).jobs
-    with translate_errors(db), engine.connect() as conn:
+    j = store.tables.jobs
+    with store.connect() as conn:
         return list(conn.scalars(sa.select(j.c.job).where(is_retired(j)).order_by(j.c.job)))
 
 
 def prune_lineage(
-    engine: sa.Engine,
-    db: DatabaseSettings,
+    store: Store,
     job: str,
     *,
     reason: str,
@@ -75,13 +72,15 @@ def prune_lineage(
     _check(keep, older_than_s)
     who = actor or default_actor()
     check_audit("lineage_prune", reason, who)
-    c = tables_for(db.schema).commits
+    c = store.tables.commits
     if keep is not None:
         newest_first = sa.func.row_number().over(partition_by=(c.c.topic, c.c.part), order_by=c.c.id.desc())
         ranked = sa.select(c.c.id, newest_first.label("n")).where(c.c.job == job).subquery()
         doomed = sa.select(ranked.c.id).where(ranked.c.n > keep)
     else:
-        seconds = db.lineage_retention_days * 86400.0 if older_than_s is None else float(older_than_s)
+        seconds = (
+            store.settings.lineage_retention_days * 86400.0 if older_than_s is None else float(older_than_s)
+        )
         cutoff = sa.func.now() - sa.func.make_interval(0, 0, 0, 0, 0, 0, seconds)
         doomed = sa.select(c.c.id).where(c.c.job == job, c.c.committed_at < cutoff)
     gone = (
@@ -97,13 +96,13 @@ def prune_lineage(
         sa.func.max(gone.c.until_off).label("last"),
         sa.func.count().label("rows"),
     ).group_by(gone.c.topic, gone.c.part)
-    with translate_errors(db), engine.begin() as conn:
-        state = lock_job(conn, db, job, for_update=False, key_share=True)
+    with store.begin() as conn:
+        state = lock_job(conn, store.settings, job, for_update=False, key_share=True)
         rows = conn.execute(per_partition.order_by(gone.c.topic, gone.c.part)).all()
         changes = [OffsetChange(r.topic, r.part, int(r.first), int(r.last)) for r in rows]
         write_audit(
             conn,
-            db,
+            store.settings,
             job,
             changes,
             action="lineage_prune",

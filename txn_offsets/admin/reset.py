@@ -20,15 +20,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-import sqlalchemy as sa
-
 from txn_offsets.admin.moves import ALLOW_OUTSIDE_LOG, Move, MovePlan, forced_reason, in_log, outside_log
-from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.config import KafkaSettings
 from txn_offsets.errors import ConfigError, JobAlreadyRunning, TopicMissing
 from txn_offsets.kafka import metadata
 from txn_offsets.ranges import TopicPartition
 from txn_offsets.store import offset_rows
-from txn_offsets.store.database import translate_errors
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import lock_job, validate_job
 
 __all__ = ["ResetPlan", "ResetTarget", "TargetKind", "apply_reset", "plan_reset"]
@@ -214,8 +212,7 @@ def _fit(
 
 
 def plan_reset(
-    engine: sa.Engine,
-    db: DatabaseSettings,
+    store: Store,
     job: str,
     target: ResetTarget,
     *,
@@ -228,9 +225,9 @@ def plan_reset(
     validate_job(job)
     if target.needs_kafka:
         _kafka(kafka, target)  # fail before touching anything
-    with translate_errors(db), engine.connect() as conn:
-        state = lock_job(conn, db, job, for_update=False)
-        stored = offset_rows.load_offsets(conn, db, job)
+    with store.connect() as conn:
+        state = lock_job(conn, store.settings, job, for_update=False)
+        stored = offset_rows.load_offsets(conn, store.settings, job)
     keys = _select(stored, target, topic=topic, partitions=partitions, kafka=kafka, timeout_s=timeout_s)
     topics = sorted({t for t, _ in keys})
     ids = _incarnations(kafka, topics, target, timeout_s)
@@ -276,8 +273,7 @@ def _incarnations(
 
 
 def apply_reset(
-    engine: sa.Engine,
-    db: DatabaseSettings,
+    store: Store,
     plan: ResetPlan,
     *,
     reason: str,
@@ -287,11 +283,11 @@ def apply_reset(
     """Carry out `plan`; returns the job's new generation. Refuses while a live run holds the
     lease (unless `force`, which fences it) and if the offsets moved since the plan was made."""
     who = actor or offset_rows.default_actor()
-    with translate_errors(db), engine.begin() as conn:
-        state = lock_job(conn, db, plan.job)  # FOR UPDATE: claims in flight finish first
+    with store.begin() as conn:
+        state = lock_job(conn, store.settings, plan.job)  # FOR UPDATE: claims in flight finish first
         if state.live and not force:
             raise JobAlreadyRunning(plan.job, state.run_id or "?", state.generation, state.heartbeat_age_s)
-        current = offset_rows.load_offsets(conn, db, plan.job)
+        current = offset_rows.load_offsets(conn, store.settings, plan.job)
         step = plan.moved_since(current)
         if step is not None:
             now = current.get((step.topic, step.partition))
@@ -303,8 +299,8 @@ def apply_reset(
         targets = {(s.topic, s.partition): s.new for s in plan.steps}
         why = plan.audit_reason(reason)
         offset_rows.reset_offsets(
-            conn, db, plan.job, targets, reason=why, actor=who, topic_ids=plan.topic_ids
+            conn, store.settings, plan.job, targets, reason=why, actor=who, topic_ids=plan.topic_ids
         )
-        generation = lock_job(conn, db, plan.job).generation
+        generation = lock_job(conn, store.settings, plan.job).generation
     logger.info("job %r: reset %r partitions, generation now %r", plan.job, len(plan.steps), generation)
     return generation

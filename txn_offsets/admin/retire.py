@@ -20,12 +20,10 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from txn_offsets.admin.views import is_retired
-from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import ConfigError, JobAlreadyRunning
 from txn_offsets.store.audit import OffsetChange, check_audit, default_actor, write_audit
-from txn_offsets.store.database import translate_errors
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import lock_job, validate_job
-from txn_offsets.store.schema import tables_for
 
 __all__ = ["Retired", "retire_job"]
 
@@ -44,8 +42,7 @@ class Retired:
 
 
 def retire_job(
-    engine: sa.Engine,
-    db: DatabaseSettings,
+    store: Store,
     job: str,
     *,
     reason: str,
@@ -58,10 +55,10 @@ def retire_job(
     validate_job(job)
     who = actor or default_actor()
     check_audit("retire", reason, who)
-    t = tables_for(db.schema)
+    t = store.tables
     j, o = t.jobs, t.offsets
-    with translate_errors(db), engine.begin() as conn:
-        state = lock_job(conn, db, job)
+    with store.begin() as conn:
+        state = lock_job(conn, store.settings, job)
         if state.live and not force:
             raise JobAlreadyRunning(job, state.run_id or "?", state.generation, state.heartbeat_age_s)
         rows = conn.execute(
@@ -83,7 +80,16 @@ def retire_job(
             sa.update(j).where(j.c.job == job).values(values).returning(j.c.generation, j.c.retired_at)
         ).one()
         changes = [OffsetChange(r.topic, r.part, r.off, r.off) for r in rows]
-        write_audit(conn, db, job, changes, action="retire", reason=reason, actor=who, generation=generation)
+        write_audit(
+            conn,
+            store.settings,
+            job,
+            changes,
+            action="retire",
+            reason=reason,
+            actor=who,
+            generation=generation,
+        )
         if drop_rows:
             for table in (t.stream_plans, o, t.stats, t.commits):
                 conn.execute(sa.delete(table).where(table.c.job == job))

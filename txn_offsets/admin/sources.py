@@ -23,14 +23,14 @@ import sqlalchemy as sa
 
 from txn_offsets.admin.checkpoint import SETTING as CHECKPOINT
 from txn_offsets.admin.checkpoint import read_checkpoint
-from txn_offsets.config import DatabaseSettings, KafkaSettings, validate_identifier
+from txn_offsets.config import KafkaSettings, validate_identifier
 from txn_offsets.errors import ConfigError
 from txn_offsets.kafka import metadata
 from txn_offsets.kafka.described import TopicInfo
 from txn_offsets.kafka.mirror import group_offsets
 from txn_offsets.kafka.timestamps import first_timestamps
 from txn_offsets.ranges import TopicPartition
-from txn_offsets.store.database import translate_errors
+from txn_offsets.store.handle import Store
 
 __all__ = [
     "CURRENT_INCARNATION",
@@ -111,15 +111,14 @@ def from_consumer_group(kafka: KafkaSettings, group: str) -> Source:
 
 
 def from_table(
-    engine: sa.Engine,
-    db: DatabaseSettings,
+    store: Store,
     table: str,
     *,
     columns: Sequence[str] | None = None,
     where: tuple[str, str] | None = None,
 ) -> Source:
     """The offsets of a legacy table (see :func:`read_table`)."""
-    return Source(f"table {table}", read_table(engine, db, table, columns=columns, where=where))
+    return Source(f"table {table}", read_table(store, table, columns=columns, where=where))
 
 
 def _ident(value: str, what: str) -> str:
@@ -127,8 +126,7 @@ def _ident(value: str, what: str) -> str:
 
 
 def read_table(
-    engine: sa.Engine,
-    db: DatabaseSettings,
+    store: Store,
     table: str,
     *,
     columns: Sequence[str] | None = None,
@@ -142,7 +140,7 @@ def read_table(
         raise ConfigError("--from-table", f"{table!r}: give SCHEMA.TABLE")
     _ident(schema, "--from-table schema")
     _ident(name, "--from-table table")
-    with translate_errors(db), engine.connect() as conn:
+    with store.connect() as conn:
         try:
             found = [c["name"] for c in sa.inspect(conn).get_columns(name, schema=schema)]
         except sa.exc.NoSuchTableError:

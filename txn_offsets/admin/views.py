@@ -9,11 +9,9 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import ConfigError
-from txn_offsets.store.database import translate_errors
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import lock_job, validate_job
-from txn_offsets.store.schema import tables_for
 
 __all__ = ["AuditRow", "JobRow", "OffsetRow", "audit_log", "is_retired", "list_jobs", "show_offsets"]
 
@@ -56,14 +54,14 @@ class AuditRow:
     generation: int | None
 
 
-def show_offsets(engine: sa.Engine, db: DatabaseSettings, job: str | None = None) -> list[OffsetRow]:
-    o = tables_for(db.schema).offsets
+def show_offsets(store: Store, job: str | None = None) -> list[OffsetRow]:
+    o = store.tables.offsets
     stmt = sa.select(o).order_by(o.c.job, o.c.topic, o.c.part)
     if job is not None:
         stmt = stmt.where(o.c.job == validate_job(job))
-    with translate_errors(db), engine.connect() as conn:
+    with store.connect() as conn:
         if job is not None:
-            lock_job(conn, db, job, for_update=False)  # UnknownJob rather than an empty table
+            lock_job(conn, store.settings, job, for_update=False)  # UnknownJob rather than an empty table
         return [OffsetRow(r.job, r.topic, r.part, r.off, r.updated_at) for r in conn.execute(stmt)]
 
 
@@ -75,9 +73,9 @@ def is_retired(jobs: sa.Table) -> sa.ColumnElement[bool]:
     )
 
 
-def list_jobs(engine: sa.Engine, db: DatabaseSettings, *, include_retired: bool = True) -> list[JobRow]:
+def list_jobs(store: Store, *, include_retired: bool = True) -> list[JobRow]:
     """Every job (`include_retired=False`: those in service only)."""
-    t = tables_for(db.schema)
+    t = store.tables
     j = t.jobs
     counts = (
         sa.select(t.offsets.c.job, sa.func.count().label("n")).group_by(t.offsets.c.job).subquery("counts")
@@ -97,7 +95,7 @@ def list_jobs(engine: sa.Engine, db: DatabaseSettings, *, include_retired: bool 
     )
     if not include_retired:
         stmt = stmt.where(sa.not_(is_retired(j)))
-    with translate_errors(db), engine.connect() as conn:
+    with store.connect() as conn:
         return [
             JobRow(
                 r.job,
@@ -112,14 +110,14 @@ def list_jobs(engine: sa.Engine, db: DatabaseSettings, *, include_retired: bool 
         ]
 
 
-def audit_log(engine: sa.Engine, db: DatabaseSettings, job: str, *, limit: int = 50) -> list[AuditRow]:
+def audit_log(store: Store, job: str, *, limit: int = 50) -> list[AuditRow]:
     """The newest audit rows of `job`, newest first (UnknownJob if it has no row)."""
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise ConfigError("limit", f"{limit!r}: give a whole number >= 1")
-    a = tables_for(db.schema).audit
+    a = store.tables.audit
     stmt = sa.select(a).where(a.c.job == validate_job(job)).order_by(a.c.id.desc()).limit(limit)
-    with translate_errors(db), engine.connect() as conn:
-        lock_job(conn, db, job, for_update=False)
+    with store.connect() as conn:
+        lock_job(conn, store.settings, job, for_update=False)
         return [
             AuditRow(r.at, r.topic, r.part, r.old_off, r.new_off, r.action, r.reason, r.actor, r.generation)
             for r in conn.execute(stmt)

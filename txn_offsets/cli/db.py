@@ -10,8 +10,8 @@ import sys
 
 from txn_offsets.admin import grants
 from txn_offsets.cli import exits, options
-from txn_offsets.config import Secret
 from txn_offsets.errors import ConfigError
+from txn_offsets.redaction import Secret
 from txn_offsets.store import migrate
 from txn_offsets.store.roles import job_role_grants, owner_statement, role_refusal, role_statements
 from txn_offsets.store.runs import validate_job
@@ -45,8 +45,8 @@ def _grants(args: argparse.Namespace) -> int:
         print("\n".join(f"{stmt};" for stmt in stmts))
         return 0
     db = options.database(args)
-    with options.opened(db) as engine:
-        done = grants.apply_grants(engine, db, args.role, job=args.job, tables=args.table)
+    with options.opened(db) as store:
+        done = grants.apply_grants(store, args.role, job=args.job, tables=args.table)
     print(f"role {args.role!r}: {done.statements} statement(s) applied in schema {db.schema!r}")
     if args.job is not None:
         was = "no owner" if done.previous_owner is None else f"owner {done.previous_owner!r}"
@@ -68,8 +68,8 @@ def _role(args: argparse.Namespace) -> int:
         return 0
     raw = os.environ.get(PASSWORD_ENV)
     db = options.database(args)
-    with options.opened(db) as engine:
-        created = grants.apply_role(engine, db, args.role, Secret(raw) if raw else None)
+    with options.opened(db) as store:
+        created = grants.apply_role(store, args.role, Secret(raw) if raw else None)
     state = "created" if created else "updated"
     print(f"role {args.role!r} {state}{' with the password from $' + PASSWORD_ENV if raw else ''}")
     return 0

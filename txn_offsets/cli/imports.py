@@ -15,15 +15,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-import sqlalchemy as sa
-
 from txn_offsets.admin import sources
 from txn_offsets.admin.imports import apply_import, plan_import
 from txn_offsets.admin.sources import CURRENT_INCARNATION, TOPIC_ID, Incarnation
 from txn_offsets.cli import exits, options, output
-from txn_offsets.config import DatabaseSettings, KafkaSettings, database_from_env
+from txn_offsets.config import KafkaSettings, database_from_env
 from txn_offsets.errors import ConfigError
-from txn_offsets.store.database import engine_for
+from txn_offsets.store.handle import Store
 
 __all__ = ["register"]
 
@@ -59,9 +57,7 @@ def _operator_word(args: argparse.Namespace) -> tuple[dict[str, str], str | None
     return named, None
 
 
-def _source(
-    args: argparse.Namespace, engine: sa.Engine, db: DatabaseSettings, kafka: KafkaSettings
-) -> sources.Source:
+def _source(args: argparse.Namespace, store: Store, kafka: KafkaSettings) -> sources.Source:
     if args.from_spark_checkpoint:
         return sources.from_checkpoint(args.from_spark_checkpoint, batch=args.checkpoint_batch)
     if args.checkpoint_batch is not None:
@@ -75,7 +71,7 @@ def _source(
         if not eq or not column:
             raise ConfigError("--table-filter", f"{args.table_filter!r}: give COLUMN=VALUE")
         where = (column, value)
-    return sources.from_table(engine, db, args.from_table, columns=columns, where=where)
+    return sources.from_table(store, args.from_table, columns=columns, where=where)
 
 
 def _import(args: argparse.Namespace) -> int:
@@ -84,43 +80,36 @@ def _import(args: argparse.Namespace) -> int:
         return _usage(wrong)
     db = database_from_env(schema=args.schema)
     kafka = options.kafka(args)
-    engine = engine_for(db)
-    try:
-        with output.progress("import", total=3) as bar:
-            source = _source(args, engine, db, kafka)
-            bar.advance(note=f"read {len(source.offsets)} offset(s) from {source.name}")
-            plan = plan_import(
-                engine,
-                db,
-                args.job,
-                source.offsets,
-                source=source.name,
-                kafka=kafka,
-                topics=args.topic or (),
-                allow_outside_log=args.allow_outside_log,
-                incarnation=Incarnation.of(
-                    source, topic_ids=topic_ids, current=args.current_topic_incarnation
-                ),
-            )
-            bar.advance(note="checked against Kafka and the store")
-            gen = "new job" if plan.generation is None else f"generation {plan.generation}"
-            output.print_moves(
-                f"import plan for job {plan.job!r} ({gen}) from {plan.source}:",
-                plan.steps,
-                detail=lambda s: f"  (log {s.log_start}..{s.end})",
-            )
-            for topic, parts in plan.not_imported.items():
-                print(f"  {topic}  not imported ({parts} partition(s) in the source)")
-            for topic, found in plan.evidence.items():
-                print(f"incarnation of {topic}: {found}")
-            for note in plan.notes():
-                print(f"note: {note}")
-            if not output.confirm_move(plan, action="import", dry_run=args.dry_run, force=args.force):
-                return 0
-            generation = apply_import(engine, db, plan, reason=args.reason, force=args.force)
-            bar.advance(note="written")
-    finally:
-        engine.dispose()
+    with options.opened(db) as store, output.progress("import", total=3) as bar:
+        source = _source(args, store, kafka)
+        bar.advance(note=f"read {len(source.offsets)} offset(s) from {source.name}")
+        plan = plan_import(
+            store,
+            args.job,
+            source.offsets,
+            source=source.name,
+            kafka=kafka,
+            topics=args.topic or (),
+            allow_outside_log=args.allow_outside_log,
+            incarnation=Incarnation.of(source, topic_ids=topic_ids, current=args.current_topic_incarnation),
+        )
+        bar.advance(note="checked against Kafka and the store")
+        gen = "new job" if plan.generation is None else f"generation {plan.generation}"
+        output.print_moves(
+            f"import plan for job {plan.job!r} ({gen}) from {plan.source}:",
+            plan.steps,
+            detail=lambda s: f"  (log {s.log_start}..{s.end})",
+        )
+        for topic, parts in plan.not_imported.items():
+            print(f"  {topic}  not imported ({parts} partition(s) in the source)")
+        for topic, found in plan.evidence.items():
+            print(f"incarnation of {topic}: {found}")
+        for note in plan.notes():
+            print(f"note: {note}")
+        if not output.confirm_move(plan, action="import", dry_run=args.dry_run, force=args.force):
+            return 0
+        generation = apply_import(store, plan, reason=args.reason, force=args.force)
+        bar.advance(note="written")
     print(f"imported {len(plan.steps)} partition(s) into job {plan.job!r}; generation is now {generation}")
     return 0
 

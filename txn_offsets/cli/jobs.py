@@ -17,8 +17,8 @@ __all__ = ["register"]
 
 def _jobs(args: argparse.Namespace) -> int:
     db = options.database(args)
-    with options.opened(db) as engine:
-        rows = list_jobs(engine, db, include_retired=args.all)
+    with options.opened(db) as store:
+        rows = list_jobs(store, include_retired=args.all)
     if args.format == "json":
         output.emit_json([{**asdict(r), "state": r.state} for r in rows])
         return 0
@@ -43,10 +43,8 @@ def _retire(args: argparse.Namespace) -> int:
     if not (args.reason and args.reason.strip()):
         raise ConfigError("--reason", "say why the job is retired (it is written to the audit table)")
     db = options.database(args)
-    with options.opened(db) as engine:
-        done = retire_job(
-            engine, db, args.job, reason=args.reason, force=args.force, drop_rows=args.drop_rows
-        )
+    with options.opened(db) as store:
+        done = retire_job(store, args.job, reason=args.reason, force=args.force, drop_rows=args.drop_rows)
     fenced = f"; live run {done.fenced_run} fenced" if done.fenced_run else ""
     if done.dropped:
         kept = (

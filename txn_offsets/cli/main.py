@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import NoReturn
 
-from txn_offsets import __version__
+from txn_offsets._version import __version__
 from txn_offsets.cli import db, dev, exits, jobs, offsets, serve
 from txn_offsets.errors import TxnOffsetsError
 from txn_offsets.logs import logging_configured

@@ -26,8 +26,8 @@ __all__ = ["register"]
 
 def _show(args: argparse.Namespace) -> int:
     db = options.database(args)
-    with options.opened(db) as engine:
-        rows = show_offsets(engine, db, args.job)
+    with options.opened(db) as store:
+        rows = show_offsets(store, args.job)
     if args.format == "json":
         output.emit_json([asdict(r) for r in rows])
         return 0
@@ -65,16 +65,16 @@ def _reset(args: argparse.Namespace) -> int:
         if target.needs_kafka:
             raise
         kafka = None
-    with options.opened(db) as engine:
+    with options.opened(db) as store:
         plan = plan_reset(
-            engine, db, args.job, target, topic=args.topic, partitions=args.partition or (), kafka=kafka
+            store, args.job, target, topic=args.topic, partitions=args.partition or (), kafka=kafka
         )
         output.print_moves(f"reset plan for job {plan.job!r} (generation {plan.generation}):", plan.steps)
         for note in plan.notes():
             print(f"note: {note}")
         if not output.confirm_move(plan, action="reset", dry_run=args.dry_run, force=args.force):
             return 0
-        generation = apply_reset(engine, db, plan, reason=args.reason, force=args.force)
+        generation = apply_reset(store, plan, reason=args.reason, force=args.force)
     print(f"reset {len(plan.steps)} partition(s) of job {plan.job!r}; generation is now {generation}")
     return 0
 
@@ -93,8 +93,8 @@ def _note(p: PartitionLag) -> str:
 def _lag(args: argparse.Namespace) -> int:
     db = options.database(args)
     kafka = options.kafka(args)
-    with options.opened(db) as engine:
-        report = offset_lag(engine, db, args.job, kafka)
+    with options.opened(db) as store:
+        report = offset_lag(store, args.job, kafka)
     if args.format == "json":
         output.emit_json(report.as_dict())
     else:
@@ -140,9 +140,9 @@ def _lag(args: argparse.Namespace) -> int:
 def _timeline(args: argparse.Namespace) -> int:
     """History of some partitions: their commits (the lineage) and audited moves, newest first."""
     db = options.database(args)
-    with options.opened(db) as engine:
+    with options.opened(db) as store:
         rows = partition_history(
-            engine, db, args.job, topic=args.topic, partition=args.partition, limit=args.limit
+            store, args.job, topic=args.topic, partition=args.partition, limit=args.limit
         )
     if args.format == "json":
         output.emit_json([asdict(r) for r in rows])
@@ -175,8 +175,8 @@ def _timeline(args: argparse.Namespace) -> int:
 
 def _explain(args: argparse.Namespace) -> int:
     db = options.database(args)
-    with options.opened(db) as engine:
-        answer = explain(engine, db, args.job, topic=args.topic, partition=args.partition, offset=args.offset)
+    with options.opened(db) as store:
+        answer = explain(store, args.job, topic=args.topic, partition=args.partition, offset=args.offset)
     if args.format == "json":
         output.emit_json(asdict(answer))
     else:
@@ -188,8 +188,8 @@ def _history(args: argparse.Namespace) -> int:
     if args.topic is not None or args.partition is not None:
         return _timeline(args)
     db = options.database(args)
-    with options.opened(db) as engine:
-        rows = audit_log(engine, db, args.job, limit=args.limit)
+    with options.opened(db) as store:
+        rows = audit_log(store, args.job, limit=args.limit)
     if args.format == "json":
         output.emit_json([asdict(r) for r in rows])
         return 0

@@ -12,11 +12,9 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-import sqlalchemy as sa
-
 from txn_offsets.cli import output
 from txn_offsets.config import DatabaseSettings, KafkaSettings, database_from_env, kafka_from_env
-from txn_offsets.store.database import engine_for
+from txn_offsets.store.handle import Store
 
 __all__ = [
     "BIGINT_MAX",
@@ -145,10 +143,10 @@ def kafka(args: argparse.Namespace) -> KafkaSettings:
 
 
 @contextmanager
-def opened(db: DatabaseSettings) -> Iterator[sa.Engine]:
-    """An engine for one command, disposed of when it is done."""
-    engine = engine_for(db)
+def opened(db: DatabaseSettings) -> Iterator[Store]:
+    """The store of one command, on an engine of its own disposed of when it is done."""
+    store = Store.of(db)
     try:
-        yield engine
+        yield store
     finally:
-        engine.dispose()
+        store.engine.dispose()

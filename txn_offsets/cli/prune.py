@@ -21,10 +21,10 @@ def _prune(args: argparse.Namespace) -> int:
     if rule is None:
         days = (args.older_than or db.lineage_retention_days * 86400.0) / 86400
         rule = f"older than {days:g} day(s)" + ("" if args.older_than else " (the retention)")
-    with options.opened(db) as engine:
-        jobs = retired_jobs(engine, db) if args.retired else [args.job]
+    with options.opened(db) as store:
+        jobs = retired_jobs(store) if args.retired else [args.job]
         done = [
-            prune_lineage(engine, db, job, reason=args.reason, keep=args.keep, older_than_s=args.older_than)
+            prune_lineage(store, job, reason=args.reason, keep=args.keep, older_than_s=args.older_than)
             for job in jobs
         ]
     if args.format == "json":

@@ -13,7 +13,8 @@ A user's own Python code commits through the same shell::
     from txn_offsets.commit import Unit, commit_units
     commit_units(engine, db, [Unit(run, ranges, write, source=kafka)])
 
-(``commit_ranges(engine, db, run, ranges, write, source=kafka)`` is the same for one unit).
+(``commit_ranges(store, run, ranges, write, source=kafka)``, on the driver's
+:class:`~txn_offsets.store.handle.Store`, is the same for one unit).
 No other module of txn_offsets claims, classifies a claim or proves an incarnation
 (tests/unit/test_layout.py keeps the rule).
 """
@@ -22,13 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import sqlalchemy as sa
-
 from txn_offsets.commit.proof import NoKafkaSource, Source
 from txn_offsets.commit.shell import UnitResult, commit_unit, commit_units
 from txn_offsets.commit.unit import ISOLATION_LEVELS, Outcome, RangeOutcome, TransactionWrite, Unit
-from txn_offsets.config import DatabaseSettings
 from txn_offsets.ranges import OffsetRange
+from txn_offsets.store.handle import Store
 from txn_offsets.store.lineage import Lineage
 from txn_offsets.store.runs import Run
 
@@ -48,8 +47,7 @@ __all__ = [
 
 
 def commit_ranges(
-    engine: sa.Engine,
-    db: DatabaseSettings,
+    store: Store,
     run: Run,
     ranges: Sequence[OffsetRange],
     write: TransactionWrite | None = None,
@@ -63,4 +61,6 @@ def commit_ranges(
     (`source`: the KafkaSettings the records were read with, or NoKafkaSource(reason)), commit;
     the outcomes in `ranges`' order. One unit of :func:`commit_unit`, which says what it raises."""
     unit = Unit(run, ranges, write, lineage, source=source)
-    return commit_unit(engine, db, unit, isolation_level=isolation_level, max_attempts=max_attempts)
+    return commit_unit(
+        store.engine, store.settings, unit, isolation_level=isolation_level, max_attempts=max_attempts
+    )

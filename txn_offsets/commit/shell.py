@@ -16,7 +16,7 @@ settled per unit from its rows, re-read ``FOR UPDATE`` on a fresh connection (wh
 transaction still holding them), and classified (:func:`.classify.classify_reread`). One unit alone
 retries a transaction PostgreSQL rolled back (40001, 40P01, a connection lost before the claim)
 up to ``max_attempts``. Several units together are only a fast path: anything but every unit
-claimed, written and proven rolls the joint transaction back (nothing of it committed), and each
+claimed, written and proven rolls the shared transaction back (nothing of it committed), and each
 unit commits alone through this same shell, where it meets its own outcome.
 """
 
@@ -69,7 +69,7 @@ class _Retry(Exception):
 
 
 class _GiveWay(Exception):
-    """Internal: a joint transaction rolled back; each unit commits alone."""
+    """Internal: a shared transaction rolled back; each unit commits alone."""
 
 
 def commit_unit(
@@ -115,9 +115,9 @@ def commit_units(
 ) -> list[UnitResult]:
     """Commit `units` in ONE transaction (one COMMIT for all), each unit's result in `units`' order.
     Where that gives way, nothing of it was committed and each unit commits alone (:func:`commit_unit`)."""
-    joint = _together(engine, db, units, isolation_level) if len(units) > 1 else None
-    if joint is not None:
-        return joint
+    shared = _together(engine, db, units, isolation_level) if len(units) > 1 else None
+    if shared is not None:
+        return shared
     results: list[UnitResult] = []
     for unit in units:
         try:
@@ -139,7 +139,7 @@ def _together(
     try:
         outcomes = _attempt(engine, db, units, ordered, isolation_level=isolation_level)
     except Exception as exc:  # anything: nothing is committed, each unit goes alone
-        logger.info("joint commit of %d units rolled back (%s): each commits alone", len(units), _why(exc))
+        logger.info("shared commit of %d units rolled back (%s): each commits alone", len(units), _why(exc))
         return None
     return [
         o if isinstance(o, TxnOffsetsError) else [RangeOutcome(r, o) for r in u.ranges]
@@ -181,7 +181,7 @@ def _attempt(
     """One transaction over `units`: each unit's outcome (an error only where a lost COMMIT was
     settled against it). Alone, what PostgreSQL said is classified here; together, anything but a
     clean COMMIT (or a lost one) raises and the caller commits each unit alone."""
-    joint = len(units) > 1
+    shared = len(units) > 1
     proof = start_proofs([(u.source, o) for u, o in zip(units, ordered, strict=True)])
     order = sorted(range(len(units)), key=lambda i: (units[i].run.job, ordered[i][0].key))
     with translate_errors(db):
@@ -199,7 +199,7 @@ def _attempt(
                         conn, db, unit.run, ranges, lineage=unit.lineage, record=db.lineage
                     )
                 if transaction_outcome(unit.run.job, ranges, results) is ClaimResult.ALREADY_COMMITTED:
-                    if joint:
+                    if shared:
                         raise _GiveWay(f"job {unit.run.job!r}: ranges already committed")
                     tx.rollback()
                     logger.info(
@@ -217,7 +217,7 @@ def _attempt(
         # leaving the `with` block committed the transaction
         return [Outcome.COMMITTED] * len(units)
     except ServiceUnavailable:
-        if stage != "claim" or joint:
+        if stage != "claim" or shared:
             raise
         # The connection broke before or during the claim. COMMIT was never sent, so nothing of
         # this attempt can have been committed: typically a pooled connection that broke while
@@ -236,8 +236,8 @@ def _attempt(
                 _settled(engine, db, u.run, o, cause="connection lost during COMMIT", ours=True)
                 for u, o in zip(units, ordered, strict=True)
             ]
-        if joint:
-            raise  # PostgreSQL answered: the joint transaction is rolled back, nothing committed
+        if shared:
+            raise  # PostgreSQL answered: the shared transaction is rolled back, nothing committed
         run, ranges = units[0].run, ordered[0]
         if is_retryable(exc):
             cause = f"rolled back by PostgreSQL, sqlstate {sqlstate(exc)}"
@@ -359,7 +359,7 @@ def _settled(
 
 
 def _who(units: Sequence[Unit]) -> str:
-    return f"job {units[0].run.job!r}" if len(units) == 1 else f"joint commit of {len(units)} units"
+    return f"job {units[0].run.job!r}" if len(units) == 1 else f"shared commit of {len(units)} units"
 
 
 def _why(exc: BaseException) -> str:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from txn_offsets.ranges import TopicPartition
 
-__all__ = ["TopicInfo", "forget", "partitions_seen", "recent", "remember"]
+__all__ = ["TopicInfo", "forget_descriptions", "partitions_seen", "recent", "remember"]
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def recent(key: str, topics: Sequence[str], within_s: float) -> dict[str, TopicI
     return {topic: replace(seen[1], described=False) for topic, seen in found.items() if seen is not None}
 
 
-def forget(topics: Iterable[str] | None = None) -> None:
+def forget_descriptions(topics: Iterable[str] | None = None) -> None:
     """The next plans describe `topics` (all topics: None) again, on every client: after a topic
     was found re-created, say."""
     with _lock:

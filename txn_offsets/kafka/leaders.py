@@ -10,7 +10,7 @@ the second of two ListOffsets asked back to back for a topic the client had neve
 
 So :func:`ensure` looks a topic up with one synchronous Metadata request the first time the client
 is asked about it (or about more partitions than it knows, or after an answer said its knowledge
-was out of date: :func:`forget`), and raises instead of letting a request go out for a partition
+was out of date: :func:`forget_leaders`), and raises instead of letting a request go out for a partition
 without a leader. With every leader in the cache, the lookup in the caller completes there and
 registers nothing. A look-up waits until no ListOffsets of this process is in flight on that client
 and none starts meanwhile (:func:`asking`): a Metadata request answered while a ListOffsets was in
@@ -35,7 +35,7 @@ from txn_offsets.errors import ServiceUnavailable, TopicMissing
 from txn_offsets.kafka.admins import describe_error, in_flight
 from txn_offsets.ranges import TopicPartition as TP
 
-__all__ = ["ONE_BY_ONE", "RETRY_S", "asking", "ensure", "forget"]
+__all__ = ["ONE_BY_ONE", "RETRY_S", "asking", "ensure", "forget_leaders"]
 
 RETRY_S = 0.1  # between look-ups of a topic some of whose partitions have no leader yet
 ONE_BY_ONE = 3  # up to this many topics to look up: one request each; more: one for all topics
@@ -148,7 +148,7 @@ def _look_up(
     return known, waiting
 
 
-def forget(key: str, topic: str) -> None:
+def forget_leaders(key: str, topic: str) -> None:
     """After an answer that said the client's metadata of `topic` is out of date: look it up again."""
     with _clients_lock:
         state = _clients.get(key)

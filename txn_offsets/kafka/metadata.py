@@ -48,7 +48,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 # a ListOffsets answer that means the offsets client's knowledge of the topic is out of date (a
-# partition added, a leader moved, the topic gone): it is looked up again next time (leaders.forget)
+# partition added, a leader moved, the topic gone): it is looked up again next time (leaders.forget_leaders)
 _STALE = {
     KafkaError.UNKNOWN_TOPIC_OR_PART,
     KafkaError._UNKNOWN_PARTITION,
@@ -163,9 +163,9 @@ def topics_and_watermarks(
         try:
             return known, watermarks(kafka, guess, timeout_s=timeout_s)
         except TopicMissing:  # gone, or re-created with fewer partitions: what does Kafka say now?
-            described.forget(topics)
+            described.forget_descriptions(topics)
         except ServiceUnavailable:  # no answer (asked again on a fresh client), or no leader yet
-            described.forget(topics)
+            described.forget_descriptions(topics)
             raise
     asked = _describing(kafka, topics, timeout_s)
     marks: dict[TP, tuple[int, int]] = {}
@@ -274,7 +274,7 @@ def _list_offsets_once(
     for futures in asked:
         out: dict[TP, int] = {}
         for fut, topic in futures:
-            refresh = functools.partial(leaders.forget, key, topic)
+            refresh = functools.partial(leaders.forget_leaders, key, topic)
             answer = _result(kafka, fut, timeout_s, f"the offsets of {topic!r}", topic, stale=refresh)
             for tp, info in answer.items():
                 if isinstance(info, KafkaError):  # as _result reports a failed future

@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import anyio.to_thread
-import sqlalchemy as sa
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 from starlette.applications import Starlette
@@ -46,13 +45,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from txn_offsets.config import DatabaseSettings, Secret
 from txn_offsets.errors import TxnOffsetsError
+from txn_offsets.redaction import Secret
 from txn_offsets.service.collector import StoreCollector
 from txn_offsets.service.health import HealthMonitor
 from txn_offsets.service.kafka_view import KafkaView
 from txn_offsets.service.snapshot import Snapshot, read_snapshot
 from txn_offsets.service.status import JobStatuses, StatusRules
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import validate_job
 
 __all__ = ["OPEN_PATHS", "LoopbackHostsOnly", "Service", "create_app", "is_loopback", "loopback_host"]
@@ -62,13 +62,12 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class Service:
-    """What the handlers share: the engine (short timeouts), the settings, the Kafka cache, the
+    """What the handlers share: the store (an engine with short timeouts), the Kafka cache, the
     health checks (made from the settings when not given; started by :func:`create_app`), the
     thresholds of the job status and the consumer group each job is shown as (job -> group; a job
     not listed is its own group)."""
 
-    engine: sa.Engine
-    db: DatabaseSettings
+    store: Store
     kafka: KafkaView
     token: Secret | None = None
     health: HealthMonitor | None = None
@@ -76,12 +75,12 @@ class Service:
     groups: Mapping[str, str] = field(default_factory=dict)
 
     def snapshot(self) -> Snapshot:
-        return read_snapshot(self.engine, self.db, self.kafka)
+        return read_snapshot(self.store, self.kafka)
 
     def start(self) -> HealthMonitor:
         """Start the health checks (once) and let a scrape skip Kafka while its check fails."""
         if self.health is None:
-            self.health = HealthMonitor(self.db, self.kafka.kafka)
+            self.health = HealthMonitor(self.store.settings, self.kafka.kafka)
         self.health.start()
         self.kafka.known_down = self.health.kafka_down
         return self.health
@@ -166,7 +165,7 @@ def create_app(service: Service) -> Starlette:
         kafka = snap.kafka
         return JSONResponse(
             {
-                "schema": service.db.schema,
+                "schema": service.store.schema,
                 "isolation_level": service.kafka.kafka.isolation_level,
                 "kafka_error": None if kafka is None else kafka.error,
                 "kafka_facts_at": None if kafka is None else kafka.fetched_at,

@@ -45,7 +45,7 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 
 from txn_offsets.service.snapshot import JobView, Snapshot
-from txn_offsets.service.status import STATES, JobStatuses, outside_log
+from txn_offsets.service.status import STATES, JobStatuses
 from txn_offsets.store.schema import STAT_OUTCOMES
 
 __all__ = ["JOB_LABEL", "StoreCollector"]
@@ -189,7 +189,7 @@ class StoreCollector(Collector):
                 start.add_metric(labels, p.log_start)
                 lag.add_metric(labels, p.lag)
                 lost.add_metric(labels, p.lost)
-                out_of_log.add_metric(labels, 1.0 if outside_log(p) else 0.0)
+                out_of_log.add_metric(labels, 1.0 if p.out_of_log else 0.0)
                 if p.lag_seconds is not None:
                     lag_s.add_metric(labels, p.lag_seconds)
             for topic, total in sorted(_topic_lags(j).items()):

@@ -38,6 +38,7 @@ import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import SchemaMissing
+from txn_offsets.store.handle import Store
 
 __all__ = ["DEPENDENCIES", "HealthMonitor"]
 
@@ -63,13 +64,12 @@ def _error_class(exc: BaseException) -> str:
     return f"{type(exc).__name__}({name()})" if callable(name) else type(exc).__name__
 
 
-def _postgres_check(engine: sa.Engine, db: DatabaseSettings) -> str | None:
-    from txn_offsets.store.database import translate_errors
+def _postgres_check(store: Store) -> str | None:
 
-    version = sa.table("alembic_version", sa.column("version_num"), schema=db.schema)
-    with translate_errors(db), engine.connect() as conn:
+    version = sa.table("alembic_version", sa.column("version_num"), schema=store.schema)
+    with store.connect() as conn:
         try:
-            with translate_errors(db):
+            with store.errors():
                 revision = conn.execute(sa.select(version.c.version_num)).scalar_one_or_none()
         except SchemaMissing:
             return None  # reachable; the schema is not there (readiness: mismatch)
@@ -143,7 +143,6 @@ class HealthMonitor:
                 thread.start()
 
     def _real_checks(self) -> dict[str, Check]:
-        from txn_offsets.store.database import engine_for
         from txn_offsets.store.migrate import head
 
         if self._expected is None:
@@ -156,13 +155,14 @@ class HealthMonitor:
             idle_in_transaction_timeout_s=5.0,
             tcp_user_timeout_s=3.0,
         )
-        engine = self._engine = engine_for(short, pool_size=1, max_overflow=0, pool_timeout=2)
+        store = Store.of(short, pool_size=1, max_overflow=0, pool_timeout=2)
+        self._engine = store.engine
 
         def kafka() -> str | None:
             _kafka_check(self.kafka, self.timeout_s)
             return None
 
-        return {"postgres": lambda: _postgres_check(engine, short), "kafka": kafka}
+        return {"postgres": lambda: _postgres_check(store), "kafka": kafka}
 
     def stop(self) -> None:
         """Stop the checks (a check under way is not waited for beyond a moment)."""

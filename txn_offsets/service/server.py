@@ -51,12 +51,13 @@ from typing import Any, ClassVar
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from txn_offsets.config import DatabaseSettings, KafkaSettings, Secret
+from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError
+from txn_offsets.redaction import Secret
 from txn_offsets.service.app import LoopbackHostsOnly, Service, create_app, is_loopback
 from txn_offsets.service.kafka_view import KafkaView
 from txn_offsets.service.status import StatusRules
-from txn_offsets.store.database import engine_for
+from txn_offsets.store.handle import Store
 
 __all__ = [
     "BACKLOG",
@@ -71,7 +72,6 @@ __all__ = [
     "connection_limit",
     "groups_from_env",
     "guarded_protocol",
-    "is_loopback",
     "limits_from_env",
     "serve",
     "token_from_env",
@@ -419,8 +419,8 @@ def serve(
         statement_timeout_s=5.0,
         idle_in_transaction_timeout_s=10.0,
     )
-    engine = engine_for(short, pool_size=4, max_overflow=4, pool_timeout=5)
-    service = Service(engine, short, view, token, rules=rules or StatusRules(), groups=groups)
+    store = Store.of(short, pool_size=4, max_overflow=4, pool_timeout=5)
+    service = Service(store, view, token, rules=rules or StatusRules(), groups=groups)
     try:
         app = create_app(service)  # starts the health checks
         # without a token a web page could read the data through DNS rebinding; with one, the token
@@ -455,4 +455,4 @@ def serve(
     finally:
         service.close()
         sock.close()
-        engine.dispose()
+        store.engine.dispose()

@@ -18,14 +18,12 @@ import sqlalchemy as sa
 
 from txn_offsets.admin.lag import PartitionLag, partition_lags
 from txn_offsets.admin.views import is_retired
-from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import TxnOffsetsError
 from txn_offsets.ranges import TopicPartition
 from txn_offsets.service.kafka_view import KafkaFacts, KafkaView
 from txn_offsets.store import health
-from txn_offsets.store.database import translate_errors
+from txn_offsets.store.handle import Store
 from txn_offsets.store.health import TableStats
-from txn_offsets.store.schema import tables_for
 from txn_offsets.store.stats import JobStats, load_stats
 
 __all__ = ["JobView", "Snapshot", "read_snapshot"]
@@ -117,7 +115,7 @@ class StoreHealth:
 
 
 def _read_db(
-    engine: sa.Engine, db: DatabaseSettings
+    store: Store,
 ) -> tuple[
     list[sa.Row[tuple[object, ...]]],
     dict[str, dict[TopicPartition, StoredRow]],
@@ -126,7 +124,7 @@ def _read_db(
     StoreHealth,
     list[str],
 ]:
-    t = tables_for(db.schema)
+    t = store.tables
     j, o = t.jobs, t.offsets
     jobs_q = sa.select(
         j.c.job,
@@ -146,7 +144,7 @@ def _read_db(
     stored: dict[str, dict[TopicPartition, StoredRow]] = {}
     stats: dict[str, JobStats] = {}
     stats_error = None
-    with translate_errors(db), engine.connect() as conn, conn.begin():
+    with store.connect() as conn, conn.begin():
         conn.execute(sa.text("SET TRANSACTION READ ONLY"))
         conn.execute(_TIMEOUTS)
         every = list(conn.execute(jobs_q))
@@ -158,11 +156,13 @@ def _read_db(
                 stored.setdefault(r.job, {})[(r.topic, r.part)] = StoredRow(r.off, max(0.0, float(r.age)))
         try:
             with conn.begin_nested():
-                stats = load_stats(conn, db)
+                stats = load_stats(conn, store.settings)
         except sa.exc.ProgrammingError:  # job_stats missing: the schema is older than 0004
             stats_error = "job_stats table missing: run `txn-offsets db upgrade`"
-        store = StoreHealth(health.offsets_table_stats(conn, db), health.oldest_transaction_age_s(conn))
-    return jobs, stored, stats, stats_error, store, retired
+        found = StoreHealth(
+            health.offsets_table_stats(conn, store.settings), health.oldest_transaction_age_s(conn)
+        )
+    return jobs, stored, stats, stats_error, found, retired
 
 
 def _proven_marks(
@@ -185,12 +185,12 @@ def _proven_marks(
     return marks
 
 
-def read_snapshot(engine: sa.Engine, db: DatabaseSettings, kafka: KafkaView | None) -> Snapshot:
+def read_snapshot(store: Store, kafka: KafkaView | None) -> Snapshot:
     """Everything /metrics and /offsets show. Never raises for an unreachable service: the
     snapshot says what could not be read (``database_error``, ``kafka.error``)."""
     read_at = time.time()
     try:
-        jobs, stored, stats, stats_error, store, retired = _read_db(engine, db)
+        jobs, stored, stats, stats_error, store_health, retired = _read_db(store)
     except (TxnOffsetsError, sa.exc.SQLAlchemyError) as exc:
         detail = str(exc) if isinstance(exc, TxnOffsetsError) else type(exc).__name__
         logger.warning("scrape: database not read: %s", detail)
@@ -218,4 +218,4 @@ def read_snapshot(engine: sa.Engine, db: DatabaseSettings, kafka: KafkaView | No
         views.append(
             JobView(r.job, r.generation, r.run_id, bool(r.live), age, mine, lags, stats.get(r.job), errors)
         )
-    return Snapshot(tuple(views), None, facts, stats_error, store=store, retired=tuple(retired))
+    return Snapshot(tuple(views), None, facts, stats_error, store=store_health, retired=tuple(retired))

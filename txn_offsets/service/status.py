@@ -33,11 +33,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from txn_offsets.admin.lag import PartitionLag
 from txn_offsets.errors import ConfigError
 from txn_offsets.service.snapshot import JobView, Snapshot
 
-__all__ = ["STATES", "JobStatuses", "StatusRules", "outside_log"]
+__all__ = ["STATES", "JobStatuses", "StatusRules"]
 
 #: Every state, in the order the rules are tried (OK last).
 STATES = ("OUT_OF_LOG", "FENCED", "STOPPED", "STALLED", "LAGGING", "OK")
@@ -58,12 +57,6 @@ class StatusRules:
             value = getattr(self, name)
             if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
                 raise ConfigError(name, f"{value!r}: give a number of seconds > 0")
-
-
-def outside_log(p: PartitionLag) -> bool:
-    """The stored offset is below the log start or past the end: admin/lag's own flag, so
-    ``txn-offsets offsets lag`` and the service always agree."""
-    return p.out_of_log
 
 
 @dataclass
@@ -108,7 +101,8 @@ class JobStatuses:
             seen.lags.append((now, j.total_lag))
         while seen.lags and now - seen.lags[0][0] > rules.trend_window_s:
             seen.lags.popleft()
-        if kafka_ok and any(outside_log(p) for p in j.partitions):
+        # admin/lag's own flag: `txn-offsets offsets lag` and the service always agree
+        if kafka_ok and any(p.out_of_log for p in j.partitions):
             return "OUT_OF_LOG"
         if seen.fenced_at is not None and now - seen.fenced_at < rules.fenced_hold_s:
             return "FENCED"

@@ -26,7 +26,7 @@ from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark import frames, session
 from txn_offsets.spark.frames import EXECUTION_PATHS, Execution, check_execution
-from txn_offsets.spark.tasks import ReadOptions, ReadTask
+from txn_offsets.spark.tasks import PartitionTask, ReadOptions, ReadTask, TaskReport
 from txn_offsets.store.runs import Run
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "assign_ranges",
     "batch_deadline",
     "check_execution",
+    "spark_error_summary",
     "spark_group",
 ]
 
@@ -54,6 +55,9 @@ class Batch:
     run: Run
     read: ReadOptions = field(default_factory=ReadOptions)
     execution: Execution = "auto"
+    # run_jobs' shared rounds (Rounds.submit of txn_offsets.spark.rounds): a PartitionWriter's task
+    # runs in the next round, one Spark job with the other jobs' batches; None: a Spark job of its own
+    shared_round: Callable[[PartitionTask[Any]], list[TaskReport]] | None = None
 
     def __post_init__(self) -> None:
         check_execution(self.execution, self.spark)
@@ -101,6 +105,17 @@ def assign_ranges(spans: list[int], tasks: int) -> tuple[tuple[int, ...], ...]:
         groups[g].append(i)
         load[g] += spans[i]
     return tuple(tuple(sorted(g)) for g in groups if g)
+
+
+def spark_error_summary(exc: BaseException) -> str:
+    """The Python error inside a Spark job's failure, without the JVM stack trace (a batch's or an
+    epoch's BatchFailed says it)."""
+    text = str(exc)
+    for line in reversed(text.splitlines()):
+        stripped = line.strip()
+        if stripped.startswith(("txn_offsets.", "psycopg.", "sqlalchemy.")) or "Error:" in stripped:
+            return stripped[:1000]
+    return text.splitlines()[0][:1000] if text else type(exc).__name__
 
 
 @contextlib.contextmanager

@@ -18,7 +18,6 @@ import contextlib
 import functools
 import pickle
 import re
-import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Literal, get_args
 
@@ -205,15 +204,3 @@ def worker_imports() -> Iterator[None]:
             f"own modules in the Python environment of the Spark cluster (or Connect server), or ship "
             f"them with spark.addArtifacts('<module>.py' or '<package>.zip', pyfile=True)",
         ) from exc
-
-
-def __getattr__(name: str) -> object:
-    # the session probes moved to txn_offsets.spark.session (kept here for one release)
-    if name in ("is_connect", "session_cores"):
-        warnings.warn(
-            f"txn_offsets.spark.frames.{name} is deprecated: import it from txn_offsets.spark.session",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(session, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

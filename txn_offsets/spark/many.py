@@ -17,9 +17,11 @@ and batch, whose fixed cost dominates small batches.
 Every job is a separate run with its own generation, lease and offset rows: the jobs share the
 offsets tables, not a row, so none waits on another's locks. What they do at the same moments is
 done together: the runs that start at once start in one transaction (each job's start in a
-savepoint of its own, :mod:`txn_offsets.store.many_runs`), and the plans asked for at once are one
-Kafka request and one transaction (:mod:`txn_offsets.spark.joint_plans`). A job that fails does not stop the
-others (unless ``stop_on_error``): :class:`JobsResult` holds each job's summary or error.
+savepoint of its own, :func:`txn_offsets.store.runs.start_runs`), and the plans asked for at once are
+one Kafka request and one transaction (:mod:`txn_offsets.plan.shared`). All that the jobs share is
+ONE :class:`~txn_offsets.spark.shared.Shared`, built here and passed to each job's run loop as a
+parameter. A job that fails does not stop the others (unless ``stop_on_error``):
+:class:`JobsResult` holds each job's summary or error.
 
 SIGTERM/SIGINT (when called from the main thread) stop every job between its batches, like a single
 ``run_job`` (signal handlers can only be installed in the main thread, so the threads install none).
@@ -37,13 +39,15 @@ from typing import Any
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError
-from txn_offsets.planner import TopicSelection
-from txn_offsets.spark import joint_plans, rounds, session
-from txn_offsets.spark.joint_plans import JointPlans
+from txn_offsets.plan.planner import TopicSelection
+from txn_offsets.plan.shared import SharedPlans
+from txn_offsets.spark import session
 from txn_offsets.spark.rounds import Rounds
-from txn_offsets.spark.runner import JobSummary, run_job
+from txn_offsets.spark.runner import run_member
+from txn_offsets.spark.shared import Shared
 from txn_offsets.spark.signals import stop_on_signals
-from txn_offsets.spark.spec import JointStarts, preflight_jobs, shared_engines
+from txn_offsets.spark.spec import SharedStarts, preflight_jobs
+from txn_offsets.spark.summary import JobSummary
 from txn_offsets.spark.writers import PartitionWriter
 from txn_offsets.store.budget import check_jobs_budget
 from txn_offsets.store.database import DRIVER_POOL, engine_for
@@ -75,8 +79,8 @@ class JobsResult:
     rounds: int = 0  # shared rounds run (one Spark job each; 0: none shared)
     round_batches: int = 0  # the jobs' batches they carried
     plans: int = 0  # plans asked for jointly (a job's first plan and those after are)
-    joint_plans: int = 0  # the joint plans that made them (one Kafka request and transaction each)
-    joint_starts: int = 0  # the transactions that started the runs together (many_runs)
+    shared_plans: int = 0  # the shared plans that made them (one Kafka request and transaction each)
+    shared_starts: int = 0  # the transactions that started the runs together (store.runs.start_runs)
 
     def raise_for_errors(self) -> None:
         if self.errors:
@@ -129,29 +133,28 @@ def run_jobs(
     stop = stop or threading.Event()
     result = JobsResult()
     lock = threading.Lock()
-    shared = Rounds(spark, timeout_s=_round_timeout([jobs[n] for n in members])) if members else None
-    # the jobs' plans of the moment made together (one Kafka request, one transaction)
-    planning = JointPlans()
-    starting = JointStarts()  # and the runs' starts of the moment: one transaction
     engines = {
         db: engine_for(db, pool_size=DRIVER_POOL[0] * n, max_overflow=DRIVER_POOL[1] * n)
         for db, n in users.items()
     }  # one driver engine per database, as large as the jobs' own pools were: opened as needed
-    # their listed topics and the tables checked once for all (what fails there, each job checks alone)
-    preflighted = preflight_jobs(engines, _selections(jobs))
+    shared = Shared(
+        engines=engines,
+        # their listed topics and the tables checked once for all (what fails, each job checks alone)
+        preflighted=preflight_jobs(engines, _selections(jobs)),
+        starts=SharedStarts(),  # the runs' starts of the moment: one transaction
+        plans=SharedPlans(),  # the jobs' plans of the moment: one Kafka request, one transaction
+        rounds=Rounds(spark, timeout_s=_round_timeout([jobs[n] for n in members])) if members else None,
+        in_rounds=frozenset(members),
+    )
 
     def one(name: str, options: Mapping[str, Any]) -> None:
-        member = shared is not None and name in members  # its Spark jobs are the rounds'
-        pool = pools and not connect and not member
+        rounds = shared.rounds_of(name)  # its Spark jobs are the rounds'
+        pool = pools and not connect and rounds is None
         if pool:  # thread-local: this thread's Spark jobs go to this pool
             spark.sparkContext.setLocalProperty(POOL_PROPERTY, name)
         try:
-            with (
-                shared_engines(engines, preflighted, starting),
-                joint_plans.joined(planning),
-                rounds.joined(shared) if member else contextlib.nullcontext(),  # type: ignore[arg-type]
-            ):
-                summary = run_job(spark, job=name, stop=stop, **options)
+            with rounds.member() if rounds is not None else contextlib.nullcontext():
+                summary = run_member(spark, shared, job=name, stop=stop, **options)
         except BaseException as exc:  # kept for the caller, who decides
             logger.error("job=%r failed: %s: %s", name, type(exc).__name__, exc)
             with lock:
@@ -180,16 +183,16 @@ def run_jobs(
         restore()
         for engine in engines.values():
             engine.dispose()
-        result.plans, result.joint_plans = planning.plans, planning.gatherings
-        result.joint_starts = starting.gatherings
-        if shared is not None:
-            shared.close()
-            result.rounds, result.round_batches = shared.count, shared.batches
+        result.plans, result.shared_plans = shared.plans.plans, shared.plans.calls
+        result.shared_starts = shared.starts.calls
+        if shared.rounds is not None:
+            shared.rounds.close()
+            result.rounds, result.round_batches = shared.rounds.count, shared.rounds.batches
             logger.info(
                 "run_jobs: %d batches of %d jobs in %d shared rounds",
-                shared.batches,
+                shared.rounds.batches,
                 len(members),
-                shared.count,
+                shared.rounds.count,
             )
     return result
 

@@ -21,14 +21,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-import sqlalchemy as sa
-
-from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.config import KafkaSettings
 from txn_offsets.errors import TxnOffsetsError
 from txn_offsets.kafka.mirror import GroupMirror
 from txn_offsets.ranges import TopicPartition
 from txn_offsets.spark.tasks import TaskReport, success_counts
 from txn_offsets.store import stats, stats_queue
+from txn_offsets.store.handle import Store
 
 __all__ = ["BatchPublisher"]
 
@@ -40,8 +39,7 @@ class BatchPublisher:
 
     def __init__(
         self,
-        engine: sa.Engine,
-        db: DatabaseSettings,
+        store: Store,
         kafka: KafkaSettings,
         job: str,
         *,
@@ -49,8 +47,7 @@ class BatchPublisher:
         on_batch: Callable[[Any], None] | None,
         generation: int,
     ) -> None:
-        self._engine = engine
-        self._db = db
+        self._store = store  # where the statistics go
         self._job = job
         self._on_batch = on_batch
         self._mirror = (
@@ -102,7 +99,7 @@ class BatchPublisher:
 
     def _count(self, record: stats.StatRecord) -> None:
         self._recorded = [f for f in self._recorded if not f.done()]
-        self._recorded.append(stats_queue.submit(self._engine, self._db, record))
+        self._recorded.append(stats_queue.submit(self._store, record))
 
     def _count_failure(self, outcome: str) -> None:
         try:

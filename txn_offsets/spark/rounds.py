@@ -39,7 +39,7 @@ from txn_offsets.spark.session import session_cores
 from txn_offsets.spark.tasks import PartitionTask, Staged, TaskReport, reports_of
 from txn_offsets.store.database import worker_engine
 
-__all__ = ["Rounds", "UnitFailed", "current", "joined"]
+__all__ = ["Rounds", "UnitFailed"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,8 +52,6 @@ GATHER_MAX_S = 0.25
 #: start and its first plan each), a round waits for them up to this long after the rounds began, so
 #: the first round carries every job instead of the few that started first (which then stay a cohort)
 GATHER_START_S = 2.0
-
-_local = threading.local()
 
 
 class UnitFailed(Exception):
@@ -138,8 +136,9 @@ class _Submission:
 class Rounds:
     """Gathers the members' batches and runs each gathering as one Spark job on its own thread.
 
-    Members are the threads inside :func:`joined`; :meth:`submit` blocks its caller until its
-    batch's round has run. ``close()`` ends the round thread once nothing is pending."""
+    Members are the threads inside :meth:`member` (``run_jobs`` gives each job's batch step the
+    rounds through :class:`~txn_offsets.spark.shared.Shared`); :meth:`submit` blocks its caller
+    until its batch's round has run. ``close()`` ends the round thread once nothing is pending."""
 
     def __init__(self, spark: Any, *, timeout_s: float | None = None) -> None:
         self.spark = spark
@@ -186,6 +185,15 @@ class Rounds:
             self._closed = True
             self._cond.notify_all()
         self._thread.join()
+
+    @contextlib.contextmanager
+    def member(self) -> Iterator[None]:
+        """The calling thread is a member for the block: each round waits a moment for its batch."""
+        self._member(+1)
+        try:
+            yield
+        finally:
+            self._member(-1)
 
     def _member(self, delta: int) -> None:
         with self._cond:
@@ -258,21 +266,3 @@ class Rounds:
                 sub.reports.append(item)
         for sub in batch:
             sub.done.set()
-
-
-def current() -> Rounds | None:
-    """The rounds this thread's batches go to (inside :func:`joined`), else None."""
-    rounds: Rounds | None = getattr(_local, "rounds", None)
-    return rounds
-
-
-@contextlib.contextmanager
-def joined(rounds: Rounds) -> Iterator[None]:
-    """This thread is a member of `rounds`: its PartitionWriter batches (RDD path) go to them."""
-    rounds._member(+1)
-    _local.rounds = rounds
-    try:
-        yield
-    finally:
-        _local.rounds = None
-        rounds._member(-1)

@@ -8,17 +8,16 @@ Both then live through the same lifecycle: an engine for the driver, the preflig
 topics there: a misconfigured run does not even bump the generation), the role check (a job the
 database role may not use is refused; a superuser or the schema owner is warned about), a new
 run (fencing every older one), and at the end the lease released and the engine closed - whatever
-happened between. Under :func:`shared_engines` (``run_jobs``: many jobs of one application) the
-runs of this thread take their driver engine from there instead, one for all the jobs on the same
-database, and leave it open.
+happened between. Given the engines of ``run_jobs`` (many jobs of one application, see
+:class:`~txn_offsets.spark.shared.Shared`) a run takes its driver engine from there instead, one for
+all the jobs on the same database, and leaves it open.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import sqlalchemy as sa
@@ -27,29 +26,35 @@ from sqlalchemy.exc import SQLAlchemyError
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError, TxnOffsetsError
 from txn_offsets.kafka.start import StartPolicy
-from txn_offsets.planner import Limits, OnDataLoss, TopicSelection, check_on_data_loss, preflight
+from txn_offsets.plan.data_loss import OnDataLoss, check_on_data_loss
+from txn_offsets.plan.planner import Limits, TopicSelection, preflight
+from txn_offsets.plan.shared import SharedAsks
 from txn_offsets.spark.frames import Execution, check_execution
-from txn_offsets.spark.gathering import Gathering
 from txn_offsets.spark.tasks import ReadOptions
 from txn_offsets.store.budget import ConnectionBudget, check_server
-from txn_offsets.store.database import engine_for, translate_errors
-from txn_offsets.store.many_runs import StartRequest, end_runs, start_runs
+from txn_offsets.store.database import engine_for
+from txn_offsets.store.handle import Store
 from txn_offsets.store.roles import check_run_role
-from txn_offsets.store.runs import Run, StartTicket, end_run, new_run_id, start_run
+from txn_offsets.store.runs import (
+    Run,
+    StartRequest,
+    StartTicket,
+    end_run,
+    end_runs,
+    new_run_id,
+    start_run,
+    start_runs,
+)
 
 __all__ = [
     "JobSpec",
-    "JointStarts",
+    "SharedStarts",
     "end_quietly",
-    "in_shared_engines",
     "job_run",
     "preflight_jobs",
-    "shared_engines",
 ]
 
 logger = logging.getLogger(__name__)
-
-_local = threading.local()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,99 +129,81 @@ class JobSpec:
 
 @contextlib.contextmanager
 def job_run(
-    spec: JobSpec, database: DatabaseSettings, kafka: KafkaSettings, *, budget: ConnectionBudget | None = None
-) -> Iterator[tuple[sa.Engine, Run]]:
-    """The driver's engine and a new run of ``spec.job`` (fencing older runs), after the
+    spec: JobSpec,
+    database: DatabaseSettings,
+    kafka: KafkaSettings,
+    *,
+    budget: ConnectionBudget | None = None,
+    engines: Mapping[DatabaseSettings, sa.Engine] | None = None,
+    preflighted: Collection[tuple[DatabaseSettings, KafkaSettings, tuple[str, ...]]] = (),
+    starts: SharedStarts | None = None,
+) -> Iterator[tuple[Store, Run]]:
+    """The driver's store (on its engine) and a new run of ``spec.job`` (fencing older runs), after the
     preflight (and with `budget`, the server's free connections read on the engine's first
     connection, which the run keeps); at exit the lease is released (quietly, see
     :func:`end_quietly`) and the engine closed. A failed preflight or start changes nothing and
-    leaves nothing open."""
-    shared: Mapping[DatabaseSettings, sa.Engine] = getattr(_local, "engines", {})
+    leaves nothing open.
+
+    ``run_jobs`` passes what its jobs share: `engines`, driver engines per database settings used
+    instead of one of the run's own and left open (their owner disposes of them: one pool for many
+    jobs opens connections as they are needed and compiles each statement once, not once per job);
+    `preflighted`, the (database, Kafka, topics) it checked for all its jobs at once
+    (:func:`preflight_jobs`), whose runs skip their own preflight; `starts`, to start (and end) the
+    run together with the other jobs' runs starting (ending) at the same time."""
+    shared = engines or {}
     engine = shared.get(database) or engine_for(database)
+    store = Store(engine, database)
     own = database not in shared
     try:
         if budget is not None:
-            with translate_errors(database), engine.connect() as conn:
+            with store.connect() as conn:
                 check_server(conn, database, budget)
-        if (database, kafka, spec.selection.topics) not in getattr(_local, "preflighted", ()):
-            preflight(engine, database, kafka, job=spec.job, selection=spec.selection)
-        run = _start(engine, database, spec)
+        if (database, kafka, spec.selection.topics) not in preflighted:
+            preflight(store, kafka, job=spec.job, selection=spec.selection)
+        run = _start(store, spec, starts)
     except BaseException:
         if own:
             engine.dispose()
         raise
     try:
-        yield engine, run
+        yield store, run
     finally:
-        _end(engine, database, run)
+        _end(store, run, starts)
         if own:
             engine.dispose()
 
 
-def _start(engine: sa.Engine, database: DatabaseSettings, spec: JobSpec) -> Run:
-    """The role check and the run's start: with the other jobs starting meanwhile under
-    :func:`shared_engines` (one transaction, :mod:`txn_offsets.store.many_runs`), else alone - as
-    a job does whose joint start was refused or failed, going on with the same ticket."""
-    starts: JointStarts | None = getattr(_local, "starts", None)
+def _start(store: Store, spec: JobSpec, starts: SharedStarts | None) -> Run:
+    """The role check and the run's start: with the other jobs starting meanwhile through `starts`
+    (one transaction, :func:`~txn_offsets.store.runs.start_runs`), else alone - as a job does
+    whose shared start was refused or failed, going on with the same ticket."""
     ticket = StartTicket(spec.job, new_run_id())
     if starts is not None:
-        run = starts.ask((engine, database), StartRequest(ticket, spec.force, spec.lease_s))
+        run = starts.ask(store, StartRequest(ticket, spec.force, spec.lease_s))
         if run is not None:
             return run
     # a job the role may not use fails here; a superuser or the schema owner is warned about
-    check_run_role(engine, database, spec.job)
-    return start_run(engine, database, spec.job, force=spec.force, lease_s=spec.lease_s, resume=ticket)
+    check_run_role(store, spec.job)
+    return start_run(store, spec.job, force=spec.force, lease_s=spec.lease_s, resume=ticket)
 
 
-def _end(engine: sa.Engine, database: DatabaseSettings, run: Run) -> None:
-    """Release the run's lease: with the other jobs' runs ending meanwhile under
-    :func:`shared_engines` (one statement), else - or where that failed - alone."""
-    starts: JointStarts | None = getattr(_local, "starts", None)
-    if starts is not None and starts.ends.ask((engine, database), run) is not None:
+def _end(store: Store, run: Run, starts: SharedStarts | None) -> None:
+    """Release the run's lease: with the other jobs' runs ending meanwhile through `starts` (one
+    statement), else - or where that failed - alone."""
+    if starts is not None and starts.ends.ask(store, run) is not None:
         return
-    end_quietly(engine, database, run)
+    end_quietly(store, run)
 
 
-class JointStarts(Gathering[tuple[sa.Engine, DatabaseSettings], StartRequest, Run]):
+class SharedStarts(SharedAsks[Store, StartRequest, Run]):
     """The runs of many jobs (``run_jobs``) started together: the starts asked for at the same time
-    are one transaction (:func:`~txn_offsets.store.many_runs.start_runs`) per database; and
+    are one transaction (:func:`~txn_offsets.store.runs.start_runs`) per database; and
     (``ends``) their leases released together when they end at the same time
-    (:func:`~txn_offsets.store.many_runs.end_runs`)."""
+    (:func:`~txn_offsets.store.runs.end_runs`)."""
 
     def __init__(self) -> None:
-        super().__init__("start", lambda key, requests: start_runs(*key, requests))
-        self.ends: Gathering[tuple[sa.Engine, DatabaseSettings], Run, bool] = Gathering(
-            "end", lambda key, runs: end_runs(*key, runs)
-        )
-
-
-def in_shared_engines(database: DatabaseSettings) -> bool:
-    """Whether this thread's runs on `database` use a shared engine (:func:`shared_engines`)."""
-    return database in getattr(_local, "engines", {})
-
-
-@contextlib.contextmanager
-def shared_engines(
-    engines: Mapping[DatabaseSettings, sa.Engine],
-    preflighted: Sequence[tuple[DatabaseSettings, KafkaSettings, tuple[str, ...]]] = (),
-    starts: JointStarts | None = None,
-) -> Iterator[None]:
-    """The runs this thread starts inside the block use these driver engines (per database
-    settings) instead of one of their own each, and leave them open: their owner disposes of them.
-    One pool for many jobs opens connections as they are needed, up to the pool's size, and
-    compiles each statement once, not once per job. A run whose (database, Kafka, topics) is in
-    `preflighted` skips its own preflight: its owner checked them for all its jobs at once
-    (:func:`preflight_jobs`). With `starts`, the runs start together with the other threads'
-    runs starting at the same time."""
-    _local.engines = engines
-    _local.preflighted = preflighted
-    _local.starts = starts
-    try:
-        yield
-    finally:
-        _local.engines = {}
-        _local.preflighted = ()
-        _local.starts = None
+        super().__init__("start", start_runs)
+        self.ends: SharedAsks[Store, Run, bool] = SharedAsks("end", end_runs)
 
 
 def preflight_jobs(
@@ -225,7 +212,7 @@ def preflight_jobs(
 ) -> list[tuple[DatabaseSettings, KafkaSettings, tuple[str, ...]]]:
     """The preflight of many runs' listed topics at once (one per database and Kafka cluster: the
     tables checked once, every topic described in one request): what passed, for
-    :func:`shared_engines`. Where it fails (a missing topic of one job), those runs preflight on
+    :func:`job_run`'s `preflighted`. Where it fails (a missing topic of one job), those runs preflight on
     their own, so the error stays with its job; runs given a topic pattern always do."""
     groups: dict[tuple[DatabaseSettings, KafkaSettings], list[tuple[str, TopicSelection]]] = {}
     for job, db, kafka, selection in jobs:
@@ -235,10 +222,10 @@ def preflight_jobs(
     for (db, kafka), members in groups.items():
         topics = tuple(sorted({t for _, selection in members for t in selection.topics}))
         try:
-            preflight(engines[db], db, kafka, job=members[0][0], selection=TopicSelection(topics))
+            preflight(Store(engines[db], db), kafka, job=members[0][0], selection=TopicSelection(topics))
         except TxnOffsetsError as exc:
             logger.info(
-                "joint preflight of %d job(s) failed (%s): each checks alone",
+                "shared preflight of %d job(s) failed (%s): each checks alone",
                 len(members),
                 type(exc).__name__,
             )
@@ -247,10 +234,10 @@ def preflight_jobs(
     return passed
 
 
-def end_quietly(engine: sa.Engine, database: DatabaseSettings, run: Run) -> None:
+def end_quietly(store: Store, run: Run) -> None:
     """Release the lease; if the database is gone, say so without hiding the error in flight
     (the lease then simply expires)."""
     try:
-        end_run(engine, database, run)
+        end_run(store, run)
     except (TxnOffsetsError, SQLAlchemyError) as exc:
         logger.warning("job=%r could not release its lease (%s); it expires by itself", run.job, exc)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from txn_offsets.spark.tasks import TaskReport
@@ -40,3 +41,12 @@ class JobSummary:
     stopped_by: str = ""
     max_connections: int = 0  # the run's connection budget (store.budget): at most this many open
     outcomes: list[TaskReport] = field(default_factory=list, repr=False)  # the last 10,000
+
+    def add(self, report: BatchReport, outcomes: Sequence[TaskReport]) -> None:
+        """Count a committed batch (or epoch) and keep its ranges' outcomes (the last KEPT_OUTCOMES)."""
+        self.batches = report.number
+        self.records += report.records
+        self.committed += report.committed
+        self.already_committed += report.already_committed
+        self.outcomes.extend(outcomes)
+        del self.outcomes[:-KEPT_OUTCOMES]

@@ -22,7 +22,7 @@ from txn_offsets.commit import Unit
 from txn_offsets.errors import ConfigError
 from txn_offsets.kafka.reader import Record
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.spark import frames, rounds
+from txn_offsets.spark import frames
 from txn_offsets.spark.batch import Batch
 from txn_offsets.spark.records import decoded
 from txn_offsets.spark.tasks import PartitionTask, TaskReport, commit_reporting
@@ -117,9 +117,8 @@ class PartitionWriter(Generic[T, A]):
         )
         if batch.path == "dataframe":
             return frames.run_tasks(batch.spark, batch.groups(), task)
-        shared = rounds.current()  # run_jobs: this batch's Spark job is shared with the other jobs'
-        if shared is not None and shared.spark is batch.spark:
-            return shared.submit(task)
+        if batch.shared_round is not None:  # run_jobs: this batch's Spark job is shared with the other jobs'
+            return batch.shared_round(task)
         with frames.worker_imports():
             reports: list[TaskReport] = batch.ranges_rdd().mapPartitionsWithIndex(task).collect()
         return reports

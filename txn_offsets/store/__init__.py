@@ -9,6 +9,8 @@ What it promises:
 - each run bumps the job's generation and fences the older ones (:mod:`~txn_offsets.store.runs`);
 - database failures surface as the library's named errors (:mod:`~txn_offsets.store.database`,
   which also keeps one engine per Python worker for Spark tasks);
+- the driver side holds it as one object, :class:`~txn_offsets.store.handle.Store` (engine,
+  settings, tables, error translation), handed to every function instead of an (engine, db) pair;
 - a record the decoder rejected (dead-letter mode) is written in its range's transaction
   (:mod:`~txn_offsets.store.dead_letters`);
 - the tables (:mod:`~txn_offsets.store.schema`) change only through migrations

@@ -1,11 +1,13 @@
 """Schema migrations as plain functions (alembic underneath): upgrade, downgrade, current, check.
 
-The alembic scripts (``env.py``, ``script.py.mako``, ``versions/``) ship inside the package as
-package data, in ``txn_offsets/migrations/``, and are found through :mod:`importlib.resources`:
-a wheel or ``pip install --target`` install migrates exactly as the source tree does. The Postgres
-schema they work on comes from :class:`DatabaseSettings` and travels to ``env.py`` through
-``Config.attributes``, so one set of revisions serves any schema name. alembic's version table
-lives inside that schema, and ``upgrade`` creates the schema when it is missing.
+The alembic scripts (``env.py``, ``script.py.mako``, ``versions/``) live in ``migrations/`` at the
+repository's top level (beside ``alembic.ini``, for ``alembic upgrade head``); the wheel ships them
+inside the package, as ``txn_offsets/migrations/`` (pyproject.toml maps them there), so a wheel or
+``pip install --target`` install migrates exactly as a checkout does. :data:`MIGRATIONS_DIR` is the
+first of the two that holds them. The Postgres schema they work on comes from
+:class:`DatabaseSettings` and travels to ``env.py`` through ``Config.attributes``, so one set of
+revisions serves any schema name. alembic's version table lives inside that schema, and
+``upgrade`` creates the schema when it is missing.
 """
 
 from __future__ import annotations
@@ -44,16 +46,19 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-def _find_migrations() -> Path:
-    """The package's own ``migrations/`` (package data). alembic needs a directory on disk, which
-    every installed layout (wheel, ``--target``, editable, the source tree) provides."""
-    return Path(str(resources.files("txn_offsets") / "migrations"))
+#: Where the scripts may be, in order: inside the installed package (a wheel, ``--target``), then
+#: the checkout's top-level ``migrations/`` (the source tree, an editable install). alembic needs a
+#: directory on disk, which both are.
+_PLACES = (
+    Path(str(resources.files("txn_offsets") / "migrations")),
+    Path(__file__).resolve().parents[2] / "migrations",
+)
 
+#: The alembic script directory of the offsets schema: the first of `_PLACES` that holds
+#: ``env.py`` (the package's place when neither does: :func:`scripts` then names both).
+MIGRATIONS_DIR = next((place for place in _PLACES if (place / "env.py").is_file()), _PLACES[0])
 
-#: The alembic script directory of the offsets schema (inside the package).
-MIGRATIONS_DIR = _find_migrations()
-
-# Keys of Config.attributes read by txn_offsets/migrations/env.py
+# Keys of Config.attributes read by migrations/env.py
 ATTR_DB = "txn_offsets.db"
 ATTR_CREATE_SCHEMA = "txn_offsets.create_schema"
 
@@ -70,7 +75,8 @@ def scripts(action: str, schema: str) -> Path:
         raise MigrationError(
             action,
             schema,
-            f"the package's migration scripts are missing ({', '.join(missing)} not in {MIGRATIONS_DIR}): "
+            f"the package's migration scripts are missing ({', '.join(missing)} not in {MIGRATIONS_DIR}; "
+            f"a wheel ships them in {_PLACES[0]}, a checkout holds them in {_PLACES[1]}): "
             "reinstall txn-offsets from its wheel or source (pip install --force-reinstall txn-offsets)",
         )
     return MIGRATIONS_DIR

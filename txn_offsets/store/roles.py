@@ -28,6 +28,7 @@ import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings, validate_identifier
 from txn_offsets.errors import ConfigError
+from txn_offsets.store.handle import Store
 from txn_offsets.store.schema import run_role_grants, tables_for
 
 __all__ = [
@@ -201,12 +202,12 @@ def require_reachable(conn: sa.Connection, db: DatabaseSettings, job: str) -> No
         raise _not_permitted(check.role, job)
 
 
-def check_run_role(engine: sa.Engine, db: DatabaseSettings, job: str) -> RoleCheck:
+def check_run_role(store: Store, job: str) -> RoleCheck:
     """At the start of a run: refuse a job the role may not use (before anything changes), and
     warn (one line) when the run is not confined to its job's rows: a superuser or the owner."""
-    with engine.connect() as conn:
-        check = role_check(conn, db)
-        if not permitted(conn, db, check, job):
+    with store.engine.connect() as conn:
+        check = role_check(conn, store.settings)
+        if not permitted(conn, store.settings, check, job):
             raise _not_permitted(check.role, job)
     warn_unconfined(check, job)
     return check

@@ -1,4 +1,5 @@
-"""Runs of a job: the fencing generation and the lease of the live run.
+"""Runs of a job: the fencing generation and the lease of the live run, each step written once for
+N runs (one run is N = 1): started, renewed, ended.
 
 Starting a run bumps the job's generation in the same transaction that takes the lease, so every
 older run is fenced from then on: its claims carry the old generation and no longer match.
@@ -8,49 +9,65 @@ transaction ends, and everything that bumps the generation (a new run, an admin 
 the row ``FOR UPDATE``, which conflicts with it. So the bump waits for claims already in flight,
 and claims that start later see the new generation. Heartbeats update only non-key columns, which
 does not conflict with ``FOR KEY SHARE``: a heartbeat never waits for a batch commit.
+
+The runs of many jobs (``run_jobs``) that start, plan or end at the same moment do it in one
+transaction or statement of the same family: :func:`start_runs` (rows locked ``SKIP LOCKED``: a job
+this start does not take starts alone, where it meets its own error or waits for its own row),
+:func:`renew_leases`, :func:`end_runs`. What breaks a shared start's transaction (the connection, its
+COMMIT) is raised for all: each job then starts alone with its :class:`StartTicket`
+(``start_run(resume=...)``), which records the generation the shared start locked, reads the job row
+again under lock and goes on exactly as after a lost COMMIT of its own - our run id: it committed;
+that generation: it did not; anything else: Fenced. Never a second bump, never a guess.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, NoReturn
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import ConfigError, Fenced, JobAlreadyRunning, ServiceUnavailable, UnknownJob
 from txn_offsets.store import roles
-from txn_offsets.store.database import sqlstate, translate_errors
+from txn_offsets.store.database import sqlstate
+from txn_offsets.store.handle import Store
 from txn_offsets.store.schema import tables_for
 
 __all__ = [
+    "LOCK_TIMEOUT_S",
     "JobState",
     "Run",
+    "StartRequest",
     "StartTicket",
     "end_run",
+    "end_runs",
+    "fenced",
     "heartbeat",
+    "held_update",
     "lock_job",
     "new_run_id",
+    "one_run_per_job",
     "renew_lease",
+    "renew_leases",
+    "run_values",
     "set_lock_timeout",
     "start_run",
+    "start_runs",
     "validate_job",
 ]
 
 logger = logging.getLogger(__name__)
 
 _MAX_JOB_NAME = 200
-
-
-def _seconds(value: object) -> sa.ColumnElement[object]:
-    """An interval of `value` seconds (a bound value or a column)."""
-    return sa.func.make_interval(0, 0, 0, 0, 0, 0, value)
 
 
 @dataclass(frozen=True)
@@ -130,8 +147,32 @@ def lock_job(
     )
 
 
+#: a shared start's lock_timeout: its rows are locked SKIP LOCKED, but making a new job row waits for
+#: another transaction making the same one; past this the shared start fails and each job starts
+#: alone (with start_run's own lock timeout)
+LOCK_TIMEOUT_S = 0.5
 _START_ATTEMPTS = 5  # a start whose connection broke is tried again, the same run id each time
 _START_BACKOFF_S = 0.5  # times the attempt: 0.5 + 1 + 1.5 + 2 s, about a failover's recovery
+
+
+@dataclass
+class StartTicket:
+    """A start's identity: the run id it starts, and (once its UPDATE ran) the generation it
+    locked. After a start whose COMMIT may have been lost, the ticket says what to look for."""
+
+    job: str
+    run_id: str
+    locked: int | None = None
+
+
+@dataclass(frozen=True)
+class StartRequest:
+    """One job's start: its ticket (job and a new run id), `force` and the lease, as start_run
+    takes them."""
+
+    ticket: StartTicket
+    force: bool = False
+    lease_s: float = 60.0
 
 
 class _StartLost(Exception):
@@ -142,8 +183,7 @@ class _StartLost(Exception):
 
 
 def start_run(
-    engine: sa.Engine,
-    db: DatabaseSettings,
+    store: Store,
     job: str,
     *,
     force: bool = False,
@@ -161,70 +201,95 @@ def start_run(
     with that generation); the generation it locked -> it did not (start again); anything else ->
     another run took the job meanwhile: Fenced. Never a second bump, never a guess.
 
-    `resume`: the ticket of a start of this job tried before in a joint transaction
-    (:mod:`txn_offsets.store.many_runs`) that did not say whether it committed: this start goes
-    on with its run id and the generation it locked, exactly as after a lost COMMIT of its own.
+    `resume`: the ticket of a start of this job tried before in a shared transaction
+    (:func:`start_runs`) that did not say whether it committed: this start goes on with its run id
+    and the generation it locked, exactly as after a lost COMMIT of its own.
     """
     validate_job(job)
     lease = _validate_lease(lease_s)
     if resume is not None and resume.job != job:
         raise ConfigError("resume", f"the ticket is job {resume.job!r}'s, not {job!r}'s")
-    run_id = resume.run_id if resume is not None else new_run_id()
-    lost = resume.locked if resume is not None else None  # the generation a lost COMMIT of ours bumped
+    # the ticket's `locked`: the generation a lost COMMIT of ours bumped (kept across attempts)
+    request = StartRequest(resume if resume is not None else StartTicket(job, new_run_id()), force, lease)
     for attempt in range(1, _START_ATTEMPTS + 1):
         try:
-            return _start(
-                engine, db, job, run_id=run_id, force=force, lease=lease, lock_timeout_s=lock_timeout_s,
-                lost=lost, retry=attempt > 1,
-            )  # fmt: skip
+            return _start_alone(store, request, lock_timeout_s=lock_timeout_s, retry=attempt > 1)
         except _StartLost as exc:
             if attempt == _START_ATTEMPTS:
                 raise exc.cause from None
-            lost = exc.locked if exc.locked is not None else lost
-            logger.warning("job %r: connection lost while starting run %r; trying again", job, run_id)
+            logger.warning(
+                "job %r: connection lost while starting run %r; trying again", job, request.ticket.run_id
+            )
             time.sleep(_START_BACKOFF_S * attempt)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _start(
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    job: str,
-    *,
-    run_id: str,
-    force: bool,
-    lease: float,
-    lock_timeout_s: float,
-    lost: int | None,
-    retry: bool,
-) -> Run:
+def _start_alone(store: Store, request: StartRequest, *, lock_timeout_s: float, retry: bool) -> Run:
     """One attempt of :func:`start_run`; a broken connection is _StartLost (a first attempt that
     cannot connect at all is the caller's ServiceUnavailable, as before)."""
-    ticket = StartTicket(job, run_id, lost)
+    job = request.ticket.job
     connected = False
     try:
-        with translate_errors(db), engine.connect() as conn, conn.begin():
+        with store.connect() as conn, conn.begin():
             connected = True
             set_lock_timeout(conn, lock_timeout_s)
-            # row-level security would refuse the insert in _start_in with a bare policy violation
-            roles.require_reachable(conn, db, job)
-            run = _start_in(conn, db, ticket, force=force, lease=lease)
+            # row-level security would refuse the row's insert with a bare policy violation
+            roles.require_reachable(conn, store.settings, job)
+            run = _start_in(conn, store.settings, [request], skip_locked=False).get(job)
+            if run is None:  # the row made (or found) is gone again: the job was dropped meanwhile
+                raise UnknownJob(job)
     except ServiceUnavailable as exc:
         if retry or connected:  # the connection broke mid-start (or the database is still away)
-            raise _StartLost(exc, ticket.locked) from None
+            raise _StartLost(exc, request.ticket.locked) from None
         raise
-    logger.info("job %r: started run %r, generation %r", job, run_id, run.generation)
+    logger.info("job %r: started run %r, generation %r", job, run.run_id, run.generation)
     return run
 
 
-@dataclass
-class StartTicket:
-    """A start's identity: the run id it starts, and (once its UPDATE ran) the generation it
-    locked. After a start whose COMMIT may have been lost, the ticket says what to look for."""
+def start_runs(
+    store: Store,
+    requests: Sequence[StartRequest],
+    *,
+    lock_timeout_s: float = LOCK_TIMEOUT_S,
+) -> list[Run | None]:
+    """Start every request's run in one transaction of five statements, whatever their number (the
+    role looked up, the jobs it may use, the new job rows made, every row locked ``FOR UPDATE SKIP
+    LOCKED`` in job order, one UPDATE bumping each locked job's generation with its own run id and
+    lease); each run in request order, or None where this start did not take the job: a role that
+    may not use it, a live run (unless `force`), a row another transaction holds (a batch of its
+    last run still committing). That job then starts alone, where it meets its own error or waits
+    for its own row. An error of the transaction is raised: each job then starts alone with its
+    ticket (see the module)."""
+    if not requests:
+        return []
+    _check(requests)
+    started: dict[str, Run] = {}
+    with store.connect() as conn, conn.begin():
+        set_lock_timeout(conn, lock_timeout_s)
+        check = roles.role_check(conn, store.settings)
+        reachable = requests
+        if check.row_security and not (check.superuser or check.owner):
+            jobs = [r.ticket.job for r in requests]
+            found = set(conn.execute(_reachable(store.schema), {"jobs": jobs}).scalars())
+            # the others: their own role check says why
+            reachable = [r for r in requests if r.ticket.job in found]
+        if reachable:
+            started = _start_in(conn, store.settings, reachable, skip_locked=True)
+    for job, run in started.items():
+        roles.warn_unconfined(check, job)
+        logger.info("job %r: started run %r, generation %r", job, run.run_id, run.generation)
+    return [started.get(r.ticket.job) for r in requests]
 
-    job: str
-    run_id: str
-    locked: int | None = None
+
+def _check(requests: Sequence[StartRequest]) -> None:
+    jobs = [validate_job(r.ticket.job) for r in requests]
+    if len(set(jobs)) != len(jobs):
+        raise ConfigError("jobs", "a job appears twice among the runs to start together")
+    for r in requests:
+        if isinstance(r.lease_s, bool) or not isinstance(r.lease_s, int | float) or not r.lease_s > 0:
+            raise ConfigError("lease_s", f"must be > 0 seconds, got {r.lease_s!r} for job {r.ticket.job!r}")
+        if r.ticket.locked is not None:
+            raise ConfigError("ticket", f"job {r.ticket.job!r}'s start was tried before: resume it alone")
 
 
 def new_run_id() -> str:
@@ -241,104 +306,246 @@ def set_lock_timeout(conn: sa.Connection, lock_timeout_s: float) -> None:
 
 
 def _start_in(
-    conn: sa.Connection, db: DatabaseSettings, ticket: StartTicket, *, force: bool, lease: float
-) -> Run:
-    """The start's statements in `conn`'s transaction (the role check done): the job row made if
-    new and locked, the generation bumped and the lease taken for ``ticket.run_id``; the ticket
-    records the generation it locked. Leaving the transaction commits the start."""
-    jobs = tables_for(db.schema).jobs
-    job, run_id, lost = ticket.job, ticket.run_id, ticket.locked
-    conn.execute(pg_insert(jobs).values(job=job).on_conflict_do_nothing())
-    state = _lock_for_start(conn, db, job)
-    if state.run_id == run_id:  # our lost COMMIT was applied: this run goes on
-        logger.warning("job %r: the lost start of run %r had committed", job, run_id)
-        return Run(job, state.generation, run_id)
-    if lost is not None and state.generation != lost:
-        raise Fenced(job, lost + 1, state.generation)  # another run started meanwhile
-    if state.live and not force:
-        raise JobAlreadyRunning(job, state.run_id or "?", state.generation, state.heartbeat_age_s)
-    if state.live:
-        logger.warning(
-            "job %r: forcing a new run, fencing live run %r (generation %r)",
-            job,
-            state.run_id,
-            state.generation,
-        )
-    generation = conn.execute(
-        sa.update(jobs)
-        .where(jobs.c.job == job)
-        .values(
-            generation=jobs.c.generation + 1,
-            run_id=run_id,
-            run_host=socket.gethostname(),
-            lease_s=lease,
-            started_at=sa.func.now(),
-            heartbeat_at=sa.func.now(),
-            lease_until=sa.func.now() + _seconds(lease),
-        )
-        .returning(jobs.c.generation)
-    ).scalar_one()
-    ticket.locked = state.generation  # the caller's COMMIT (or its loss) decides the rest
-    return Run(job, generation, run_id)
+    conn: sa.Connection, db: DatabaseSettings, requests: Sequence[StartRequest], *, skip_locked: bool
+) -> dict[str, Run]:
+    """The start's statements in `conn`'s transaction (the role checked): the requests' job rows made
+    if new and locked FOR UPDATE in job order, and one UPDATE bumping each locked job's generation
+    and taking its lease for the ticket's run id; each ticket records the generation it locked.
+    Leaving the transaction commits the start. The started runs by job.
+
+    `skip_locked` (a shared start): rows another transaction holds are passed over, and so is a job
+    with a live run (unless forced); those jobs are left out. Otherwise (one job, start_run) the
+    row is waited for up to the lock timeout, and a job that cannot be taken raises: a live run
+    (JobAlreadyRunning, also for a batch of it still committing past the lock timeout), a lost
+    start overtaken by another run (Fenced)."""
+    want = {r.ticket.job: r for r in requests}
+    jobs = sorted(want)  # rows made and locked in job order
+    conn.execute(_insert(db.schema), {"jobs": jobs})
+    states = _lock(conn, db, jobs, skip_locked=skip_locked)
+    runs: dict[str, Run] = {}
+    bump: list[StartRequest] = []
+    for state in states:
+        request = want[state.job]
+        ticket = request.ticket
+        if state.run_id == ticket.run_id:  # our lost COMMIT was applied: this run goes on
+            logger.warning("job %r: the lost start of run %r had committed", state.job, ticket.run_id)
+            runs[state.job] = Run(state.job, state.generation, ticket.run_id)
+            continue
+        if ticket.locked is not None and state.generation != ticket.locked:
+            raise Fenced(state.job, ticket.locked + 1, state.generation)  # another run started meanwhile
+        if state.live and not request.force:
+            if skip_locked:
+                continue  # alone, it is refused with JobAlreadyRunning
+            raise JobAlreadyRunning(state.job, state.run_id or "?", state.generation, float(state.age))
+        if state.live:
+            logger.warning(
+                "job %r: forcing a new run, fencing live run %r (generation %r)",
+                state.job,
+                state.run_id,
+                state.generation,
+            )
+        ticket.locked = state.generation  # the caller's COMMIT (or its loss) decides the rest
+        bump.append(request)
+    if bump:
+        values = {
+            "jobs": [r.ticket.job for r in bump],
+            "run_ids": [r.ticket.run_id for r in bump],
+            "leases": [float(r.lease_s) for r in bump],
+            "host": socket.gethostname(),
+        }
+        for job, generation in conn.execute(_bump(db.schema), values).all():
+            runs[job] = Run(job, int(generation), want[job].ticket.run_id)
+    return runs
 
 
-def _lock_for_start(conn: sa.Connection, db: DatabaseSettings, job: str) -> JobState:
-    """The job row FOR UPDATE; a batch of the current run still committing past the start's
-    lock_timeout is JobAlreadyRunning."""
+def _lock(conn: sa.Connection, db: DatabaseSettings, jobs: list[str], *, skip_locked: bool) -> list[Any]:
+    """The jobs' rows FOR UPDATE (:func:`_locking`); waiting for them (one job), a batch of the
+    current run still committing past the start's lock_timeout is JobAlreadyRunning."""
+    if skip_locked:
+        return list(conn.execute(_locking(db.schema, True), {"jobs": jobs}).all())
     try:
         with conn.begin_nested():
-            return lock_job(conn, db, job)
+            return list(conn.execute(_locking(db.schema, False), {"jobs": jobs}).all())
     except sa.exc.OperationalError as exc:
         if sqlstate(exc) != "55P03":  # lock_not_available
             raise
-        state = lock_job(conn, db, job, for_update=False)
+        state = lock_job(conn, db, jobs[0], for_update=False)
         raise JobAlreadyRunning(
-            job, state.run_id or "(a transaction in flight)", state.generation, state.heartbeat_age_s
+            jobs[0], state.run_id or "(a transaction in flight)", state.generation, state.heartbeat_age_s
         ) from None
 
 
 def renew_lease(conn: sa.Connection, db: DatabaseSettings, run: Run) -> JobState:
     """Extend the lease of `run` in the caller's transaction and return the job row; raises Fenced
-    if a newer run (or a reset) took the job.
+    if a newer run (or a reset) took the job (:func:`renew_leases` of one run).
 
-    One statement: the generation is checked by the same UPDATE that renews the lease, and the row
-    stays locked (FOR NO KEY UPDATE) until the transaction ends, so a new run's bump (FOR UPDATE)
-    waits for it; claims (FOR KEY SHARE) do not. Offsets moved later in the same transaction are
+    The generation is checked by the same statement that renews the lease, and the row stays
+    locked (FOR NO KEY UPDATE) until the transaction ends, so a new run's bump (FOR UPDATE) waits
+    for it; claims (FOR KEY SHARE) do not. Offsets moved later in the same transaction are
     therefore moved by the current run or not at all, as with ``offset_rows.check_generation``.
     """
-    jobs = tables_for(db.schema).jobs
-    row = conn.execute(
-        sa.update(jobs)
-        .where(jobs.c.job == run.job, jobs.c.generation == run.generation, jobs.c.run_id == run.run_id)
-        .values(
-            heartbeat_at=sa.func.now(),
-            lease_until=sa.func.now() + _seconds(sa.func.coalesce(jobs.c.lease_s, 60.0)),
+    state = renew_leases(conn, db, [run]).get(run.job)
+    if state is None:
+        fenced(conn, db, run)
+    return state
+
+
+def renew_leases(conn: sa.Connection, db: DatabaseSettings, runs: Sequence[Run]) -> dict[str, JobState]:
+    """Extend the lease of each run that still holds its job, in one statement in the caller's
+    transaction (the plans of many jobs made together renew them all): the job row of each, by job.
+    A run missing from the answer was fenced (:func:`fenced` says by whom).
+
+    The rows are locked (FOR NO KEY UPDATE) in job order, so two such statements over overlapping
+    jobs cannot deadlock; claims (FOR KEY SHARE) do not wait for them."""
+    if not one_run_per_job(runs, "renew_leases"):
+        return {}
+    rows = conn.execute(_renew(db.schema, len(runs) == 1), run_values(runs)).all()
+    want = {r.job: r for r in runs}
+    return {
+        row.job: JobState(
+            row.job,
+            want[row.job].generation,
+            want[row.job].run_id,
+            row.heartbeat_at,
+            row.lease_until,
+            True,
+            0.0,
+            row.first_plan_at,
         )
-        .returning(jobs.c.heartbeat_at, jobs.c.lease_until, jobs.c.first_plan_at)
-    ).one_or_none()
-    if row is None:
-        state = lock_job(conn, db, run.job, for_update=False)
-        raise Fenced(run.job, run.generation, state.generation)
-    return JobState(
-        run.job, run.generation, run.run_id, row.heartbeat_at, row.lease_until, True, 0.0, row.first_plan_at
-    )
+        for row in rows
+    }
 
 
-def heartbeat(engine: sa.Engine, db: DatabaseSettings, run: Run) -> None:
+def fenced(conn: sa.Connection, db: DatabaseSettings, run: Run) -> NoReturn:
+    """Raise Fenced for `run`, which no longer holds its job, naming the generation that does."""
+    state = lock_job(conn, db, run.job, for_update=False)
+    raise Fenced(run.job, run.generation, state.generation)
+
+
+def heartbeat(store: Store, run: Run) -> None:
     """Extend the lease of `run`; raises Fenced if a newer run (or a reset) took the job."""
-    with translate_errors(db), engine.begin() as conn:
-        renew_lease(conn, db, run)
+    with store.begin() as conn:
+        renew_lease(conn, store.settings, run)
 
 
-def end_run(engine: sa.Engine, db: DatabaseSettings, run: Run) -> bool:
+def end_run(store: Store, run: Run) -> bool:
     """Release the lease if `run` still holds it; returns whether it did (False: fenced meanwhile)."""
-    jobs = tables_for(db.schema).jobs
-    with translate_errors(db), engine.begin() as conn:
-        released = conn.execute(
-            sa.update(jobs)
-            .where(jobs.c.job == run.job, jobs.c.generation == run.generation, jobs.c.run_id == run.run_id)
-            .values(run_id=None, lease_until=None)
-        ).rowcount
-    if released != 1:
-        logger.info("job %r: run %r no longer held the lease at its end", run.job, run.run_id)
-    return released == 1
+    return end_runs(store, [run])[0]
+
+
+def end_runs(store: Store, runs: Sequence[Run]) -> list[bool]:
+    """Release the lease of each run that still holds it (its generation and run id), in one
+    statement; whether each did (False: fenced meanwhile), in `runs` order."""
+    if not one_run_per_job(runs, "end_runs"):
+        return []
+    with store.begin() as conn:
+        released = set(conn.execute(_release(store.schema, len(runs) == 1), run_values(runs)).scalars())
+    for run in runs:
+        if run.job not in released:
+            logger.info("job %r: run %r no longer held the lease at its end", run.job, run.run_id)
+    return [r.job in released for r in runs]
+
+
+def one_run_per_job(runs: Sequence[Run], what: str) -> bool:
+    """Whether there are `runs` to send (a ConfigError naming `what` if a job has two of them)."""
+    if len({r.job for r in runs}) != len(runs):
+        raise ConfigError("runs", f"{what} takes at most one run per job")
+    return bool(runs)
+
+
+def run_values(runs: Sequence[Run]) -> dict[str, Any]:
+    """The bound values of :func:`held_update`'s statement for `runs`: each run's job, generation
+    and run id (arrays; one run's as they are)."""
+    if len(runs) == 1:
+        return {"job": runs[0].job, "generation": runs[0].generation, "run_id": runs[0].run_id}
+    return {
+        "jobs": [r.job for r in runs],
+        "generations": [r.generation for r in runs],
+        "run_ids": [r.run_id for r in runs],
+    }
+
+
+def held_update(schema: str, assignments: str, returning: str, *, one: bool) -> str:
+    """An UPDATE (`assignments`, then RETURNING `returning`) of the job row of each run that still
+    holds its job (its generation and run id): the statement family of renewing and ending runs.
+    Several runs' rows are locked FOR NO KEY UPDATE in job order first, so two such statements over
+    overlapping jobs cannot deadlock and claims (FOR KEY SHARE) do not wait for them; `one` run's
+    row is matched directly (one row: no order to keep, and ~1 ms less than the join of arrays for
+    a running job's one-statement plan). Built from a validated schema name (tables_for) and our
+    own SQL text; the runs are bound (:func:`run_values`)."""
+    table = _table(schema)
+    if one:
+        return f"""UPDATE {table} j
+SET {assignments}
+WHERE j.job = :job AND j.generation = :generation AND j.run_id = :run_id
+RETURNING {returning}"""  # noqa: S608 - identifiers from a validated schema name, values bound
+    return f"""UPDATE {table} j
+SET {assignments}
+FROM (
+    SELECT h.job FROM {table} h
+    JOIN unnest(CAST(:jobs AS text[]), CAST(:generations AS bigint[]), CAST(:run_ids AS text[]))
+        AS w(job, generation, run_id) ON h.job = w.job AND h.generation = w.generation AND h.run_id = w.run_id
+    ORDER BY h.job
+    FOR NO KEY UPDATE OF h
+) held
+WHERE j.job = held.job
+RETURNING {returning}"""  # noqa: S608 - identifiers from a validated schema name, values bound
+
+
+#: a renewal's assignments: the heartbeat now, the lease its length from now
+RENEWAL = (
+    "heartbeat_at = now(), lease_until = now() + make_interval(0, 0, 0, 0, 0, 0, coalesce(j.lease_s, 60.0))"
+)
+
+
+def _table(schema: str) -> str:
+    jobs = tables_for(schema).jobs  # a validated schema name
+    return f'"{jobs.schema}".{jobs.name}'
+
+
+@functools.lru_cache(maxsize=64)
+def _renew(schema: str, one: bool) -> sa.TextClause:
+    returning = "j.job, j.heartbeat_at, j.lease_until, j.first_plan_at"
+    return sa.text(held_update(schema, RENEWAL, returning, one=one))
+
+
+@functools.lru_cache(maxsize=64)
+def _release(schema: str, one: bool) -> sa.TextClause:
+    return sa.text(held_update(schema, "run_id = NULL, lease_until = NULL", "j.job", one=one))
+
+
+@functools.lru_cache(maxsize=64)
+def _reachable(schema: str) -> sa.TextClause:
+    fn = f'"{tables_for(schema).jobs.schema}".job_reachable'  # a validated schema name
+    return sa.text(f"SELECT j FROM unnest(CAST(:jobs AS text[])) AS j WHERE {fn}(j, current_user)")  # noqa: S608
+
+
+@functools.lru_cache(maxsize=64)
+def _insert(schema: str) -> sa.TextClause:
+    sql = f"INSERT INTO {_table(schema)} (job) SELECT unnest(CAST(:jobs AS text[])) ON CONFLICT DO NOTHING"
+    return sa.text(sql)
+
+
+@functools.lru_cache(maxsize=64)
+def _locking(schema: str, skip_locked: bool) -> sa.TextClause:
+    """The rows of the jobs, locked as a start locks them (FOR UPDATE: after claims in flight), in
+    job order, `skip_locked` passing over those another transaction holds; the lease and the
+    heartbeat's age judged by the database clock."""
+    sql = f"""SELECT job, generation, run_id, (run_id IS NOT NULL AND lease_until > now()) AS live,
+    coalesce(extract(epoch FROM now() - heartbeat_at), 0.0) AS age
+FROM {_table(schema)} WHERE job = ANY(CAST(:jobs AS text[]))
+ORDER BY job FOR UPDATE{" SKIP LOCKED" if skip_locked else ""}"""  # noqa: S608 - identifiers from a validated schema name, values bound
+    return sa.text(sql)
+
+
+@functools.lru_cache(maxsize=64)
+def _bump(schema: str) -> sa.TextClause:
+    """The start's UPDATE for each locked job: the next generation, its run id and lease."""
+    sql = f"""UPDATE {_table(schema)} j
+SET generation = j.generation + 1, run_id = w.run_id, run_host = :host, lease_s = w.lease,
+    started_at = now(), heartbeat_at = now(), lease_until = now() + make_interval(0, 0, 0, 0, 0, 0, w.lease)
+FROM unnest(CAST(:jobs AS text[]), CAST(:run_ids AS text[]), CAST(:leases AS double precision[]))
+    AS w(job, run_id, lease)
+WHERE j.job = w.job
+RETURNING j.job, j.generation"""  # noqa: S608 - identifiers from a validated schema name, values bound
+    return sa.text(sql)

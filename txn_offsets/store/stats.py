@@ -26,7 +26,8 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import ConfigError, TxnOffsetsError
-from txn_offsets.store.database import sqlstate, translate_errors
+from txn_offsets.store.database import sqlstate
+from txn_offsets.store.handle import Store
 from txn_offsets.store.schema import BATCH_SECONDS_BUCKETS, STAT_OUTCOMES, tables_for
 
 __all__ = [
@@ -165,7 +166,7 @@ def _values(job: str, records: Sequence[StatRecord]) -> dict[str, object]:
     }
 
 
-def record_many(engine: sa.Engine, db: DatabaseSettings, records: Sequence[StatRecord]) -> bool:
+def record_many(store: Store, records: Sequence[StatRecord]) -> bool:
     """Count `records` (of any jobs) in ONE transaction: one upsert row per job, their sums. Best
     effort: False (and a warning naming the jobs) if they could not be recorded."""
     by_job: dict[str, list[StatRecord]] = {}
@@ -175,7 +176,7 @@ def record_many(engine: sa.Engine, db: DatabaseSettings, records: Sequence[StatR
         return True
     values = [_values(job, rows) for job, rows in sorted(by_job.items())]  # a fixed lock order
     try:
-        with translate_errors(db), engine.begin() as conn:
+        with store.begin() as conn:
             # bound, transaction-local: a stuck holder of the stats row costs seconds, not the job
             conn.execute(
                 sa.select(
@@ -183,7 +184,7 @@ def record_many(engine: sa.Engine, db: DatabaseSettings, records: Sequence[StatR
                     sa.func.set_config("statement_timeout", _STATEMENT_TIMEOUT, True),
                 )
             )
-            conn.execute(_upsert(db.schema), values)
+            conn.execute(_upsert(store.schema), values)
     except (TxnOffsetsError, sa.exc.SQLAlchemyError) as exc:
         state = sqlstate(exc)
         logger.warning(
@@ -196,19 +197,17 @@ def record_many(engine: sa.Engine, db: DatabaseSettings, records: Sequence[StatR
     return True
 
 
-def record_batch(
-    engine: sa.Engine, db: DatabaseSettings, job: str, seconds: float, outcomes: Mapping[str, int]
-) -> bool:
+def record_batch(store: Store, job: str, seconds: float, outcomes: Mapping[str, int]) -> bool:
     """Count one finished batch of `job`: its duration and its ranges' outcomes (e.g.
     ``{"committed": 8, "already_committed": 0}``). Best effort: False (and a warning) if it could
     not be recorded; raises ConfigError only for arguments that are wrong in themselves."""
-    return record_many(engine, db, [batch_record(job, seconds, outcomes)])
+    return record_many(store, [batch_record(job, seconds, outcomes)])
 
 
-def record_failure(engine: sa.Engine, db: DatabaseSettings, job: str, outcome: str) -> bool:
+def record_failure(store: Store, job: str, outcome: str) -> bool:
     """Count one failure of `job`: ``conflict``, ``fenced``, ``rejected``, ``data_loss`` or
     ``mirror_failed``. Best effort, like :func:`record_batch`."""
-    return record_many(engine, db, [failure_record(job, outcome)])
+    return record_many(store, [failure_record(job, outcome)])
 
 
 def load_stats(conn: sa.Connection, db: DatabaseSettings) -> dict[str, JobStats]:

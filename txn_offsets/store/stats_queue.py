@@ -23,9 +23,7 @@ from collections.abc import Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-import sqlalchemy as sa
-
-from txn_offsets.config import DatabaseSettings
+from txn_offsets.store.handle import Store
 from txn_offsets.store.stats import StatRecord, record_many
 
 __all__ = ["WAIT_S", "WRITE_EVERY_S", "submit", "wait"]
@@ -44,8 +42,7 @@ WRITE_EVERY_S = 0.5
 
 @dataclass(frozen=True)
 class _Queued:
-    engine: sa.Engine
-    db: DatabaseSettings
+    store: Store
     record: StatRecord
     done: Future[bool]
 
@@ -58,10 +55,10 @@ class _Writer:
         self._last = float("-inf")  # when the last write began (monotonic)
         self._hurry = 0  # waiters for records still queued: write them now
 
-    def submit(self, engine: sa.Engine, db: DatabaseSettings, record: StatRecord) -> Future[bool]:
+    def submit(self, store: Store, record: StatRecord) -> Future[bool]:
         done: Future[bool] = Future()
         with self._cond:
-            self._queued.append(_Queued(engine, db, record, done))
+            self._queued.append(_Queued(store, record, done))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._serve, name="txn-offsets-stats", daemon=True)
                 self._thread.start()
@@ -84,12 +81,12 @@ class _Writer:
                     self._cond.wait(pause if self._queued else None)
                 taken, self._queued = self._queued, []
                 self._last = time.monotonic()
-            groups: dict[tuple[int, DatabaseSettings], list[_Queued]] = {}
+            groups: dict[Store, list[_Queued]] = {}
             for item in taken:  # per engine (a pool of its own) and database settings
-                groups.setdefault((id(item.engine), item.db), []).append(item)
+                groups.setdefault(item.store, []).append(item)
             for items in groups.values():
                 try:
-                    ok = record_many(items[0].engine, items[0].db, [item.record for item in items])
+                    ok = record_many(items[0].store, [item.record for item in items])
                 except Exception as exc:  # best effort; never let the thread die
                     logger.warning("batch statistics not recorded (%s)", type(exc).__name__)
                     ok = False
@@ -100,9 +97,9 @@ class _Writer:
 _writer = _Writer()
 
 
-def submit(engine: sa.Engine, db: DatabaseSettings, record: StatRecord) -> Future[bool]:
-    """Queue `record` for the next write on `engine`; the future says whether it was recorded."""
-    return _writer.submit(engine, db, record)
+def submit(store: Store, record: StatRecord) -> Future[bool]:
+    """Queue `record` for the next write on `store`; the future says whether it was recorded."""
+    return _writer.submit(store, record)
 
 
 def wait(futures: Iterable[Future[bool]], timeout_s: float = WAIT_S) -> bool:

@@ -8,7 +8,7 @@ reader planned it, and whether the batch is committed (set by the sink inside th
 commits the ranges). So:
 
 * one reader owns a generation's row: a second query over the same stream fails at its first plan
-  (:func:`claim`) instead of replacing the batch the first query's sink is about to commit;
+  (:func:`become_reader`) instead of replacing the batch the first query's sink is about to commit;
 * a reader plans a new batch only once the previous one is committed (:func:`check_committed`): a
   stream written by another sink fails instead of re-reading the same records forever;
 * the sink commits only the row it loaded (:func:`mark_committed` in the claim's transaction);
@@ -28,15 +28,15 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import Fenced, StreamDiverged
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.store.database import translate_errors
+from txn_offsets.store.handle import Store
 from txn_offsets.store.offset_rows import check_generation
 from txn_offsets.store.runs import Run, lock_job
 from txn_offsets.store.schema import tables_for
 
 __all__ = [
     "StreamPlan",
+    "become_reader",
     "check_committed",
-    "claim",
     "let_go",
     "load_plan",
     "mark_committed",
@@ -104,19 +104,17 @@ def _upsert(
     )
 
 
-def claim(engine: sa.Engine, db: DatabaseSettings, run: Run, reader: str) -> None:
+def become_reader(store: Store, run: Run, reader: str) -> None:
     """Make `reader` the one reader of `run`'s stream (a query starting: nothing planned yet)."""
-    with translate_errors(db), engine.begin() as conn:
-        if _owned_row(conn, db, run, reader) is None:
-            _upsert(conn, db, run, reader, [], committed=True)
+    with store.begin() as conn:
+        if _owned_row(conn, store.settings, run, reader) is None:
+            _upsert(conn, store.settings, run, reader, [], committed=True)
 
 
-def check_committed(
-    engine: sa.Engine, db: DatabaseSettings, run: Run, reader: str, ranges: Sequence[OffsetRange]
-) -> None:
+def check_committed(store: Store, run: Run, reader: str, ranges: Sequence[OffsetRange]) -> None:
     """Before planning past a batch Spark considers done: its ranges must be committed."""
-    with translate_errors(db), engine.begin() as conn:
-        row = _owned_row(conn, db, run, reader)
+    with store.begin() as conn:
+        row = _owned_row(conn, store.settings, run, reader)
     if row is None or ranges_of(row.ranges) != tuple(ranges):
         raise StreamDiverged(
             run.job, run.generation, "the checkpoint's last batch is not the batch this run's source planned"
@@ -132,14 +130,12 @@ def check_committed(
         )
 
 
-def save_plan(
-    engine: sa.Engine, db: DatabaseSettings, run: Run, reader: str, ranges: Sequence[OffsetRange]
-) -> None:
+def save_plan(store: Store, run: Run, reader: str, ranges: Sequence[OffsetRange]) -> None:
     """Store `ranges` as the stream's current batch. The same batch again (Spark planning it once
     more) changes nothing; a new batch needs the previous one committed."""
     body = range_rows(ranges)
-    with translate_errors(db), engine.begin() as conn:
-        row = _owned_row(conn, db, run, reader)
+    with store.begin() as conn:
+        row = _owned_row(conn, store.settings, run, reader)
         if row is not None and row.ranges == body:
             return
         if row is not None and not row.committed:
@@ -149,20 +145,20 @@ def save_plan(
                 "a new batch was planned while the previous one is not committed: write the stream "
                 "with the exactly-once sink (TxnStream.start)",
             )
-        _upsert(conn, db, run, reader, body, committed=False)
+        _upsert(conn, store.settings, run, reader, body, committed=False)
 
 
-def load_plan(engine: sa.Engine, db: DatabaseSettings, run: Run) -> StreamPlan:
+def load_plan(store: Store, run: Run) -> StreamPlan:
     """The batch the job's streaming query is running, as planned by `run`'s source."""
-    t = tables_for(db.schema)
-    with translate_errors(db), engine.connect() as conn:
+    t = store.tables
+    with store.connect() as conn:
         row = conn.execute(
             sa.select(t.stream_plans.c.generation, t.stream_plans.c.ranges, t.stream_plans.c.committed).where(
                 t.stream_plans.c.job == run.job
             )
         ).one_or_none()
         if row is None or row.generation != run.generation:
-            state = lock_job(conn, db, run.job, for_update=False)
+            state = lock_job(conn, store.settings, run.job, for_update=False)
             if state.generation != run.generation:
                 raise Fenced(run.job, run.generation, state.generation)
             raise StreamDiverged(
@@ -196,13 +192,13 @@ def mark_committed(
         )
 
 
-def let_go(engine: sa.Engine, db: DatabaseSettings, run: Run, ranges: Sequence[OffsetRange]) -> None:
+def let_go(store: Store, run: Run, ranges: Sequence[OffsetRange]) -> None:
     """Mark the batch of `ranges` done WITHOUT committing its ranges (their offsets stay where they
     are): the sink found that a topic changed between the batch's plan and its read
     (TopicChanged), so its records must not be committed, and the query goes on. The source's
     next plan starts from the offsets table, which still holds the ranges' starts, and reports the
     re-created topic as data loss (``on_data_loss``) - as ``run_job`` does when it plans again.
     A fenced run raises Fenced instead."""
-    with translate_errors(db), engine.begin() as conn:
-        check_generation(conn, db, run.job, run.generation)
-        mark_committed(conn, db, run, ranges)
+    with store.begin() as conn:
+        check_generation(conn, store.settings, run.job, run.generation)
+        mark_committed(conn, store.settings, run, ranges)

@@ -9,6 +9,7 @@ from tests.integration.helpers import offsets_of, seed
 from txn_offsets import ConfigError, Fenced, OffsetConflict, UnknownJob
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.store import offset_rows
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import Run
 from txn_offsets.store.schema import tables_for
 
@@ -101,7 +102,9 @@ def test_skip_lost_is_audited_and_idempotent(engine: sa.Engine, migrated: Databa
     assert offsets_of(engine, migrated, run.job) == {("t", 0): 50}
 
 
-def test_reset_moves_audits_and_fences(engine: sa.Engine, migrated: DatabaseSettings, run: Run) -> None:
+def test_reset_moves_audits_and_fences(
+    engine: sa.Engine, migrated: DatabaseSettings, store: Store, run: Run
+) -> None:
     seed(engine, migrated, run.job, {("t", 0): 10, ("t", 1): 20})
     with engine.begin() as conn:
         changes = offset_rows.reset_offsets(
@@ -117,7 +120,7 @@ def test_reset_moves_audits_and_fences(engine: sa.Engine, migrated: DatabaseSett
     from txn_offsets.ranges import OffsetRange
 
     with pytest.raises(Fenced):  # the run that planned from the old offsets is fenced
-        commit_ranges(engine, migrated, run, [OffsetRange("t", 1, 20, 30)])
+        commit_ranges(store, run, [OffsetRange("t", 1, 20, 30)])
 
 
 def test_reset_refuses_negative_offsets(engine: sa.Engine, migrated: DatabaseSettings, run: Run) -> None:

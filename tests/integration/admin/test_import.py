@@ -16,6 +16,7 @@ from tests.unit.test_checkpoint import write_checkpoint
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import UnknownJob
 from txn_offsets.kafka.mirror import GroupMirror
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import lock_job, start_run
 from txn_offsets.store.schema import tables_for
 
@@ -98,7 +99,7 @@ def test_import_from_a_consumer_group(
 ) -> None:
     group = f"legacy-{uuid.uuid4().hex[:8]}"
     assert GroupMirror(KafkaSettings(kafka_bootstrap), group).commit({(topic, 0): 7, (topic, 2): 3})
-    live = start_run(engine, migrated, job_name)  # an existing job without offsets, with a live run
+    live = start_run(Store(engine, migrated), job_name)  # an existing job without offsets, with a live run
     cmd = [
         "offsets",
         "import",
@@ -165,7 +166,7 @@ def test_bad_input_is_one_line_and_changes_nothing(
     message: str,
 ) -> None:
     seed_job = f"{job_name}-other"
-    start_run(engine, migrated, seed_job)
+    start_run(Store(engine, migrated), seed_job)
     seed(engine, migrated, seed_job, {(topic, 0): 1})
     if source[1] == "CORRUPT":
         write_checkpoint(tmp_path / "c", [{topic: {0: 1}}], 1)
@@ -252,7 +253,7 @@ def test_an_existing_job_imports_its_own_topics_by_default(
     group = f"legacy-{uuid.uuid4().hex[:8]}"
     offsets = {(topic, 0): 7, (topic, 1): 8, (topic, 2): 9, (other, 0): 2, (other, 1): 1}
     assert GroupMirror(KafkaSettings(kafka_bootstrap), group).commit(offsets)
-    start_run(engine, migrated, job_name)
+    start_run(Store(engine, migrated), job_name)
     seed(engine, migrated, job_name, {(topic, p): 1 for p in range(3)})
     cmd = ["offsets", "import", "--job", job_name, "--from-consumer-group", group]
     cmd += ["--schema", migrated.schema]
@@ -264,7 +265,7 @@ def test_an_existing_job_imports_its_own_topics_by_default(
     assert offsets_of(engine, migrated, job_name) == {(topic, 0): 7, (topic, 1): 8, (topic, 2): 9}
 
     lone = f"{job_name}-lone"
-    start_run(engine, migrated, lone)
+    start_run(Store(engine, migrated), lone)
     seed(engine, migrated, lone, {("elsewhere", 0): 1})
     code, out, err = run_cli(*cmd[:3], lone, *cmd[4:], "--force")
     error = err.splitlines()[-1]

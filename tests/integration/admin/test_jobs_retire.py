@@ -16,6 +16,7 @@ from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import Fenced
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.store import stats
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import heartbeat, lock_job, start_run
 from txn_offsets.store.schema import tables_for
 
@@ -35,7 +36,7 @@ def test_retire_keeps_rows_hides_the_job_and_a_new_run_brings_it_back(
     run_cli: Cli, engine: sa.Engine, migrated: DatabaseSettings, job_name: str
 ) -> None:
     s = ["--schema", migrated.schema]
-    live = start_run(engine, migrated, job_name)
+    live = start_run(Store(engine, migrated), job_name)
     seed(engine, migrated, job_name, {("t", 0): 4, ("t", 1): 7})
     retire = ["jobs", "retire", "--job", job_name, *s]
 
@@ -49,7 +50,7 @@ def test_retire_keeps_rows_hides_the_job_and_a_new_run_brings_it_back(
     assert code == 0, err
     assert f"retired job {job_name!r}" in out and "2 partition(s)" in out and "kept" in out
     with pytest.raises(Fenced):  # the live run was fenced
-        heartbeat(engine, migrated, live)
+        heartbeat(Store(engine, migrated), live)
     assert offsets_of(engine, migrated, job_name) == {("t", 0): 4, ("t", 1): 7}
     assert job_name not in _jobs(run_cli, migrated)
     shown = _jobs(run_cli, migrated, "--all")[job_name]
@@ -68,20 +69,22 @@ def test_retire_keeps_rows_hides_the_job_and_a_new_run_brings_it_back(
     code, _, err = run_cli(*retire, "--reason", "again")
     assert code == 1 and "already retired" in err
 
-    again = start_run(engine, migrated, job_name)  # a new run: the job is back, from its offsets
+    again = start_run(Store(engine, migrated), job_name)  # a new run: the job is back, from its offsets
     assert again.generation == live.generation + 2
     assert _jobs(run_cli, migrated)[job_name]["state"] == "live"
 
 
-def test_retire_drop_rows(run_cli: Cli, engine: sa.Engine, migrated: DatabaseSettings, job_name: str) -> None:
+def test_retire_drop_rows(
+    run_cli: Cli, engine: sa.Engine, migrated: DatabaseSettings, store: Store, job_name: str
+) -> None:
     s = ["--schema", migrated.schema]
     t = tables_for(migrated.schema)
-    run = start_run(engine, migrated, job_name)
+    run = start_run(store, job_name)
     seed(engine, migrated, job_name, {("t", 0): 0})
-    assert commit_ranges(engine, migrated, run, [OffsetRange("t", 0, 0, 3)])[0].outcome is Outcome.COMMITTED
+    assert commit_ranges(store, run, [OffsetRange("t", 0, 0, 3)])[0].outcome is Outcome.COMMITTED
     with engine.begin() as conn:  # the job has planned: a later run would not apply its start policy
         conn.execute(sa.update(t.jobs).where(t.jobs.c.job == job_name).values(first_plan_at=sa.func.now()))
-    assert stats.record_batch(engine, migrated, job_name, 0.5, {"committed": 1})
+    assert stats.record_batch(store, job_name, 0.5, {"committed": 1})
     with engine.begin() as conn:
         conn.execute(
             sa.insert(t.dead_letters).values(job=job_name, topic="t", part=0, off=1, value=b"x", error="bad")

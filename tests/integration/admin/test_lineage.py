@@ -15,9 +15,11 @@ from tests.integration.helpers import Aggregate, Cli, seed
 from tests.unproven import NO_RECORDS, commit_ranges
 from txn_offsets import ConfigError
 from txn_offsets.commit import Outcome, Unit
-from txn_offsets.config import DatabaseSettings, Secret
+from txn_offsets.config import DatabaseSettings
 from txn_offsets.ranges import OffsetRange
+from txn_offsets.redaction import Secret
 from txn_offsets.store import lineage, migrate, offset_rows
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import Run, start_run
 from txn_offsets.store.schema import run_role_grants
 
@@ -43,19 +45,19 @@ def _ts(ms: int) -> datetime:
 
 
 def test_each_committed_range_is_recorded_once_in_its_transaction(
-    engine: sa.Engine, migrated: DatabaseSettings, run: Run, aggregate: Aggregate
+    engine: sa.Engine, migrated: DatabaseSettings, store: Store, run: Run, aggregate: Aggregate
 ) -> None:
     seed(engine, migrated, run.job, {("t", 0): 0, ("t", 1): 0})
     one = lineage.Lineage(batch=1, timestamps={("t", 0): (T0, T0 + 900)})
     batch = [OffsetRange("t", 1, 0, 5), OffsetRange("t", 0, 0, 10)]
-    assert {o.outcome for o in commit_ranges(engine, migrated, run, batch, aggregate.write, lineage=one)} == {
+    assert {o.outcome for o in commit_ranges(store, run, batch, aggregate.write, lineage=one)} == {
         Outcome.COMMITTED
     }
     rng = OffsetRange("t", 0, 10, 20)
-    out = commit_ranges(engine, migrated, run, [rng], aggregate.write, lineage=lineage.Lineage(batch=2))
+    out = commit_ranges(store, run, [rng], aggregate.write, lineage=lineage.Lineage(batch=2))
     assert out[0].outcome is Outcome.COMMITTED
     # a retried attempt of a committed range: already_committed, no second row
-    again = commit_ranges(engine, migrated, run, [rng], aggregate.write, lineage=lineage.Lineage(batch=2))
+    again = commit_ranges(store, run, [rng], aggregate.write, lineage=lineage.Lineage(batch=2))
     assert again[0].outcome is Outcome.ALREADY_COMMITTED
 
     # a write that fails rolls the claim and the lineage row back together
@@ -64,12 +66,12 @@ def test_each_committed_range_is_recorded_once_in_its_transaction(
         raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError):
-        commit_ranges(engine, migrated, run, [OffsetRange("t", 0, 20, 30)], failing)
+        commit_ranges(store, run, [OffsetRange("t", 0, 20, 30)], failing)
     # the benchmark mode without the guard claims nothing and records nothing
     unguarded = Unit(run, [OffsetRange("t", 1, 5, 6)], aggregate.write, source=NO_RECORDS)
     write_unguarded(engine, unguarded, "READ COMMITTED")
     # a commit without lineage details still gets its row (batch and timestamps unknown)
-    commit_ranges(engine, migrated, run, [OffsetRange("t", 1, 5, 8)], aggregate.write)
+    commit_ranges(store, run, [OffsetRange("t", 1, 5, 8)], aggregate.write)
 
     g, r = run.generation, run.run_id
     assert commits(engine, migrated, run.job) == [
@@ -82,13 +84,13 @@ def test_each_committed_range_is_recorded_once_in_its_transaction(
 
 
 def test_history_and_explain_answer_from_the_lineage(
-    run_cli: Cli, engine: sa.Engine, migrated: DatabaseSettings, run: Run, aggregate: Aggregate
+    run_cli: Cli, engine: sa.Engine, migrated: DatabaseSettings, store: Store, run: Run, aggregate: Aggregate
 ) -> None:
     s = ["--schema", migrated.schema]
     seed(engine, migrated, run.job, {("t", 0): 100, ("t", 1): 0})
     lin = lineage.Lineage(batch=7, timestamps={("t", 0): (T0, T0 + 5)})
-    commit_ranges(engine, migrated, run, [OffsetRange("t", 0, 100, 110)], aggregate.write, lineage=lin)
-    commit_ranges(engine, migrated, run, [OffsetRange("t", 0, 110, 130)], aggregate.write)
+    commit_ranges(store, run, [OffsetRange("t", 0, 100, 110)], aggregate.write, lineage=lin)
+    commit_ranges(store, run, [OffsetRange("t", 0, 110, 130)], aggregate.write)
     with engine.begin() as conn:  # an admin skips 130 -> 150 (audited, generation bumped)
         offset_rows.reset_offsets(conn, migrated, run.job, {("t", 0): 150}, reason="skip junk", actor="ops")
 
@@ -145,11 +147,11 @@ def test_history_and_explain_answer_from_the_lineage(
 
 
 def test_retention_deletes_old_rows_in_bounded_steps(
-    engine: sa.Engine, migrated: DatabaseSettings, run: Run
+    engine: sa.Engine, migrated: DatabaseSettings, store: Store, run: Run
 ) -> None:
     seed(engine, migrated, run.job, {("t", 0): 0})
     for i in range(5):
-        commit_ranges(engine, migrated, run, [OffsetRange("t", 0, i, i + 1)])
+        commit_ranges(store, run, [OffsetRange("t", 0, i, i + 1)])
     with engine.begin() as conn:  # three of them 40 days old
         conn.execute(
             sa.text(
@@ -158,9 +160,9 @@ def test_retention_deletes_old_rows_in_bounded_steps(
             ),
             {"j": run.job},
         )
-    other = start_run(engine, migrated, run.job + "-other")
+    other = start_run(store, run.job + "-other")
     seed(engine, migrated, other.job, {("t", 0): 0})
-    commit_ranges(engine, migrated, other, [OffsetRange("t", 0, 0, 1)])
+    commit_ranges(store, other, [OffsetRange("t", 0, 0, 1)])
 
     db = DatabaseSettings(migrated.url, schema=migrated.schema, lineage_retention_days=30)
     with engine.begin() as conn:
@@ -184,7 +186,7 @@ def test_retention_deletes_old_rows_in_bounded_steps(
         assert lineage.prune_due(conn, db, run.job, max_rows=1) == 0  # nothing left
     with engine.begin() as conn:
         assert lineage.prune_due(conn, db, other.job, max_rows=1) == 1  # per job
-    commit_ranges(engine, migrated, run, [OffsetRange("t", 0, 5, 6)])
+    commit_ranges(store, run, [OffsetRange("t", 0, 5, 6)])
     with engine.begin() as conn:
         conn.execute(sa.text(f"UPDATE \"{db.schema}\".commits SET committed_at = now() - interval '40 days'"))
         assert lineage.prune_due(conn, db, run.job) is None  # not due: pruned a moment ago
@@ -215,10 +217,10 @@ def test_upgrade_grants_lineage_to_the_existing_run_roles(
     role_engine = sa.create_engine(role_db.url, poolclass=sa.pool.NullPool)
     try:
         assert migrate.upgrade(db) == migrate.head()
-        run = start_run(role_engine, role_db, job_name)
+        run = start_run(Store(role_engine, role_db), job_name)
         with role_engine.begin() as conn:
             offset_rows.seed_offsets(conn, role_db, job_name, {("t", 0): 0}, reason="first", actor="job")
-        assert commit_ranges(role_engine, role_db, run, [OffsetRange("t", 0, 0, 3)])[0].outcome is (
+        assert commit_ranges(Store(role_engine, role_db), run, [OffsetRange("t", 0, 0, 3)])[0].outcome is (
             Outcome.COMMITTED
         )
         with engine.begin() as conn:
@@ -237,7 +239,7 @@ def test_upgrade_grants_lineage_to_the_existing_run_roles(
 
 
 def test_lineage_off_commits_without_rows(
-    engine: sa.Engine, migrated: DatabaseSettings, run: Run, aggregate: Aggregate
+    engine: sa.Engine, migrated: DatabaseSettings, store: Store, run: Run, aggregate: Aggregate
 ) -> None:
     """``DatabaseSettings(lineage=False)`` (for measuring the lineage's cost in make bench): the
     same guarded claim and write, no commits row; the default records them."""
@@ -245,12 +247,12 @@ def test_lineage_off_commits_without_rows(
     off = DatabaseSettings(migrated.url, schema=migrated.schema, lineage=False)
     assert "lineage=False" in repr(off)
     seed(engine, migrated, run.job, {("t", 0): 0})
-    out = commit_ranges(engine, off, run, [OffsetRange("t", 0, 0, 4)], aggregate.write)
+    out = commit_ranges(Store(engine, off), run, [OffsetRange("t", 0, 0, 4)], aggregate.write)
     assert out[0].outcome is Outcome.COMMITTED
-    again = commit_ranges(engine, off, run, [OffsetRange("t", 0, 0, 4)], aggregate.write)
+    again = commit_ranges(Store(engine, off), run, [OffsetRange("t", 0, 0, 4)], aggregate.write)
     assert again[0].outcome is Outcome.ALREADY_COMMITTED  # still guarded
     assert commits(engine, migrated, run.job) == []
-    commit_ranges(engine, migrated, run, [OffsetRange("t", 0, 4, 6)], aggregate.write)
+    commit_ranges(store, run, [OffsetRange("t", 0, 4, 6)], aggregate.write)
     assert [row[2:4] for row in commits(engine, migrated, run.job)] == [(4, 6)]
     assert aggregate.value() == 2
     with pytest.raises(ConfigError, match="lineage"):

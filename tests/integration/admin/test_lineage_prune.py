@@ -12,6 +12,7 @@ from tests.integration.helpers import Cli, offsets_of, seed
 from tests.unproven import commit_ranges
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.ranges import OffsetRange
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import Run, start_run
 
 
@@ -35,7 +36,7 @@ def _age(engine: sa.Engine, db: DatabaseSettings, job: str, days: int, below: in
 def _committed(engine: sa.Engine, db: DatabaseSettings, run: Run, n: int) -> None:
     seed(engine, db, run.job, {("t", 0): 0, ("t", 1): 0})
     for i in range(n):
-        commit_ranges(engine, db, run, [OffsetRange("t", 0, i, i + 1), OffsetRange("t", 1, i, i + 1)])
+        commit_ranges(Store(engine, db), run, [OffsetRange("t", 0, i, i + 1), OffsetRange("t", 1, i, i + 1)])
 
 
 def test_prune_by_count_and_by_age_audited(
@@ -43,7 +44,7 @@ def test_prune_by_count_and_by_age_audited(
 ) -> None:
     s = ["--schema", migrated.schema]
     _committed(engine, migrated, run, 5)
-    other = start_run(engine, migrated, run.job + "-other")
+    other = start_run(Store(engine, migrated), run.job + "-other")
     _committed(engine, migrated, other, 2)
     prune = ["offsets", "prune", "--job", run.job, *s]
 
@@ -81,7 +82,7 @@ def test_prune_by_count_and_by_age_audited(
 def test_prune_of_retired_jobs(run_cli: Cli, engine: sa.Engine, migrated: DatabaseSettings, run: Run) -> None:
     s = ["--schema", migrated.schema]
     _committed(engine, migrated, run, 3)
-    live = start_run(engine, migrated, run.job + "-live")
+    live = start_run(Store(engine, migrated), run.job + "-live")
     _committed(engine, migrated, live, 3)
     for job in (run.job, live.job):
         _age(engine, migrated, job, 40, below=2)

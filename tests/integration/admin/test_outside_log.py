@@ -20,10 +20,11 @@ from tests.unit.test_checkpoint import write_checkpoint
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError
 from txn_offsets.kafka.start import StartPolicy
-from txn_offsets.planner import Limits, TopicSelection, plan_batch
+from txn_offsets.plan.planner import Limits, TopicSelection, plan_batch
 from txn_offsets.service.collector import StoreCollector
 from txn_offsets.service.kafka_view import KafkaView
 from txn_offsets.service.snapshot import read_snapshot
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import start_run
 from txn_offsets.store.schema import tables_for
 
@@ -54,7 +55,7 @@ def test_reset_to_an_offset_outside_the_log_is_refused_unless_forced(
     run_cli: Cli, engine: sa.Engine, migrated: DatabaseSettings, job_name: str, topic: str
 ) -> None:
     s = ["--schema", migrated.schema]
-    start_run(engine, migrated, job_name)
+    start_run(Store(engine, migrated), job_name)
     seed(engine, migrated, job_name, {(topic, 0): 4, (topic, 1): 5})
     reset = ["offsets", "reset", "--job", job_name, "--topic", topic, "--reason", "ops", "--force", *s]
 
@@ -89,7 +90,7 @@ def test_shift_by_clamps_to_the_log(
     run_cli: Cli, engine: sa.Engine, migrated: DatabaseSettings, job_name: str, topic: str
 ) -> None:
     s = ["--schema", migrated.schema]
-    start_run(engine, migrated, job_name)
+    start_run(Store(engine, migrated), job_name)
     seed(engine, migrated, job_name, {(topic, 0): 4, (topic, 1): 5})
     reset = ["offsets", "reset", "--job", job_name, "--topic", topic, "--reason", "ops", "--force", *s]
 
@@ -113,12 +114,13 @@ def test_lag_flags_a_stored_offset_outside_the_log(
     run_cli: Cli,
     engine: sa.Engine,
     migrated: DatabaseSettings,
+    store: Store,
     job_name: str,
     topic: str,
     kafka_bootstrap: str,
 ) -> None:
     s = ["--schema", migrated.schema]
-    start_run(engine, migrated, job_name)
+    start_run(store, job_name)
     seed(engine, migrated, job_name, {(topic, 0): 99999999, (topic, 1): 1})
 
     code, out, err = run_cli("offsets", "lag", "--job", job_name, "--format", "json", *s)
@@ -137,10 +139,10 @@ def test_lag_flags_a_stored_offset_outside_the_log(
     assert code != 0 and "outside the log" in err
 
     # /metrics: one gauge per partition, 1 where the stored offset is outside the log
-    start_run(engine, migrated, f"{job_name}-ok")
+    start_run(store, f"{job_name}-ok")
     seed(engine, migrated, f"{job_name}-ok", {(topic, 0): 5})
     view = KafkaView(KafkaSettings(kafka_bootstrap), ttl_s=0)
-    families = list(StoreCollector(lambda: read_snapshot(engine, migrated, view)).collect())
+    families = list(StoreCollector(lambda: read_snapshot(store, view)).collect())
     (gauge,) = [f for f in families if f.name == "txn_offsets_offset_out_of_log"]
     got = {
         (next(v for k, v in x.labels.items() if v.startswith(job_name)), x.labels["partition"]): x.value
@@ -180,13 +182,12 @@ def test_an_explicit_start_outside_the_log_is_refused(
 ) -> None:
     """No force for a seed: the same plan would find it outside the log and stop with DataLoss."""
     kafka = KafkaSettings(kafka_bootstrap)
-    start_run(engine, migrated, job_name)
+    start_run(Store(engine, migrated), job_name)
     selection = TopicSelection(topics=(topic,))
     for asked, part, bounds in ((1, 1, "[3, 10]"), (11, 0, "[0, 10]")):
         with pytest.raises(ConfigError) as refused:
             plan_batch(
-                engine,
-                migrated,
+                Store(engine, migrated),
                 kafka,
                 job=job_name,
                 selection=selection,
@@ -197,8 +198,7 @@ def test_an_explicit_start_outside_the_log_is_refused(
         assert f"{topic}[{part}]" in text and bounds in text and f"offset {asked} " in text, text
     assert offsets_of(engine, migrated, job_name) == {}
     plan = plan_batch(
-        engine,
-        migrated,
+        Store(engine, migrated),
         kafka,
         job=job_name,
         selection=selection,

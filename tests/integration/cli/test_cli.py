@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from tests.integration.helpers import Cli, offsets_of, produce_counts, seed
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.store import migrate
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import lock_job, start_run
 
 
@@ -40,7 +41,7 @@ def test_offsets_show_reset_and_jobs_end_to_end(
     s = ["--schema", migrated.schema]
     topic = topic_factory(partitions=2)
     produce_counts(kafka_bootstrap, topic, {0: 5, 1: 3})
-    live = start_run(engine, migrated, job_name)
+    live = start_run(Store(engine, migrated), job_name)
     seed(engine, migrated, job_name, {(topic, 0): 0, (topic, 1): 1})
 
     code, out, _ = run_cli("offsets", "show", "--job", job_name, *s)
@@ -109,7 +110,7 @@ def test_offsets_show_reset_and_jobs_end_to_end(
 def test_bad_reset_inputs_change_nothing(
     run_cli: Cli, engine: sa.Engine, migrated: DatabaseSettings, job_name: str, extra: list[str], message: str
 ) -> None:
-    start_run(engine, migrated, job_name)
+    start_run(Store(engine, migrated), job_name)
     seed(engine, migrated, job_name, {("t", 0): 10})
     code, _, err = run_cli("offsets", "reset", "--job", job_name, "--schema", migrated.schema, *extra)
     assert code == 1
@@ -168,7 +169,7 @@ def test_json_formats_of_show_jobs_and_history(
     run_cli: Cli, engine: sa.Engine, migrated: DatabaseSettings, job_name: str
 ) -> None:
     s = ["--schema", migrated.schema]
-    live = start_run(engine, migrated, job_name)
+    live = start_run(Store(engine, migrated), job_name)
     seed(engine, migrated, job_name, {("t", 0): 4, ("t", 1): 7})
 
     code, out, _ = run_cli("offsets", "show", "--job", job_name, "--format", "json", *s)

@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from tests.integration.helpers import Cli, offsets_of, seed
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import ConfigError
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import start_run
 
 USAGE = 64
@@ -57,7 +58,7 @@ def test_format_before_the_command(
     run_cli: Cli, engine: sa.Engine, migrated: DatabaseSettings, job_name: str
 ) -> None:
     s = ["--schema", migrated.schema]
-    start_run(engine, migrated, job_name)
+    start_run(Store(engine, migrated), job_name)
     code, out, err = run_cli("--format", "json", "jobs", "list", *s)
     assert code == 0, err
     assert [j["job"] for j in json.loads(out)] == [job_name]
@@ -118,7 +119,7 @@ def test_usage_errors_are_one_line_and_exit_64(run_cli: Cli, argv: list[str]) ->
 def test_numbers_are_checked_in_one_line(
     run_cli: Cli, engine: sa.Engine, migrated: DatabaseSettings, argv: list[str], message: str
 ) -> None:
-    start_run(engine, migrated, "J")
+    start_run(Store(engine, migrated), "J")
     seed(engine, migrated, "J", {("t", 0): 10})
     code, out, err = run_cli(*argv, "--schema", migrated.schema)
     assert (code, out) == (USAGE, "")

@@ -18,6 +18,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 from tests.integration.helpers import Cli, produce_counts, seed
 from tests.kafka_ends import settled_ends
 from txn_offsets.config import DatabaseSettings
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import start_run
 
 
@@ -38,7 +39,7 @@ def test_lag_per_partition_and_total_at_the_lso(
     s = ["--schema", migrated.schema]
     topic = topic_factory(partitions=2)
     produce_counts(kafka_bootstrap, topic, {0: 5, 1: 3})  # p0: offsets 0-4, p1: 0-2
-    start_run(engine, migrated, job_name)
+    start_run(Store(engine, migrated), job_name)
     seed(engine, migrated, job_name, {(topic, 0): 2, (topic, 1): 1})
 
     code, out, err = run_cli("offsets", "lag", "--job", job_name, *s)
@@ -82,7 +83,7 @@ def test_lag_per_partition_and_total_at_the_lso(
 
 def test_lag_of_a_job_without_offsets(run_cli: Cli, engine: sa.Engine, migrated: DatabaseSettings) -> None:
     job = f"job-{uuid.uuid4().hex[:10]}"
-    start_run(engine, migrated, job)
+    start_run(Store(engine, migrated), job)
     code, out, err = run_cli("offsets", "lag", "--job", job, "--schema", migrated.schema)
     assert code == 0, err
     assert out.splitlines()[-1] == f"total lag of job {job!r}: 0 offsets over 0 partition(s) " + (
@@ -117,7 +118,7 @@ def test_lag_of_a_deleted_topic_names_it(
     run_cli: Cli, engine: sa.Engine, migrated: DatabaseSettings, job_name: str
 ) -> None:
     missing = f"gone-{uuid.uuid4().hex[:8]}"
-    start_run(engine, migrated, job_name)
+    start_run(Store(engine, migrated), job_name)
     seed(engine, migrated, job_name, {(missing, 0): 0})
     code, _, err = run_cli("offsets", "lag", "--job", job_name, "--schema", migrated.schema)
     assert code == 1 and f"topic {missing!r} does not exist" in err and err.count("\n") == 1
@@ -140,7 +141,7 @@ def test_lag_json_seconds_and_fail_over(
         producer.produce(topic, value=b"x", partition=0, timestamp=old_ms + i * 1000)
     producer.produce(topic, value=b"y", partition=1)
     assert producer.flush(30) == 0
-    start_run(engine, migrated, job_name)
+    start_run(Store(engine, migrated), job_name)
     seed(engine, migrated, job_name, {(topic, 0): 1, (topic, 1): 1})  # p1 is caught up
 
     code, out, err = run_cli("offsets", "lag", "--job", job_name, "--format", "json", *s)

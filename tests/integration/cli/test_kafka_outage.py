@@ -20,6 +20,7 @@ import sqlalchemy as sa
 
 from tests.integration.helpers import offsets_of, seed
 from txn_offsets.config import DatabaseSettings
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import start_run
 
 BOUND_S = 8.0  # python start + database + the first-contact bound, with room for a busy machine
@@ -66,7 +67,7 @@ def test_cli_fails_fast_with_one_clear_line(
     job_name: str,
 ) -> None:
     bootstrap: str = request.getfixturevalue(kafka)
-    start_run(engine, migrated, job_name)
+    start_run(Store(engine, migrated), job_name)
     seed(engine, migrated, job_name, {("t-outage", 0): 3})
     common = ["--job", job_name, "--schema", migrated.schema, "--kafka-bootstrap", bootstrap]
     commands = [
@@ -89,7 +90,7 @@ def test_cli_fails_fast_with_one_clear_line(
 def test_serve_logs_a_kafka_outage_rate_limited(
     database_url: str, engine: sa.Engine, migrated: DatabaseSettings, job_name: str, closed_port: str
 ) -> None:
-    start_run(engine, migrated, job_name)
+    start_run(Store(engine, migrated), job_name)
     seed(engine, migrated, job_name, {("t-outage", 0): 3})
     env = {**os.environ, "TXN_OFFSETS_DATABASE_URL": database_url, "TXN_OFFSETS_KAFKA_BOOTSTRAP": closed_port}
     env.pop("TXN_OFFSETS_SERVE_TOKEN", None)

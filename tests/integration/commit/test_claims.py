@@ -42,24 +42,24 @@ def _commits(engine: sa.Engine, db: DatabaseSettings, job: str) -> list[tuple[st
 def test_one_statement_claims_a_task_s_ranges_and_records_them(ctx: Ctx) -> None:
     seed(ctx.engine, ctx.db, ctx.run.job, {("t", p): 10 * p for p in range(5)})
     ranges = [OffsetRange("t", p, 10 * p, 10 * p + 3) for p in range(5)]
-    assert {o.outcome for o in commit_ranges(ctx.engine, ctx.db, ctx.run, ranges, ctx.agg.write)} == {
+    assert {o.outcome for o in commit_ranges(ctx.store, ctx.run, ranges, ctx.agg.write)} == {
         Outcome.COMMITTED
     }
     assert offsets_of(ctx.engine, ctx.db, ctx.run.job) == {("t", p): 10 * p + 3 for p in range(5)}
     assert _commits(ctx.engine, ctx.db, ctx.run.job) == [("t", p, 10 * p, 10 * p + 3) for p in range(5)]
     assert ctx.agg.value() == 1
     # the same transaction again (a retried task, a speculative copy): all already committed
-    again = commit_ranges(ctx.engine, ctx.db, ctx.run, ranges, ctx.agg.write)
+    again = commit_ranges(ctx.store, ctx.run, ranges, ctx.agg.write)
     assert {o.outcome for o in again} == {Outcome.ALREADY_COMMITTED}
     assert ctx.agg.calls == 1 and len(_commits(ctx.engine, ctx.db, ctx.run.job)) == 5
 
 
 def test_some_ranges_committed_by_another_plan_is_a_conflict_and_writes_nothing(ctx: Ctx) -> None:
     seed(ctx.engine, ctx.db, ctx.run.job, {("t", 0): 0, ("t", 1): 0, ("t", 2): 0})
-    commit_ranges(ctx.engine, ctx.db, ctx.run, [OffsetRange("t", 1, 0, 4)], ctx.agg.write)  # another plan
+    commit_ranges(ctx.store, ctx.run, [OffsetRange("t", 1, 0, 4)], ctx.agg.write)  # another plan
     mine = [OffsetRange("t", 0, 0, 5), OffsetRange("t", 1, 0, 4), OffsetRange("t", 2, 0, 5)]
     with pytest.raises(OffsetConflict) as info:
-        commit_ranges(ctx.engine, ctx.db, ctx.run, mine, ctx.agg.write)
+        commit_ranges(ctx.store, ctx.run, mine, ctx.agg.write)
     assert (info.value.topic, info.value.partition) == ("t", 1)
     assert offsets_of(ctx.engine, ctx.db, ctx.run.job) == {("t", 0): 0, ("t", 1): 4, ("t", 2): 0}
     assert ctx.agg.calls == 1 and _commits(ctx.engine, ctx.db, ctx.run.job) == [("t", 1, 0, 4)]
@@ -69,7 +69,7 @@ def test_a_fenced_run_claims_none_of_its_ranges(ctx: Ctx) -> None:
     seed(ctx.engine, ctx.db, ctx.run.job, {("t", 0): 0, ("t", 1): 0})
     stale = Run(ctx.run.job, ctx.run.generation - 1, "stale-run")
     with pytest.raises(Fenced):
-        commit_ranges(ctx.engine, ctx.db, stale, [OffsetRange("t", 0, 0, 5), OffsetRange("t", 1, 0, 5)])
+        commit_ranges(ctx.store, stale, [OffsetRange("t", 0, 0, 5), OffsetRange("t", 1, 0, 5)])
     assert offsets_of(ctx.engine, ctx.db, ctx.run.job) == {("t", 0): 0, ("t", 1): 0}
     assert _commits(ctx.engine, ctx.db, ctx.run.job) == []
 
@@ -89,7 +89,7 @@ def test_a_range_of_another_topic_incarnation_is_topic_changed(ctx: Ctx) -> None
         )
     ranges = [OffsetRange("t", 0, 0, 5), OffsetRange("u", 0, 0, 5, topic_id="new")]
     with pytest.raises(TopicChanged) as info:
-        commit_ranges(ctx.engine, ctx.db, ctx.run, ranges, ctx.agg.write)
+        commit_ranges(ctx.store, ctx.run, ranges, ctx.agg.write)
     assert info.value.topic == "u"
     assert offsets_of(ctx.engine, ctx.db, ctx.run.job) == {("t", 0): 0, ("u", 0): 0}
     assert ctx.agg.calls == 0 and _commits(ctx.engine, ctx.db, ctx.run.job) == []

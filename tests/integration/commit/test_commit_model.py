@@ -99,12 +99,13 @@ from txn_offsets.kafka import metadata
 from txn_offsets.kafka.described import TopicInfo
 from txn_offsets.kafka.reader import Record, read_range
 from txn_offsets.kafka.start import StartPolicy
-from txn_offsets.planner import Limits, TopicSelection, plan_batch
+from txn_offsets.plan.planner import Limits, TopicSelection, plan_batch
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark.stream.realtime_sink import RealTimeSink
 from txn_offsets.spark.tasks import PartitionTask, ReadOptions, TaskReport
 from txn_offsets.store import migrate, offset_rows
 from txn_offsets.store.database import engine_for, worker_engine
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import Run, start_run
 from txn_offsets.store.schema import tables_for
 
@@ -329,7 +330,7 @@ class CommitModel(RuleBasedStateMachine):
         self.audit_seen = self._max_audit_id()
         for j in range(2):
             name = f"model-job-{uuid.uuid4().hex[:10]}"
-            run = start_run(self.env.engine, self.env.db, name)
+            run = start_run(Store(self.env.engine, self.env.db), name)
             self.jobs.append(JobModel(name, run, run.generation))
             self._plan(j, cap, skip=False)  # the first plan seeds the offsets (the start policy)
 
@@ -389,7 +390,7 @@ class CommitModel(RuleBasedStateMachine):
         a job (this one: a zombie) read before the new run and committed after it."""
         flight = self._take_off(in_flight, 0)
         jm = self.jobs[j]
-        run = start_run(self.env.engine, self.env.db, jm.name, force=True)
+        run = start_run(Store(self.env.engine, self.env.db), jm.name, force=True)
         assert run.generation == jm.generation + 1
         jm.run, jm.generation = run, run.generation
         said = ""
@@ -431,12 +432,13 @@ class CommitModel(RuleBasedStateMachine):
             targets = {k: min(max(jm.rows[k][0] + shift, 0), inc.logs[k[1]].end) for k in keys}
         value = at if kind == "offset" else shift if kind == "shift" else None
         target = ResetTarget(cast(TargetKind, kind), value=value)
+        store = Store(self.env.engine, self.env.db)
         plan = plan_reset(
-            self.env.engine, self.env.db, jm.name, target, topic=topic.name, partitions=tuple(parts),
+            store, jm.name, target, topic=topic.name, partitions=tuple(parts),
             kafka=self.env.kafka,
         )  # fmt: skip
         assert {(s.topic, s.partition): s.new for s in plan.steps} == targets
-        generation = apply_reset(self.env.engine, self.env.db, plan, reason="model: replay", force=True)
+        generation = apply_reset(store, plan, reason="model: replay", force=True)
         assert generation == jm.generation + 1
         jm.generation = generation
         r = self.env.results
@@ -745,7 +747,7 @@ class CommitModel(RuleBasedStateMachine):
         predicted = self._predict_plan(jm, cap, skip=skip)
         try:
             plan = plan_batch(
-                self.env.engine, self.env.db, self.env.kafka, job=jm.name,
+                Store(self.env.engine, self.env.db), self.env.kafka, job=jm.name,
                 selection=TopicSelection(tuple(t.name for t in self.topics)),
                 start=StartPolicy.earliest(), limits=Limits(max_records_per_partition=cap),
                 on_data_loss="skip" if skip else "fail", run=jm.run,
@@ -1187,9 +1189,9 @@ def test_a_shift_of_a_partition_without_a_stored_offset_is_a_clear_error(
     topic = topic_factory(partitions=1)
     engine = engine_for(db)
     try:
-        run = start_run(engine, db, f"job-{uuid.uuid4().hex[:10]}")
+        run = start_run(Store(engine, db), f"job-{uuid.uuid4().hex[:10]}")
         with pytest.raises(ConfigError, match=rf"{topic}\[0\]"):
-            plan_reset(engine, db, run.job, ResetTarget("shift", -1), topic=topic, kafka=kafka)
+            plan_reset(Store(engine, db), run.job, ResetTarget("shift", -1), topic=topic, kafka=kafka)
         with engine.connect() as conn:
             assert offset_rows.load_offsets(conn, db, run.job) == {}
     finally:

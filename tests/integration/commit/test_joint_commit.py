@@ -21,7 +21,7 @@ from tests.integration.commit.commit_cut import commit_cut
 from tests.integration.helpers import Aggregate, offsets_of, seed
 from tests.unproven import NO_RECORDS, commit_ranges
 from txn_offsets.commit import Outcome, Unit, commit_units
-from txn_offsets.config import DatabaseSettings, Secret
+from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import (
     CommitNotApplied,
     ConfigError,
@@ -31,7 +31,9 @@ from txn_offsets.errors import (
     WriteFailed,
 )
 from txn_offsets.ranges import OffsetRange
+from txn_offsets.redaction import Secret
 from txn_offsets.store.database import engine_for
+from txn_offsets.store.handle import Store
 from txn_offsets.store.lineage import Lineage
 from txn_offsets.store.runs import Run, start_run
 
@@ -43,7 +45,7 @@ JOBS = 3
 def _runs(engine: sa.Engine, db: DatabaseSettings, job_name: str) -> list[Run]:
     runs = []
     for i in range(JOBS):
-        run = start_run(engine, db, f"{job_name}-{i}")
+        run = start_run(Store(engine, db), f"{job_name}-{i}")
         seed(engine, db, run.job, {("t", 0): 0, ("t", 1): 0})
         runs.append(run)
     return runs
@@ -100,17 +102,17 @@ def test_units_of_many_runs_commit_in_one_transaction(
 
 
 def _already(engine: sa.Engine, db: DatabaseSettings, unit: Unit, agg: Aggregate) -> Unit:
-    commit_ranges(engine, db, unit.run, unit.ranges, agg.write)  # its batch committed before
+    commit_ranges(Store(engine, db), unit.run, unit.ranges, agg.write)  # its batch committed before
     return unit
 
 
 def _conflict(engine: sa.Engine, db: DatabaseSettings, unit: Unit, agg: Aggregate) -> Unit:
-    commit_ranges(engine, db, unit.run, [OffsetRange("t", 0, 0, 3)])  # another range moved one row
+    commit_ranges(Store(engine, db), unit.run, [OffsetRange("t", 0, 0, 3)])  # another range moved one row
     return unit
 
 
 def _fenced(engine: sa.Engine, db: DatabaseSettings, unit: Unit, agg: Aggregate) -> Unit:
-    start_run(engine, db, unit.run.job, force=True)  # a newer run took the job
+    start_run(Store(engine, db), unit.run.job, force=True)  # a newer run took the job
     return unit
 
 

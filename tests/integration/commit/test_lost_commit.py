@@ -26,6 +26,7 @@ from txn_offsets import CommitNotApplied
 from txn_offsets.commit import Outcome
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.ranges import OffsetRange
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import Run
 
 SLEEPY_COMMIT = """
@@ -73,6 +74,7 @@ def test_backend_terminated_during_commit_is_not_applied_then_retry_commits(
     engine: sa.Engine,
     admin_engine: sa.Engine,
     migrated: DatabaseSettings,
+    store: Store,
     run: Run,
     sleepy: Aggregate,
 ) -> None:
@@ -96,7 +98,7 @@ def test_backend_terminated_during_commit_is_not_applied_then_retry_commits(
 
     started = time.monotonic()
     with pytest.raises(CommitNotApplied) as info:
-        commit_ranges(engine, migrated, run, rng, write)
+        commit_ranges(store, run, rng, write)
     helpers[0].join(timeout=30)
     assert killed == [True]
     assert time.monotonic() - started < 8  # it did not wait for the 10 s commit: it was killed
@@ -105,7 +107,7 @@ def test_backend_terminated_during_commit_is_not_applied_then_retry_commits(
     assert sleepy.value() == 0
     assert offsets_of(engine, migrated, run.job) == {("t", 0): 0}
     # the retry the error asks for commits normally
-    assert commit_ranges(engine, migrated, run, rng, sleepy.write)[0].outcome is Outcome.COMMITTED
+    assert commit_ranges(store, run, rng, sleepy.write)[0].outcome is Outcome.COMMITTED
     assert sleepy.value() == 1
     assert offsets_of(engine, migrated, run.job) == {("t", 0): 10}
 
@@ -133,7 +135,7 @@ def test_acknowledgement_lost_after_server_committed_is_committed(
         helpers.append(_when_committing(admin_engine, pid, cut_client_socket))
 
     started = time.monotonic()
-    outcomes = commit_ranges(engine, migrated, run, rng, write)
+    outcomes = commit_ranges(Store(engine, migrated), run, rng, write)
     helpers[0].join(timeout=30)
     # the re-read waited for the server's COMMIT (still sleeping when the client lost it)
     assert time.monotonic() - started >= 1.4
@@ -142,5 +144,7 @@ def test_acknowledgement_lost_after_server_committed_is_committed(
     assert sleepy.value() == 1
     assert offsets_of(engine, migrated, run.job) == {("t", 0): 10}
     # and a retry of the same range is a no-op
-    assert commit_ranges(engine, migrated, run, rng, sleepy.write)[0].outcome is Outcome.ALREADY_COMMITTED
+    assert (
+        commit_ranges(Store(engine, migrated), run, rng, sleepy.write)[0].outcome is Outcome.ALREADY_COMMITTED
+    )
     assert sleepy.value() == 1

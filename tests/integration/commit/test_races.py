@@ -23,6 +23,7 @@ from tests.unproven import commit_ranges
 from txn_offsets.commit import Outcome
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.ranges import OffsetRange
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import Run
 
 RangesFor = Callable[[int, int], list[OffsetRange]]
@@ -48,7 +49,7 @@ def _race(
             for k in range(races):
                 barrier.wait()
                 result = commit_ranges(
-                    engine, db, run, ranges_for(k, i), aggregate.write, isolation_level=isolation_level
+                    Store(engine, db), run, ranges_for(k, i), aggregate.write, isolation_level=isolation_level
                 )
                 assert len({o.outcome for o in result}) == 1  # a batch has one outcome
                 outcomes[i].append(result[0].outcome)
@@ -138,7 +139,12 @@ def test_batches_listing_partitions_in_opposite_orders_do_not_deadlock(
 
 @pytest.mark.parametrize("isolation_level", ["READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE"])
 def test_duplicate_blocks_until_the_first_commits_then_is_already_committed(
-    engine: sa.Engine, migrated: DatabaseSettings, run: Run, aggregate: Aggregate, isolation_level: str
+    engine: sa.Engine,
+    migrated: DatabaseSettings,
+    store: Store,
+    run: Run,
+    aggregate: Aggregate,
+    isolation_level: str,
 ) -> None:
     seed(engine, migrated, run.job, {("t", 0): 0})
     rng = [OffsetRange("t", 0, 0, 7)]
@@ -151,11 +157,11 @@ def test_duplicate_blocks_until_the_first_commits_then_is_already_committed(
         assert release.wait(30)
 
     def first() -> None:
-        results["first"] = commit_ranges(engine, migrated, run, rng, slow_write)[0].outcome
+        results["first"] = commit_ranges(store, run, rng, slow_write)[0].outcome
 
     def duplicate() -> None:
         results["duplicate"] = commit_ranges(
-            engine, migrated, run, rng, aggregate.write, isolation_level=isolation_level
+            store, run, rng, aggregate.write, isolation_level=isolation_level
         )[0].outcome
 
     t1 = threading.Thread(target=first)

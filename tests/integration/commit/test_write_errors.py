@@ -18,6 +18,7 @@ from tests.unproven import commit_ranges
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import WriteFailed
 from txn_offsets.ranges import OffsetRange
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import Run
 
 SECRET = "card_4111111111111111"  # a record payload (one SQL token): never in an error
@@ -87,12 +88,12 @@ CASES = {
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_write_error_leaves_as_write_failed_without_values(
-    case: str, engine: sa.Engine, migrated: DatabaseSettings, run: Run, table: str
+    case: str, engine: sa.Engine, migrated: DatabaseSettings, store: Store, run: Run, table: str
 ) -> None:
     make, state, primary = CASES[case]
     seed(engine, migrated, run.job, {("t", 0): 0})
     with pytest.raises(WriteFailed) as info:
-        commit_ranges(engine, migrated, run, [OffsetRange("t", 0, 0, 5)], make(table))
+        commit_ranges(store, run, [OffsetRange("t", 0, 0, 5)], make(table))
     error = info.value
     assert error.sqlstate == state and error.job == run.job
     shown = f"{error} {error!r} {error.where} {error.error}"

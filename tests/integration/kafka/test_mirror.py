@@ -31,6 +31,7 @@ from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark.publish import BatchPublisher
 from txn_offsets.spark.tasks import TaskReport
 from txn_offsets.store import migrate
+from txn_offsets.store.handle import Store
 from txn_offsets.store.schema import tables_for
 
 Describe = Callable[[str], list[list[str]]]
@@ -246,7 +247,12 @@ def test_a_fenced_or_failed_run_never_moves_the_group_backwards(
 
     def publisher(generation: int, mirror_group: str = group) -> BatchPublisher:
         return BatchPublisher(
-            engine, stats_db, kafka, job_name, mirror_group=mirror_group, on_batch=None, generation=generation
+            Store(engine, stats_db),
+            kafka,
+            job_name,
+            mirror_group=mirror_group,
+            on_batch=None,
+            generation=generation,
         )
 
     run_b = publisher(2)

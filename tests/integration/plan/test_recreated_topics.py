@@ -10,7 +10,7 @@ is deleted and created again between the two answers, the id can be the new topi
 the old one's. Before: the skip of a re-created topic resumed at that old log start, passing over the
 new topic's first records (audited as a data-loss skip of the wrong size). Now the offsets of a
 re-created topic are asked again after its new id was seen, and the id once more after them
-(plan_moves._confirmed). The old log's answer is injected by replacing the first watermarks call:
+(plan.moves._confirmed). The old log's answer is injected by replacing the first watermarks call:
 the interleaving itself is a race no test can schedule on a real broker."""
 
 from __future__ import annotations
@@ -29,10 +29,11 @@ from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import DataLoss
 from txn_offsets.kafka import metadata
 from txn_offsets.kafka.start import StartPolicy
-from txn_offsets.planner import Limits, Plan, TopicSelection, plan_batch
+from txn_offsets.plan.planner import Limits, Plan, TopicSelection, plan_batch
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.store import offset_rows
 from txn_offsets.store.database import engine_for
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import Run, start_run
 
 
@@ -77,8 +78,7 @@ def test_a_recreated_topic_resumes_at_the_new_logs_start_whatever_offsets_came_w
 
 def _plan(engine: sa.Engine, db: DatabaseSettings, kafka: KafkaSettings, run: Run, **kw: Any) -> Plan:
     return plan_batch(
-        engine,
-        db,
+        Store(engine, db),
         kafka,
         job=run.job,
         selection=TopicSelection((kw.pop("topic"),)),
@@ -101,13 +101,15 @@ def test_a_reset_then_a_recreated_topic_is_data_loss_not_a_silent_skip(
     engine = engine_for(migrated)
     try:
         run = _read_to_its_end(engine, migrated, kafka, topic, "reset-then-recreated")
-        plan = plan_reset(engine, migrated, run.job, ResetTarget("offset", 60), topic=topic, kafka=kafka)
-        apply_reset(engine, migrated, plan, reason="replay the last 40", force=True)
+        plan = plan_reset(
+            Store(engine, migrated), run.job, ResetTarget("offset", 60), topic=topic, kafka=kafka
+        )
+        apply_reset(Store(engine, migrated), plan, reason="replay the last 40", force=True)
 
         recreate_topic(kafka_admin, topic, 1)
         produce_counts(kafka_bootstrap, topic, {0: 150})
         new_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
-        run = start_run(engine, migrated, run.job)
+        run = start_run(Store(engine, migrated), run.job)
         with pytest.raises(DataLoss) as info:
             _plan(engine, migrated, kafka, run, topic=topic)
         assert (info.value.kind, info.value.stored, info.value.log_start) == ("recreated", 60, 0)
@@ -121,9 +123,9 @@ def test_a_reset_then_a_recreated_topic_is_data_loss_not_a_silent_skip(
         recreate_topic(kafka_admin, topic, 1)
         produce_counts(kafka_bootstrap, topic, {0: 30})
         newest = metadata.describe_topics(kafka, [topic])[topic].topic_id
-        plan = plan_reset(engine, migrated, run.job, ResetTarget("earliest"), topic=topic, kafka=kafka)
-        apply_reset(engine, migrated, plan, reason="the topic was re-created", force=True)
-        run = start_run(engine, migrated, run.job)
+        plan = plan_reset(Store(engine, migrated), run.job, ResetTarget("earliest"), topic=topic, kafka=kafka)
+        apply_reset(Store(engine, migrated), plan, reason="the topic was re-created", force=True)
+        run = start_run(Store(engine, migrated), run.job)
         assert _plan(engine, migrated, kafka, run, topic=topic).ranges == (
             OffsetRange(topic, 0, 0, 30, newest),
         )
@@ -151,7 +153,7 @@ def _read_to_its_end(
     their end, with the topic's id of now."""
     produce_counts(kafka.bootstrap_servers, topic, {0: 100})
     topic_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
-    run = start_run(engine, db, job)
+    run = start_run(Store(engine, db), job)
     with engine.begin() as conn:
         offset_rows.seed_offsets(
             conn, db, run.job, {(topic, 0): 100}, reason="t", actor="t", topic_ids={topic: topic_id}

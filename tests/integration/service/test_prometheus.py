@@ -30,6 +30,7 @@ from txn_offsets.ranges import OffsetRange
 from txn_offsets.service.app import Service, create_app
 from txn_offsets.service.kafka_view import KafkaView
 from txn_offsets.store import stats
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import Run, end_run, start_run
 from txn_offsets.store.schema import tables_for
 
@@ -60,7 +61,7 @@ def make_client(
         extra: dict[str, object] = {"rules": rules} if rules is not None else {}
         if groups is not None:
             extra["groups"] = groups
-        service = Service(sa.create_engine(migrated.url, pool_pre_ping=True), migrated, view, **extra)
+        service = Service(Store(sa.create_engine(migrated.url, pool_pre_ping=True), migrated), view, **extra)
         client = TestClient(create_app(service))
         client.service = service  # type: ignore[attr-defined]
         clients.append(client)
@@ -70,7 +71,7 @@ def make_client(
     for c in clients:
         c.close()
         c.service.close()  # type: ignore[attr-defined]
-        c.service.engine.dispose()  # type: ignore[attr-defined]
+        c.service.store.engine.dispose()  # type: ignore[attr-defined]
 
 
 def samples(text: str) -> list[tuple[str, str, Labels, float]]:
@@ -117,6 +118,7 @@ def test_labels_names_and_promtool(
     make_client: Callable[..., TestClient],
     engine: sa.Engine,
     migrated: DatabaseSettings,
+    store: Store,
     kafka_bootstrap: str,
     topic_factory: Callable[..., str],
     prom: prometheus_bin.Binaries,
@@ -125,9 +127,9 @@ def test_labels_names_and_promtool(
     produce_counts(kafka_bootstrap, topic, {0: 4, 1: 2, 2: 1})
     jobs = [f"pj-{os.urandom(4).hex()}" for _ in range(2)]
     for job in jobs:
-        start_run(engine, migrated, job)
+        start_run(store, job)
         seed(engine, migrated, job, {(topic, 0): 1, (topic, 1): 2, (topic, 2): 0})
-    stats.record_batch(engine, migrated, jobs[0], 0.3, {"committed": 3})
+    stats.record_batch(store, jobs[0], 0.3, {"committed": 3})
     client = make_client(groups={jobs[0]: "mirror-of-a"})
     text = client.get("/metrics").text
     got = samples(text)
@@ -177,7 +179,7 @@ def test_labels_names_and_promtool(
 
 
 def _live(engine: sa.Engine, db: DatabaseSettings, job: str, offsets: dict[tuple[str, int], int]) -> Run:
-    run = start_run(engine, db, job)
+    run = start_run(Store(engine, db), job)
     seed(engine, db, job, offsets)
     return run
 
@@ -186,6 +188,7 @@ def test_job_status_rules(
     make_client: Callable[..., TestClient],
     engine: sa.Engine,
     migrated: DatabaseSettings,
+    store: Store,
     kafka_bootstrap: str,
     topic_factory: Callable[..., str],
     kafka_admin: AdminClient,
@@ -198,7 +201,7 @@ def test_job_status_rules(
     }
     job.update(below=f"st-below-{os.urandom(3).hex()}", above=f"st-above-{os.urandom(3).hex()}")
     _live(engine, migrated, job["ok"], {(topic, 0): 10})
-    end_run(engine, migrated, _live(engine, migrated, job["stopped"], {(topic, 0): 4}))
+    end_run(store, _live(engine, migrated, job["stopped"], {(topic, 0): 4}))
     _live(engine, migrated, job["stalled"], {(topic, 0): 4})
     lagging = _live(engine, migrated, job["lagging"], {(growing, 0): 0})
     _live(engine, migrated, job["fenced"], {(topic, 0): 10})
@@ -222,13 +225,13 @@ def test_job_status_rules(
     assert status_of(client, job["fenced"]) == "OK"
 
     # the lag grows while the job commits: LAGGING (it moves, so it is not stalled)
-    commit_ranges(engine, migrated, lagging, [OffsetRange(growing, 0, 0, 2)])
+    commit_ranges(store, lagging, [OffsetRange(growing, 0, 0, 2)])
     produce_counts(kafka_bootstrap, growing, {0: 5})
-    assert stats.record_failure(engine, migrated, job["fenced"], "fenced")
+    assert stats.record_failure(store, job["fenced"], "fenced")
     assert status_of(client, job["lagging"]) == "LAGGING"  # 10 -> 13
     assert status_of(client, job["fenced"]) == "FENCED"  # its fenced count went up since
     assert status_of(client, job["fenced"]) == "FENCED"  # held for fenced_hold_s
-    commit_ranges(engine, migrated, lagging, [OffsetRange(growing, 0, 2, 15)])
+    commit_ranges(store, lagging, [OffsetRange(growing, 0, 2, 15)])
     assert status_of(client, job["lagging"]) == "OK"  # caught up
 
     # a live job whose lagging partitions have not moved for stall_after_s
@@ -244,6 +247,7 @@ def test_a_commit_past_the_cached_end_is_not_out_of_log(
     make_client: Callable[..., TestClient],
     engine: sa.Engine,
     migrated: DatabaseSettings,
+    store: Store,
     kafka_bootstrap: str,
     topic_factory: Callable[..., str],
     job_name: str,
@@ -256,7 +260,7 @@ def test_a_commit_past_the_cached_end_is_not_out_of_log(
     client = make_client(ttl_s=60.0)
     assert status_of(client, job_name) == "OK"  # the ends are cached now: 3
     produce_counts(kafka_bootstrap, topic, {0: 4})
-    commit_ranges(engine, migrated, run, [OffsetRange(topic, 0, 0, 7)])
+    commit_ranges(store, run, [OffsetRange(topic, 0, 0, 7)])
     text = client.get("/metrics").text
     assert status_of(client, job_name) == "OK"
     got = {(n, lb.get("txn_job")): v for _f, n, lb, v in samples(text) if lb.get("topic") == topic}
@@ -311,6 +315,7 @@ def test_live_prometheus_sees_one_series_per_job(
     prom: prometheus_bin.Binaries,
     engine: sa.Engine,
     migrated: DatabaseSettings,
+    store: Store,
     database_url: str,
     kafka_bootstrap: str,
     topic_factory: Callable[..., str],
@@ -337,10 +342,8 @@ def test_live_prometheus_sees_one_series_per_job(
             deadline = time.monotonic() + 40
             for step in range(6):
                 for run in runs:
-                    commit_ranges(
-                        engine, migrated, run, [OffsetRange(topic, p, step, step + 1) for p in (0, 1)]
-                    )
-                    stats.record_batch(engine, migrated, run.job, 0.05, {"committed": 2})
+                    commit_ranges(store, run, [OffsetRange(topic, p, step, step + 1) for p in (0, 1)])
+                    stats.record_batch(store, run.job, 0.05, {"committed": 2})
                 time.sleep(0.3)
             while len(live.query("txn_offsets_job_lag_records == 0")) < 2:
                 assert time.monotonic() < deadline, live.query("txn_offsets_job_lag_records")

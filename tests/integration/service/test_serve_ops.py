@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.integration.helpers import Cli, produce_counts, seed
 from txn_offsets.cli.main import main as cli_main
 from txn_offsets.config import DatabaseSettings
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import start_run
 
 
@@ -72,7 +73,7 @@ def test_retired_jobs_give_no_series(
     produce_counts(kafka_bootstrap, topic, {0: 6})
     active, retired = job_name + "-active", job_name + "-retired"
     for job in (active, retired):
-        start_run(engine, migrated, job)
+        start_run(Store(engine, migrated), job)
         seed(engine, migrated, job, {(topic, 0): 1})  # lag 5 each
     code, _, err = run_cli(
         "jobs", "retire", "--job", retired, "--reason", "gone", "--force", "--schema", migrated.schema
@@ -103,7 +104,7 @@ def test_status_thresholds_from_the_command_line(
 ) -> None:
     topic = topic_factory(partitions=1)
     produce_counts(kafka_bootstrap, topic, {0: 4})
-    start_run(engine, migrated, job_name)  # a live run whose offset does not move while there is lag
+    start_run(Store(engine, migrated), job_name)  # a live run whose offset does not move while there is lag
     seed(engine, migrated, job_name, {(topic, 0): 0})
     env = _env(database_url, kafka_bootstrap)
 

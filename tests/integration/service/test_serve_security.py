@@ -35,6 +35,7 @@ from tests.integration.helpers import produce_counts, seed
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.service.app import Service, create_app
 from txn_offsets.service.kafka_view import KafkaView
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import start_run
 
 TOKEN = "security-token-0123456789abcdef"
@@ -100,12 +101,12 @@ def test_a_bad_topic_row_blinds_only_its_own_job(
     produce_counts(kafka_bootstrap, topic, {0: 6})
     victim, tenant = job_name + "-victim", job_name + "-tenant"
     for job, stored in ((victim, 2), (tenant, 1)):
-        start_run(engine, migrated, job)
+        start_run(Store(engine, migrated), job)
         seed(engine, migrated, job, {(topic, 0): stored})  # lag 4 and 5
     _store_row(engine, migrated.schema, tenant, bad)
 
     view = KafkaView(KafkaSettings(kafka_bootstrap), ttl_s=0.0)
-    service = Service(sa.create_engine(migrated.url, pool_pre_ping=True), migrated, view)
+    service = Service(Store(sa.create_engine(migrated.url, pool_pre_ping=True), migrated), view)
     client = TestClient(create_app(service))
     try:
         text = client.get("/metrics").text
@@ -144,7 +145,7 @@ def test_a_bad_topic_row_blinds_only_its_own_job(
     finally:
         client.close()
         service.close()
-        service.engine.dispose()
+        service.store.engine.dispose()
 
 
 # ---------------------------------------------------------------------------------------------

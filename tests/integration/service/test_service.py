@@ -22,11 +22,13 @@ from starlette.testclient import TestClient
 
 from tests.integration.helpers import produce_counts, seed
 from tests.kafka_ends import settled_ends
-from txn_offsets.config import DatabaseSettings, KafkaSettings, Secret
+from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.kafka.metadata import watermarks
+from txn_offsets.redaction import Secret
 from txn_offsets.service.app import Service, create_app
 from txn_offsets.service.kafka_view import KafkaView
 from txn_offsets.store import migrate, stats
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import Run, start_run
 from txn_offsets.store.schema import tables_for
 
@@ -61,8 +63,7 @@ def make_client(
         settings = db or migrated
         view = KafkaView(KafkaSettings(kafka_bootstrap), ttl_s=ttl_s)
         service = Service(
-            sa.create_engine(settings.url, pool_pre_ping=True),
-            settings,
+            Store(sa.create_engine(settings.url, pool_pre_ping=True), settings),
             view,
             Secret(token) if token else None,
         )
@@ -75,7 +76,7 @@ def make_client(
     for c in clients:
         c.close()
         c.service.close()  # type: ignore[attr-defined]
-        c.service.engine.dispose()  # type: ignore[attr-defined]
+        c.service.store.engine.dispose()  # type: ignore[attr-defined]
 
 
 def probe_when_checked(client: TestClient, path: str) -> tuple[int, dict[str, object]]:
@@ -98,7 +99,7 @@ def seeded(
 ) -> tuple[str, Run]:
     topic = topic_factory(partitions=2)
     produce_counts(kafka_bootstrap, topic, {0: 5, 1: 3})
-    run = start_run(engine, migrated, job_name)
+    run = start_run(Store(engine, migrated), job_name)
     seed(engine, migrated, job_name, {(topic, 0): 2, (topic, 1): 3})
     return topic, run
 
@@ -107,14 +108,15 @@ def test_metrics_match_the_table_and_the_broker(
     make_client: Callable[..., TestClient],
     engine: sa.Engine,
     migrated: DatabaseSettings,
+    store: Store,
     seeded: tuple[str, Run],
     job_name: str,
     kafka_bootstrap: str,
 ) -> None:
     topic, run = seeded
-    assert stats.record_batch(engine, migrated, job_name, 1.5, {"committed": 2, "already_committed": 1})
-    assert stats.record_batch(engine, migrated, job_name, 0.05, {"committed": 1})
-    assert stats.record_failure(engine, migrated, job_name, "conflict")
+    assert stats.record_batch(store, job_name, 1.5, {"committed": 2, "already_committed": 1})
+    assert stats.record_batch(store, job_name, 0.05, {"committed": 1})
+    assert stats.record_failure(store, job_name, "conflict")
     s = scrape(make_client())
 
     ends = settled_ends(kafka_bootstrap, topic, 2)  # the read_committed ends, all produced readable
@@ -273,14 +275,18 @@ def test_scrapes_never_wait_for_the_locks_jobs_hold(
 
 
 def test_stats_are_best_effort(
-    engine: sa.Engine, migrated: DatabaseSettings, job_name: str, caplog: pytest.LogCaptureFixture
+    engine: sa.Engine,
+    migrated: DatabaseSettings,
+    store: Store,
+    job_name: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     with pytest.raises(ValueError, match="use one of"):
-        stats.record_failure(engine, migrated, job_name, "exploded")
+        stats.record_failure(store, job_name, "exploded")
     with pytest.raises(ValueError, match="finite number"):
-        stats.record_batch(engine, migrated, job_name, float("nan"), {})
+        stats.record_batch(store, job_name, float("nan"), {})
     migrate.downgrade(migrated, "0003")  # no job_stats table: the job must not notice
-    assert stats.record_batch(engine, migrated, job_name, 1.0, {"committed": 1}) is False
+    assert stats.record_batch(store, job_name, 1.0, {"committed": 1}) is False
     assert "batch statistics not recorded" in caplog.text
 
 

@@ -23,9 +23,11 @@ import sqlalchemy as sa
 from starlette.testclient import TestClient
 
 from tests.integration.helpers import seed
-from txn_offsets.config import DatabaseSettings, KafkaSettings, Secret
+from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.redaction import Secret
 from txn_offsets.service.app import Service, create_app
 from txn_offsets.service.kafka_view import KafkaView
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import start_run
 
 TOKEN = "probe-token-0123456789abcdef"
@@ -112,7 +114,9 @@ def test_probes_name_no_address_without_the_token(migrated: DatabaseSettings, bl
     dead = DatabaseSettings(
         Secret("postgresql+psycopg://probe_user:pw-secret-7@127.0.0.1:1/probe_dbname"), schema=migrated.schema
     )
-    service = Service(sa.create_engine(dead.url), dead, KafkaView(KafkaSettings(blackhole)), Secret(TOKEN))
+    service = Service(
+        Store(sa.create_engine(dead.url), dead), KafkaView(KafkaSettings(blackhole)), Secret(TOKEN)
+    )
     client = TestClient(create_app(service))
     try:
         until(lambda: checked(client.get("/healthz", headers=BEARER).json()))
@@ -152,7 +156,7 @@ def test_probes_name_no_address_without_the_token(migrated: DatabaseSettings, bl
     finally:
         client.close()
         service.close()
-        service.engine.dispose()
+        service.store.engine.dispose()
 
 
 def test_probes_answer_from_the_cache_while_kafka_hangs(
@@ -163,7 +167,7 @@ def test_probes_answer_from_the_cache_while_kafka_hangs(
     blackhole: str,
     http: httpx.Client,
 ) -> None:
-    start_run(engine, migrated, job_name)
+    start_run(Store(engine, migrated), job_name)
     seed(engine, migrated, job_name, {("probe-topic", 0): 5})  # /metrics has Kafka facts to want
     env = serve_env(database_url, blackhole, TOKEN)
     proc, base = start_serve(env, "--schema", migrated.schema)

@@ -1,5 +1,5 @@
-"""Shared helpers for the Spark job tests: a migrated offsets schema, a producer of keyed data and
-a runner of this test's job (`run_test_job`)."""
+"""Shared helpers for the Spark job tests: a migrated offsets schema, a producer of keyed data, a
+runner of this test's job (`run_test_job`) and the two together as a counting job (`counting`)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from confluent_kafka import Producer
 
-from tests.kafka_ends import settled_ends
+from tests.fix_services import TopicFactory
+from tests.integration.spark.counting import Counting, produce_keyed
 from txn_offsets import JobSummary, StartPolicy, run_job
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.store import migrate
@@ -55,17 +55,7 @@ def produce(kafka_bootstrap: str) -> Produce:
     """produce(topic, n, partitions, keys=97, start=0) -> Counter of keys produced (and readable)."""
 
     def run(topic: str, n: int, partitions: int, keys: int = 97, start: int = 0) -> collections.Counter[str]:
-        producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 10})
-        expected: collections.Counter[str] = collections.Counter()
-        for i in range(start, start + n):
-            key = f"k{(i * 7919) % keys}"
-            expected[key] += 1
-            producer.produce(topic, key=key.encode(), value=b"1", partition=i % partitions)
-            if i % 5000 == 0:
-                producer.poll(0)
-        assert producer.flush(60) == 0
-        settled_ends(kafka_bootstrap, topic, partitions)
-        return expected
+        return produce_keyed(kafka_bootstrap, topic, n, partitions, keys, start)
 
     return run
 
@@ -94,3 +84,37 @@ def run_test_job(spark: Any, kafka: KafkaSettings, db: DatabaseSettings, job_nam
         return run_job(spark if session is None else session, writer=writer, topics=topics, **options)
 
     return run
+
+
+@pytest.fixture
+def counting(
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    job_name: str,
+    counts_table: str,
+    topic_factory: TopicFactory,
+    produce: Produce,
+    run_test_job: RunTestJob,
+) -> Counting:
+    """This test's counting job into `counts_table`: topics made and filled, runs, totals, offsets."""
+    return Counting(engine, db, kafka, job_name, counts_table, topic_factory, produce, run_test_job)
+
+
+@pytest.fixture
+def counting_no_spark(
+    engine: sa.Engine,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    job_name: str,
+    counts_table: str,
+    topic_factory: TopicFactory,
+    produce: Produce,
+) -> Counting:
+    """`counting` for a test that runs no job on this process's Spark (no session is started for
+    it): its `run` is refused."""
+
+    def no_run(*args: Any, **kwargs: Any) -> JobSummary:
+        raise AssertionError("counting_no_spark runs no job: ask for `counting`")
+
+    return Counting(engine, db, kafka, job_name, counts_table, topic_factory, produce, no_run)

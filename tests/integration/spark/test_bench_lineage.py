@@ -10,13 +10,11 @@ import json
 import math
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.fix_services import REPO, Services
+from tests.fix_services import Services, run_module
 
 COST = re.compile(
     r"^bench: lineage_cost_pct=(?P<pct>\S+) lineage_pair_iqr_pct=\S+ lineage_claim_cost_pct=(?P<claim>\S+)$",
@@ -27,24 +25,9 @@ COST = re.compile(
 @pytest.mark.slow
 def test_bench_lineage_phase(services: Services, tmp_path: Path) -> None:
     out = tmp_path / "lineage.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BENCH_")}
-    env |= {
-        "TXN_OFFSETS_DATABASE_URL": services.database_url,
-        "TXN_OFFSETS_KAFKA_BOOTSTRAP": services.kafka_bootstrap,
-        "PYTHONPATH": str(REPO),
-        "BENCH_SIZE": "smoke",
-        "BENCH_PHASES": "lineage",
-        "BENCH_LINEAGE_RUNS": "2",
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench", "--out", str(out), "--no-docs"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
+    env = services.environ({k: v for k, v in os.environ.items() if not k.startswith("BENCH_")})
+    env |= {"BENCH_SIZE": "smoke", "BENCH_PHASES": "lineage", "BENCH_LINEAGE_RUNS": "2"}
+    done = run_module("benchmarks.bench", "--out", str(out), "--no-docs", env=env, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     figures = COST.findall(done.stdout)
     assert len(figures) == 2, done.stdout[-3000:]  # after the phase, and again before the findings

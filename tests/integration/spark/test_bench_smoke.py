@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -31,7 +28,7 @@ from benchmarks.settings import (
     SPARK_CONTENDERS,
     SPARK_TASK_SLOTS,
 )
-from tests.fix_services import REPO, Services
+from tests.fix_services import Services, run_module
 
 FINDINGS = re.compile(
     r"^bench: per_batch_128_vs_8=(?P<ratio>\S+) workers_rss_growth_mb=(?P<mb>\S+) "
@@ -66,13 +63,7 @@ WITHOUT_SSS = ("eo_vs_sss_small", "eo_vs_sss_large")
 )
 def test_bench_smoke(knobs: dict[str, str], services: Services, tmp_path: Path) -> None:
     out = tmp_path / "smoke.json"
-    env = {
-        **os.environ,
-        "TXN_OFFSETS_DATABASE_URL": services.database_url,
-        "TXN_OFFSETS_KAFKA_BOOTSTRAP": services.kafka_bootstrap,
-        "PYTHONPATH": str(REPO),
-        "BENCH_SIZE": "smoke",
-    }
+    env = services.environ() | {"BENCH_SIZE": "smoke"}
     for knob in (
         "BENCH_MESSAGES",
         "BENCH_PARTITIONS",
@@ -87,15 +78,7 @@ def test_bench_smoke(knobs: dict[str, str], services: Services, tmp_path: Path) 
     env.update(knobs)
     partitions = {int(p) for p in knobs.get("BENCH_PARTITIONS", "1,8").split(",")}
     memory_batches = int(knobs.get("BENCH_MEMORY_BATCHES", "40"))
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench", "--out", str(out), "--no-docs"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
+    done = run_module("benchmarks.bench", "--out", str(out), "--no-docs", env=env, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     *_, scale_line, before_last, last = done.stdout.strip().splitlines()
     every = (*SPARK_CONTENDERS, *LIMIT_CONTENDERS)

@@ -23,11 +23,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from txn_offsets.config import DatabaseSettings, KafkaSettings, Secret
+from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.kafka.reader import Record
 from txn_offsets.kafka.start import StartPolicy
-from txn_offsets.planner import Limits
+from txn_offsets.plan.planner import Limits
 from txn_offsets.ranges import OffsetRange
+from txn_offsets.redaction import Secret
 from txn_offsets.spark.runner import run_job
 from txn_offsets.spark.session import local_session
 from txn_offsets.spark.writers import BatchWriter, PartitionWriter

@@ -10,7 +10,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from txn_offsets.config import DatabaseSettings, Secret
+from txn_offsets.config import DatabaseSettings
+from txn_offsets.redaction import Secret
 from txn_offsets.store.database import engine_for, is_lock_timeout, is_statement_timeout
 
 TIMEOUTS: dict[str, Any] = {

@@ -16,10 +16,12 @@ import sqlalchemy as sa
 
 from tests.integration.helpers import Aggregate, offsets_of, seed
 from tests.unproven import commit_ranges
-from txn_offsets.config import DatabaseSettings, Secret
+from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import ServiceUnavailable, Transient
 from txn_offsets.ranges import OffsetRange
+from txn_offsets.redaction import Secret
 from txn_offsets.store.database import engine_for, is_connection_lost, translate_errors
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import Run
 
 READ_ONLY = "-c default_transaction_read_only=on"
@@ -41,7 +43,9 @@ def test_read_only_server_is_transient_and_its_connection_is_dropped(
         with ro_engine.connect() as conn:
             first_pid = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
         with pytest.raises(Transient) as info:
-            commit_ranges(ro_engine, ro, run, [OffsetRange("t", 0, 0, 10)], aggregate.write, max_attempts=2)
+            commit_ranges(
+                Store(ro_engine, ro), run, [OffsetRange("t", 0, 0, 10)], aggregate.write, max_attempts=2
+            )
         # the write never ran, nothing moved
         assert aggregate.calls == 0
         assert aggregate.value() == 0

@@ -19,12 +19,14 @@ from tests.integration.helpers import offsets_of
 from tests.unproven import commit_ranges
 from txn_offsets import cli
 from txn_offsets.commit import Outcome
-from txn_offsets.config import DatabaseSettings, KafkaSettings, Secret
+from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError
-from txn_offsets.planner import TopicSelection
+from txn_offsets.plan.planner import TopicSelection
 from txn_offsets.ranges import OffsetRange
+from txn_offsets.redaction import Secret
 from txn_offsets.spark.spec import JobSpec, job_run
 from txn_offsets.store import offset_rows, stats
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import end_run, start_run
 from txn_offsets.store.schema import run_role_grants
 
@@ -96,12 +98,13 @@ def make_role(
 
 
 def _run_a_batch(r: JobRole, job: str, until: int) -> None:
-    run = start_run(r.engine, r.db, job)
+    run = start_run(Store(r.engine, r.db), job)
     with r.engine.begin() as conn:
         offset_rows.seed_offsets(conn, r.db, job, {("t", 0): 0}, reason="first run", actor="job")
-    assert commit_ranges(r.engine, r.db, run, [OffsetRange("t", 0, 0, until)])[0].outcome is Outcome.COMMITTED
-    assert stats.record_batch(r.engine, r.db, job, 0.1, {"committed": 1})
-    assert end_run(r.engine, r.db, run)
+    store = Store(r.engine, r.db)
+    assert commit_ranges(store, run, [OffsetRange("t", 0, 0, until)])[0].outcome is Outcome.COMMITTED
+    assert stats.record_batch(store, job, 0.1, {"committed": 1})
+    assert end_run(Store(r.engine, r.db), run)
 
 
 def _count(engine: sa.Engine, sql: str, **params: object) -> int:
@@ -149,7 +152,7 @@ def test_a_role_reaches_its_own_job_only(
             conn.execute(sa.text(forbidden))
     # ... and a run of B as A fails, naming the role, the job and the fix, before any change
     with pytest.raises(ConfigError, match=rf"role '{a.role}' may not use job '{job_b}'.*db grants --job"):
-        start_run(a.engine, a.db, job_b)
+        start_run(Store(a.engine, a.db), job_b)
 
     # the CLI as A: `offsets show/reset --job B` fail clearly; `jobs list` lists A's job only
     a_cli = as_url(a.db.url.render_as_string(hide_password=False))
@@ -185,9 +188,9 @@ def test_unowned_jobs_stay_with_the_old_shared_run_role(
     assert _count(legacy.engine, f'SELECT count(*) FROM "{s}".offsets WHERE job = :j', j=job_a) == 0
     assert _count(a.engine, f'SELECT count(*) FROM "{s}".offsets WHERE job = :j', j=job_old) == 0
     with pytest.raises(ConfigError, match=f"may not use job '{job_a}'"):
-        start_run(legacy.engine, legacy.db, job_a)
+        start_run(Store(legacy.engine, legacy.db), job_a)
     with pytest.raises(ConfigError, match=f"may not use job '{job_old}'"):
-        start_run(a.engine, a.db, job_old)
+        start_run(Store(a.engine, a.db), job_old)
     assert offsets_of(engine, migrated, job_old) == {("t", 0): 5}
     # the grants the old way are still exactly run_role_grants
     with admin_engine.connect() as conn:

@@ -12,8 +12,10 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
+from tests.integration.helpers import Cli
 from txn_offsets import MigrationError, SchemaMissing
-from txn_offsets.config import DatabaseSettings, Secret
+from txn_offsets.config import DatabaseSettings
+from txn_offsets.redaction import Secret
 from txn_offsets.store import migrate
 from txn_offsets.store.migrate import MIGRATIONS_DIR
 
@@ -111,11 +113,11 @@ def test_concurrent_upgrades_serialise(engine: sa.Engine, database_url: str, db:
     assert "offsets" in _tables(engine, db.schema)
 
 
-def test_alembic_command_line_uses_pyproject(database_url: str, db: DatabaseSettings) -> None:
-    """`alembic` by hand, from the repository root, finds [tool.alembic] and the schema via -x."""
+def test_alembic_command_line_uses_alembic_ini(database_url: str, db: DatabaseSettings) -> None:
+    """`alembic` by hand, from the repository root, finds alembic.ini and the schema via -x."""
     env = {**os.environ, "TXN_OFFSETS_DATABASE_URL": database_url}
     alembic = [sys.executable, "-m", "alembic", "-x", f"schema={db.schema}"]
-    root = MIGRATIONS_DIR.parents[1]  # the repository root: txn_offsets/migrations -> pyproject.toml
+    root = MIGRATIONS_DIR.parent  # the repository root: migrations/ beside alembic.ini
     for args in (["upgrade", "head"], ["check"]):
         done = subprocess.run(
             [*alembic, *args], cwd=root, env=env, capture_output=True, text=True, check=False
@@ -198,3 +200,47 @@ def test_db_commands_are_quiet_unless_verbose(database_url: str, db: DatabaseSet
         check=True,
     )
     assert "alembic" in verbose.stderr
+
+
+def _word_counts_in(engine: sa.Engine, schema: str) -> None:
+    """The README's `word_counts`, created unqualified by a role whose search_path starts with the
+    store's schema (the local stack's `txn_offsets`): it lands in that schema, beside the store."""
+    word_counts = sa.Table(
+        "word_counts",
+        sa.MetaData(),
+        sa.Column("word", sa.Text, primary_key=True),
+        sa.Column("n", sa.BigInteger),
+    )
+    with engine.begin() as conn:
+        conn.execute(sa.text("SELECT set_config('search_path', :path, true)"), {"path": f'"{schema}"'})
+        word_counts.create(conn)
+        conn.execute(sa.text("CREATE INDEX word_counts_n ON word_counts (n)"))
+        assert sa.inspect(conn).has_table("word_counts", schema=schema)  # the premise
+
+
+def test_check_passes_with_user_tables_in_the_store_schema(
+    engine: sa.Engine, migrated: DatabaseSettings, run_cli: Cli
+) -> None:
+    """`db check` judges only the store's own tables: a deploy that gates on it must not stop
+    because a job's result tables share the schema."""
+    _word_counts_in(engine, migrated.schema)
+    migrate.check(migrated)
+    code, out, err = run_cli("db", "check", "--schema", migrated.schema)
+    assert (code, err) == (0, ""), err
+    assert out == f"schema {migrated.schema!r} is at head and matches the models\n"
+
+
+def test_check_still_reports_drift_of_the_store_beside_user_tables(
+    engine: sa.Engine, migrated: DatabaseSettings
+) -> None:
+    _word_counts_in(engine, migrated.schema)
+    with engine.begin() as conn:
+        conn.execute(sa.text(f'DROP TABLE "{migrated.schema}".dead_letters'))
+        conn.execute(sa.text(f'ALTER TABLE "{migrated.schema}".jobs DROP COLUMN retired_at'))
+        conn.execute(sa.text(f'CREATE INDEX offsets_extra ON "{migrated.schema}".offsets (updated_at)'))
+    with pytest.raises(MigrationError) as info:
+        migrate.check(migrated)
+    message = str(info.value)
+    for diff in ("add_table dead_letters", "add_column jobs.retired_at", "remove_index offsets_extra"):
+        assert diff in message, message
+    assert "word_counts" not in message

@@ -21,6 +21,7 @@ from txn_offsets.config import DatabaseSettings
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.store import migrate, offset_rows
 from txn_offsets.store.database import engine_for
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import Run, start_run
 
 
@@ -35,7 +36,7 @@ def test_a_write_that_swallows_a_database_error_is_never_committed(ctx: Ctx) -> 
             conn.execute(sa.text("SELECT 1 / 0"))
 
     with pytest.raises(TransactionAborted, match="begin_nested"):
-        commit_ranges(ctx.engine, ctx.db, ctx.run, [OffsetRange("t", 0, 0, 5)], swallowing)
+        commit_ranges(ctx.store, ctx.run, [OffsetRange("t", 0, 0, 5)], swallowing)
     assert offsets_of(ctx.engine, ctx.db, ctx.run.job) == {("t", 0): 0}
     assert ctx.agg.value() == 0
 
@@ -52,7 +53,7 @@ def test_an_error_recovered_in_a_savepoint_commits(ctx: Ctx) -> None:
         except sa.exc.DBAPIError:
             pass
 
-    commit_ranges(ctx.engine, ctx.db, ctx.run, [OffsetRange("t", 0, 0, 5)], careful)
+    commit_ranges(ctx.store, ctx.run, [OffsetRange("t", 0, 0, 5)], careful)
     assert offsets_of(ctx.engine, ctx.db, ctx.run.job) == {("t", 0): 5}
     assert ctx.agg.value() == 1
 
@@ -73,19 +74,19 @@ def test_a_claim_behind_a_held_row_fails_with_claim_blocked(
             )
             t0 = time.monotonic()
             with pytest.raises(ClaimBlocked) as info:
-                commit_ranges(quick_engine, quick, run, [OffsetRange("t", 0, 0, 5)])
+                commit_ranges(Store(quick_engine, quick), run, [OffsetRange("t", 0, 0, 5)])
             assert time.monotonic() - t0 < 10
             assert info.value.timeout_s == 0.5 and "t[0]" in info.value.ranges
             frozen.rollback()
         # the holder is gone: the same claim now goes through
-        commit_ranges(quick_engine, quick, run, [OffsetRange("t", 0, 0, 5)])
+        commit_ranges(Store(quick_engine, quick), run, [OffsetRange("t", 0, 0, 5)])
     finally:
         quick_engine.dispose()
     assert offsets_of(engine, migrated, run.job) == {("t", 0): 5}
 
 
 def test_an_idle_claim_holder_is_ended_by_the_server(
-    engine: sa.Engine, migrated: DatabaseSettings, run: Run
+    engine: sa.Engine, migrated: DatabaseSettings, store: Store, run: Run
 ) -> None:
     """idle_in_transaction_timeout_s: the server ends a session that claimed and went silent."""
     seed(engine, migrated, run.job, {("t", 0): 0})
@@ -101,7 +102,7 @@ def test_an_idle_claim_holder_is_ended_by_the_server(
     finally:
         quick_engine.dispose()
     assert offsets_of(engine, migrated, run.job) == {("t", 0): 0}  # rolled back by the server
-    commit_ranges(engine, migrated, run, [OffsetRange("t", 0, 0, 5)])
+    commit_ranges(store, run, [OffsetRange("t", 0, 0, 5)])
     assert offsets_of(engine, migrated, run.job) == {("t", 0): 5}
 
 
@@ -119,7 +120,7 @@ def test_a_data_loss_skip_holds_the_job_row_against_a_new_run(
 
         def new_run() -> None:
             try:
-                outcome["run"] = start_run(engine, migrated, run.job, force=True, lock_timeout_s=0.5)
+                outcome["run"] = start_run(Store(engine, migrated), run.job, force=True, lock_timeout_s=0.5)
             except JobAlreadyRunning as exc:
                 outcome["error"] = exc
 
@@ -129,7 +130,7 @@ def test_a_data_loss_skip_holds_the_job_row_against_a_new_run(
         # the bump had to wait for the skip's transaction (FOR KEY SHARE vs FOR UPDATE)
         assert isinstance(outcome.get("error"), JobAlreadyRunning), outcome
     assert offsets_of(engine, migrated, run.job) == {("t", 0): 50}
-    newer = start_run(engine, migrated, run.job, force=True)
+    newer = start_run(Store(engine, migrated), run.job, force=True)
     with pytest.raises(Fenced), engine.begin() as conn:
         offset_rows.skip_lost(conn, migrated, run.job, "t", 0, 50, 60, "retention", generation=run.generation)
     assert newer.generation == run.generation + 1
@@ -137,7 +138,7 @@ def test_a_data_loss_skip_holds_the_job_row_against_a_new_run(
 
 
 def test_seeding_by_a_fenced_run_is_refused(engine: sa.Engine, migrated: DatabaseSettings, run: Run) -> None:
-    start_run(engine, migrated, run.job, force=True)
+    start_run(Store(engine, migrated), run.job, force=True)
     with pytest.raises(Fenced), engine.begin() as conn:
         offset_rows.seed_offsets(
             conn, migrated, run.job, {("t", 0): 0}, reason="x", actor="planner", generation=run.generation

@@ -10,7 +10,6 @@ pooling cannot run a transaction at all and is refused with a ConfigError.
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 import re
@@ -27,23 +26,28 @@ import httpx2 as httpx
 import psycopg
 import pytest
 import sqlalchemy as sa
-from confluent_kafka import Producer
 
 from tests.fix_services import Services, TopicFactory, started_pgbouncer
-from tests.integration.spark.stream.test_streaming import key_counts
+from tests.integration.spark.counting import (
+    counting_writer,
+    create_counts,
+    produce_keyed,
+    stored_offsets,
+    stream_once,
+    totals,
+)
 from tests.kafka_ends import settled_ends
 from tests.unproven import commit_ranges
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ClaimBlocked, ConfigError
-from txn_offsets.kafka.reader import Record
 from txn_offsets.kafka.start import StartPolicy
-from txn_offsets.planner import Limits
+from txn_offsets.plan.planner import Limits
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark.runner import run_job
-from txn_offsets.spark.stream.query import open_stream
-from txn_offsets.spark.writers import BatchWriter, PartitionWriter
+from txn_offsets.spark.writers import BatchWriter
 from txn_offsets.store import migrate, offset_rows
 from txn_offsets.store.database import engine_for
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import start_run
 from txn_offsets.upserts import COPY_MIN_ROWS, upsert_add
 
@@ -64,49 +68,14 @@ def kafka(kafka_bootstrap: str) -> KafkaSettings:
 
 @pytest.fixture
 def counts(engine: sa.Engine, pg_schema: str) -> sa.Table:
-    table = sa.Table(
-        "counts",
-        sa.MetaData(),
-        sa.Column("k", sa.Text, primary_key=True),
-        sa.Column("n", sa.BigInteger, nullable=False),
-        schema=pg_schema,
-    )
     with engine.begin() as conn:
         conn.execute(sa.text(f'CREATE SCHEMA IF NOT EXISTS "{pg_schema}"'))
-        table.create(conn)
-    return table
-
-
-def produce(bootstrap: str, topic: str, n: int, partitions: int, keys: int) -> collections.Counter[str]:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    expected: collections.Counter[str] = collections.Counter()
-    for i in range(n):
-        key = f"k{(i * 7919) % keys}"
-        expected[key] += 1
-        producer.produce(topic, key=key.encode(), value=b"1", partition=i % partitions)
-    assert producer.flush(30) == 0
-    settled_ends(bootstrap, topic, partitions)
-    return expected
-
-
-def totals(engine: sa.Engine, table: sa.Table) -> dict[str, int]:
-    with engine.connect() as conn:
-        return {str(k): int(n) for k, n in conn.execute(sa.select(table.c.k, table.c.n)).all()}
-
-
-def offsets(engine: sa.Engine, db: DatabaseSettings, job: str) -> dict[tuple[str, int], int]:
-    with engine.connect() as conn:
-        return offset_rows.load_offsets(conn, db, job)
+    return create_counts(engine, pg_schema)
 
 
 def seed(engine: sa.Engine, db: DatabaseSettings, job: str, rows: dict[tuple[str, int], int]) -> None:
     with engine.begin() as conn:
         offset_rows.seed_offsets(conn, db, job, rows, reason="test", actor="pytest")
-
-
-def key_of(record: Record) -> str:
-    assert record.key is not None
-    return record.key.decode()
 
 
 class PoolWatch:
@@ -183,12 +152,9 @@ def test_partition_writer_job_is_exact_with_fewer_server_connections_than_client
     job_name: str,
 ) -> None:
     topic = topic_factory(partitions=8)
-    expected = produce(kafka.bootstrap_servers, topic, 4000, 8, keys=97)
+    expected = produce_keyed(kafka, topic, 4000, 8, keys=97)
 
-    def write(conn: sa.Connection, rng: OffsetRange, agg: collections.Counter[str]) -> None:
-        upsert_add(conn, counts, [{"k": k, "n": n} for k, n in agg.items()], keys=["k"], add=["n"])
-
-    writer = PartitionWriter(write=write, decode=key_of, aggregate=collections.Counter)
+    writer = counting_writer(counts)
     with PoolWatch(services, pooled_database_url) as watch:
         summary = run_job(
             spark,
@@ -202,7 +168,7 @@ def test_partition_writer_job_is_exact_with_fewer_server_connections_than_client
             until_caught_up=True,
         )
     assert totals(engine, counts) == dict(expected)
-    assert offsets(engine, pooled, job_name) == settled_ends(kafka.bootstrap_servers, topic, 8)
+    assert stored_offsets(engine, pooled, job_name) == settled_ends(kafka.bootstrap_servers, topic, 8)
     assert summary.records == 4000 and summary.batches == 2
     assert watch.servers <= POOL_SIZE < watch.clients, (watch.servers, watch.clients, watch.waiting)
 
@@ -218,7 +184,7 @@ def test_batch_writer_copy_path_is_exact_and_leaves_no_session_state(
     job_name: str,
 ) -> None:
     topic = topic_factory(partitions=4)
-    expected = produce(kafka.bootstrap_servers, topic, 3000, 4, keys=997)
+    expected = produce_keyed(kafka, topic, 3000, 4, keys=997)
     sizes: list[int] = []
 
     def compute_df(batch: Any) -> list[tuple[str, int]]:
@@ -241,7 +207,7 @@ def test_batch_writer_copy_path_is_exact_and_leaves_no_session_state(
         until_caught_up=True,
     )
     assert totals(engine, counts) == dict(expected)
-    assert offsets(engine, pooled, job_name) == settled_ends(kafka.bootstrap_servers, topic, 4)
+    assert stored_offsets(engine, pooled, job_name) == settled_ends(kafka.bootstrap_servers, topic, 4)
     assert summary.batches == 2 and min(sizes) >= COPY_MIN_ROWS, sizes  # the COPY path, twice
     assert session_temp_tables(pooled_database_url) == [0] * POOL_SIZE  # staging dropped at commit
 
@@ -257,36 +223,30 @@ def test_structured_streaming_sink_is_exact(
     tmp_path: Path,
 ) -> None:
     topic = topic_factory(partitions=3)
-    expected = produce(kafka.bootstrap_servers, topic, 900, 3, keys=50)
-
-    def write(conn: sa.Connection, ranges: Sequence[OffsetRange], rows: list[tuple[str, int]]) -> None:
-        upsert_add(conn, counts, [{"k": k, "n": n} for k, n in rows], keys=["k"], add=["n"])
-
-    with open_stream(
+    expected = produce_keyed(kafka, topic, 900, 3, keys=50)
+    stream_once(
         spark,
+        counts,
         job=job_name,
         kafka=kafka,
         database=pooled,
         topics=[topic],
-        start=StartPolicy.earliest(),
         limits=Limits(max_records_per_batch=450),
         checkpoint_root=str(tmp_path),
-    ) as stream:
-        records = spark.readStream.format("txn_offsets").option("job", job_name).load()
-        query = stream.start(records, compute_df=key_counts, write=write, available_now=True)
-        query.awaitTermination(120)
-        assert not query.isActive and query.exception() is None
+    )
     assert totals(engine, counts) == dict(expected)
-    assert offsets(engine, pooled, job_name) == settled_ends(kafka.bootstrap_servers, topic, 3)
+    assert stored_offsets(engine, pooled, job_name) == settled_ends(kafka.bootstrap_servers, topic, 3)
 
 
 def _seeded(engine: sa.Engine, pooled: DatabaseSettings, job: str, topic: str, partitions: int) -> None:
     """A finished run of `job` at offset 5 of every partition (through PgBouncer)."""
     pooled_engine = engine_for(pooled)
     try:
-        run = start_run(pooled_engine, pooled, job)
+        run = start_run(Store(pooled_engine, pooled), job)
         seed(pooled_engine, pooled, job, {(topic, p): 0 for p in range(partitions)})
-        commit_ranges(pooled_engine, pooled, run, [OffsetRange(topic, p, 0, 5) for p in range(partitions)])
+        commit_ranges(
+            Store(pooled_engine, pooled), run, [OffsetRange(topic, p, 0, 5) for p in range(partitions)]
+        )
     finally:
         pooled_engine.dispose()
 
@@ -316,7 +276,7 @@ def test_cli_show_reset_lag(
     job_name: str,
 ) -> None:
     topic = topic_factory(partitions=8)
-    produce(kafka.bootstrap_servers, topic, 80, 8, keys=5)  # 10 per partition
+    produce_keyed(kafka, topic, 80, 8, keys=5)  # 10 per partition
     _seeded(engine, pooled, job_name, topic, 8)
     common = ("--schema", pooled.schema, "--job", job_name)
     for _ in range(3):  # the same statements again and again, as a prepared statement would be
@@ -337,7 +297,7 @@ def test_cli_show_reset_lag(
         "--force",
     )
     assert reset.returncode == 0, reset.stderr
-    assert offsets(engine, pooled, job_name) == {(topic, p): 10 for p in range(8)}
+    assert stored_offsets(engine, pooled, job_name) == {(topic, p): 10 for p in range(8)}
     lag = _cli(pooled_database_url, kafka, "offsets", "lag", *common, "--format", "json", "--fail-over", "0")
     assert lag.returncode == 0, lag.stderr
     assert '"lag": 0' in lag.stdout.replace('"lag":0', '"lag": 0')
@@ -352,7 +312,7 @@ def test_serve_answers_offsets(
     job_name: str,
 ) -> None:
     topic = topic_factory(partitions=4)
-    produce(kafka.bootstrap_servers, topic, 40, 4, keys=5)
+    produce_keyed(kafka, topic, 40, 4, keys=5)
     _seeded(engine, pooled, job_name, topic, 4)
     env = {
         **os.environ,
@@ -386,14 +346,14 @@ def test_a_frozen_claim_holder_costs_lock_timeout_not_forever(
 ) -> None:
     pooled_engine = engine_for(pooled)
     try:
-        run = start_run(pooled_engine, pooled, job_name)
+        run = start_run(Store(pooled_engine, pooled), job_name)
         seed(pooled_engine, pooled, job_name, {("t", 0): 0})
         outcome: list[object] = []
 
         def claim() -> None:
             started = time.monotonic()
             try:
-                commit_ranges(pooled_engine, pooled, run, [OffsetRange("t", 0, 0, 5)])
+                commit_ranges(Store(pooled_engine, pooled), run, [OffsetRange("t", 0, 0, 5)])
                 outcome.append("committed")
             except ClaimBlocked as exc:
                 outcome.append((exc, time.monotonic() - started))
@@ -411,7 +371,7 @@ def test_a_frozen_claim_holder_costs_lock_timeout_not_forever(
         assert not blocked, "the claim waited for the holder: lock_timeout did not apply through PgBouncer"
         ((exc, waited),) = outcome  # type: ignore[misc]
         assert isinstance(exc, ClaimBlocked) and waited < 5, outcome
-        assert offsets(engine, pooled, job_name) == {("t", 0): 0}
+        assert stored_offsets(engine, pooled, job_name) == {("t", 0): 0}
     finally:
         pooled_engine.dispose()
 

@@ -17,8 +17,9 @@ import sys
 import sqlalchemy as sa
 
 from tests.fix_services import REPO, Services, TopicFactory
+from tests.integration.spark.counting import produce_keyed, stored_offsets, totals
 from tests.integration.store.pgbouncer_job import table
-from tests.integration.store.test_pgbouncer import POOL_SIZE, PoolWatch, offsets, produce, totals
+from tests.integration.store.test_pgbouncer import POOL_SIZE, PoolWatch
 from tests.kafka_ends import settled_ends
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.store import migrate
@@ -41,8 +42,8 @@ def test_partition_and_batch_writer_jobs_with_four_concurrent_tasks_on_a_pool_of
         counts_p.create(conn)
         counts_b.create(conn)
     t_partition, t_batch = topic_factory(partitions=8), topic_factory(partitions=4)
-    expected_p = produce(kafka_bootstrap, t_partition, 4000, 8, keys=97)  # 2 batches of 8 ranges
-    expected_b = produce(kafka_bootstrap, t_batch, 3000, 4, keys=997)  # 2 batches, >= 500 rows each
+    expected_p = produce_keyed(kafka_bootstrap, t_partition, 4000, 8, keys=97)  # 2 batches of 8 ranges
+    expected_b = produce_keyed(kafka_bootstrap, t_batch, 3000, 4, keys=997)  # 2 batches, >= 500 rows each
     env = {
         **os.environ,
         "TXN_OFFSETS_DATABASE_URL": pooled_database_url,
@@ -67,8 +68,8 @@ def test_partition_and_batch_writer_jobs_with_four_concurrent_tasks_on_a_pool_of
     # exact: every record counted once, every stored offset at Kafka's end
     assert totals(engine, counts_p) == dict(expected_p)
     assert totals(engine, counts_b) == dict(expected_b)
-    assert offsets(engine, db, f"{job_name}-p") == settled_ends(kafka_bootstrap, t_partition, 8)
-    assert offsets(engine, db, f"{job_name}-b") == settled_ends(kafka_bootstrap, t_batch, 4)
+    assert stored_offsets(engine, db, f"{job_name}-p") == settled_ends(kafka_bootstrap, t_partition, 8)
+    assert stored_offsets(engine, db, f"{job_name}-b") == settled_ends(kafka_bootstrap, t_batch, 4)
     # oversubscribed: at least 4 clients at once on at most 2 server connections, some of them waiting
     assert watch.servers <= POOL_SIZE and watch.clients >= 4 and watch.waiting > 0, (
         watch.servers,

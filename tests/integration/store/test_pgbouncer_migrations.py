@@ -1,6 +1,6 @@
 """`txn-offsets db upgrade/current/check` through PgBouncer in transaction mode.
 
-The migrations run with ``search_path = pg_catalog`` (txn_offsets/migrations/env.py) so that a
+The migrations run with ``search_path = pg_catalog`` (migrations/env.py) so that a
 schema which is the session's default (a role named like the schema meets ``"$user"`` first, or a
 role's own ``search_path``) is still compared table by table. On a direct connection that setting
 travels in libpq's ``options``; PgBouncer drops ``options``, so behind it the search_path must be
@@ -20,7 +20,8 @@ import pytest
 import sqlalchemy as sa
 
 from tests.fix_services import Services, started_pgbouncer
-from txn_offsets.config import DatabaseSettings, Secret
+from txn_offsets.config import DatabaseSettings
+from txn_offsets.redaction import Secret
 from txn_offsets.store import migrate
 
 

@@ -24,6 +24,7 @@ from txn_offsets.config import DatabaseSettings
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.store import database
 from txn_offsets.store.database import engine_for
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import Run
 
 
@@ -72,10 +73,10 @@ def test_a_transaction_makes_four_round_trips_however_many_ranges(
     hot_engine: sa.Engine, migrated: DatabaseSettings, run: Run, aggregate: Aggregate
 ) -> None:
     seed(hot_engine, migrated, run.job, {("t", 0): 0, ("t", 1): 0, ("t", 2): 0})
-    commit_ranges(hot_engine, migrated, run, [OffsetRange("t", 0, 0, 5)], aggregate.write)  # warm
+    commit_ranges(Store(hot_engine, migrated), run, [OffsetRange("t", 0, 0, 5)], aggregate.write)  # warm
     three = [OffsetRange("t", 0, 5, 9), OffsetRange("t", 1, 0, 3), OffsetRange("t", 2, 0, 7)]
     answers, sent = _round_trips(
-        hot_engine, lambda: commit_ranges(hot_engine, migrated, run, three, aggregate.write)
+        hot_engine, lambda: commit_ranges(Store(hot_engine, migrated), run, three, aggregate.write)
     )
     # BEGIN, ONE statement claiming the three ranges and inserting their lineage rows, the write,
     # COMMIT: no ping of a connection in steady use (was 7 before the claims were one statement:
@@ -99,12 +100,13 @@ def test_a_pooled_connection_killed_between_ranges_costs_a_retry_not_the_range(
     aggregate: Aggregate,
 ) -> None:
     seed(hot_engine, migrated, run.job, {("t", 0): 0})
+    hot = Store(hot_engine, migrated)
     rng = [OffsetRange("t", 0, 0, 10)]
-    assert commit_ranges(hot_engine, migrated, run, rng, aggregate.write)[0].outcome is Outcome.COMMITTED
+    assert commit_ranges(hot, run, rng, aggregate.write)[0].outcome is Outcome.COMMITTED
     before = _backend_pid(hot_engine)
     _terminate(admin_engine, before)  # the pooled connection is dead; the pool does not know yet
     nxt = [OffsetRange("t", 0, 10, 20)]
-    assert commit_ranges(hot_engine, migrated, run, nxt, aggregate.write)[0].outcome is Outcome.COMMITTED
+    assert commit_ranges(hot, run, nxt, aggregate.write)[0].outcome is Outcome.COMMITTED
     assert _backend_pid(hot_engine) != before
     assert aggregate.value() == 2 and aggregate.calls == 2  # the failed attempt never reached the write
     assert offsets_of(hot_engine, migrated, run.job) == {("t", 0): 20}

@@ -29,12 +29,14 @@ import sqlalchemy as sa
 from tests.integration.helpers import offsets_of, seed
 from tests.unproven import commit_ranges
 from txn_offsets.commit import Outcome
-from txn_offsets.config import DatabaseSettings, Secret
+from txn_offsets.config import DatabaseSettings
 from txn_offsets.devstack import Stack, postgres, replica
 from txn_offsets.errors import CommitNotApplied, OffsetsRolledBack, Transient
 from txn_offsets.ranges import OffsetRange
+from txn_offsets.redaction import Secret
 from txn_offsets.store import migrate
 from txn_offsets.store.database import engine_for
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import start_run
 
 
@@ -59,11 +61,12 @@ def test_multi_host_url_follows_a_promotion(pair: replica.Pair) -> None:
     assert pair.app_password not in db.display_url + repr(db)
     migrate.upgrade(db)
     engine = engine_for(db, pool_size=1, max_overflow=0)
+    store = Store(engine, db)
     try:
         assert _port(engine) == pair.primary.port
-        run = start_run(engine, db, "j")
+        run = start_run(Store(engine, db), "j")
         seed(engine, db, "j", {("t", 0): 0})
-        assert commit_ranges(engine, db, run, [OffsetRange("t", 0, 0, 5)])[0].outcome is Outcome.COMMITTED
+        assert commit_ranges(store, run, [OffsetRange("t", 0, 0, 5)])[0].outcome is Outcome.COMMITTED
         replica.wait_replayed(pair.primary, pair.replica, pair.admin_password)
         standby = sa.create_engine(pair.url(node=pair.replica))
         with standby.connect() as conn:  # a hot standby: readable, in recovery, has the commit
@@ -73,10 +76,10 @@ def test_multi_host_url_follows_a_promotion(pair: replica.Pair) -> None:
 
         replica.kill_9(pair.primary)
         with pytest.raises(Transient):  # the pooled connection is dead, no server takes writes
-            commit_ranges(engine, db, run, [OffsetRange("t", 0, 5, 9)])
+            commit_ranges(store, run, [OffsetRange("t", 0, 5, 9)])
         replica.promote(pair.replica, pair.admin_password)
         # the same engine reconnects, to the promoted replica
-        assert commit_ranges(engine, db, run, [OffsetRange("t", 0, 5, 9)])[0].outcome is Outcome.COMMITTED
+        assert commit_ranges(store, run, [OffsetRange("t", 0, 5, 9)])[0].outcome is Outcome.COMMITTED
         assert _port(engine) == pair.replica.port
         assert offsets_of(engine, db, "j") == {("t", 0): 9}
         # the CLI takes the same multi-host URL from the environment
@@ -96,8 +99,9 @@ def test_planned_switchover_read_only_then_new_primary(pair: replica.Pair) -> No
     db = DatabaseSettings(Secret(pair.url()), schema="s_switch")
     migrate.upgrade(db)
     engine = engine_for(db, pool_size=1, max_overflow=0)
+    store = Store(engine, db)
     try:
-        run = start_run(engine, db, "j")
+        run = start_run(Store(engine, db), "j")
         seed(engine, db, "j", {("t", 0): 0})
         assert _port(engine) == pair.primary.port  # the pool holds a connection to the old primary
         info = postgres.admin_conninfo(pair.primary, pair.admin_password)
@@ -114,11 +118,11 @@ def test_planned_switchover_read_only_then_new_primary(pair: replica.Pair) -> No
             assert time.monotonic() < deadline, "the old primary never turned read-only"
             time.sleep(0.05)
         with pytest.raises(Transient):  # 25006 on the old primary, then no server takes writes
-            commit_ranges(engine, db, run, [OffsetRange("t", 0, 0, 5)])
+            commit_ranges(store, run, [OffsetRange("t", 0, 0, 5)])
         replica.wait_replayed(pair.primary, pair.replica, pair.admin_password)
         replica.stop(pair.primary)
         replica.promote(pair.replica, pair.admin_password)
-        assert commit_ranges(engine, db, run, [OffsetRange("t", 0, 0, 5)])[0].outcome is Outcome.COMMITTED
+        assert commit_ranges(store, run, [OffsetRange("t", 0, 0, 5)])[0].outcome is Outcome.COMMITTED
         assert _port(engine) == pair.replica.port
         assert offsets_of(engine, db, "j") == {("t", 0): 5}
     finally:
@@ -164,8 +168,9 @@ def test_commits_lost_in_a_failover_are_planned_again_not_a_conflict(pair: repli
     db = DatabaseSettings(Secret(pair.url()), schema="s_lost")
     migrate.upgrade(db)
     engine = engine_for(db, pool_size=1, max_overflow=0)
+    store = Store(engine, db)
     try:
-        run = start_run(engine, db, "j")
+        run = start_run(Store(engine, db), "j")
         seed(engine, db, "j", {("t", 0): 0})
         replica.wait_replayed(pair.primary, pair.replica, pair.admin_password)
         info = postgres.admin_conninfo(pair.primary, pair.admin_password)
@@ -174,17 +179,17 @@ def test_commits_lost_in_a_failover_are_planned_again_not_a_conflict(pair: repli
         assert senders
         for pid in senders:  # the replica lags: nothing more reaches it
             os.kill(pid, signal.SIGSTOP)
-        assert commit_ranges(engine, db, run, [OffsetRange("t", 0, 0, 5)])[0].outcome is Outcome.COMMITTED
+        assert commit_ranges(store, run, [OffsetRange("t", 0, 0, 5)])[0].outcome is Outcome.COMMITTED
         replica.kill_9(pair.primary)
         replica.promote(pair.replica, pair.admin_password)
         check = sa.create_engine(pair.url(), pool_pre_ping=True)
         assert offsets_of(check, db, "j") == {("t", 0): 0}  # the commit is gone with the old primary
         with pytest.raises(OffsetsRolledBack) as info_:
-            commit_ranges(engine, db, run, [OffsetRange("t", 0, 5, 9)])  # planned from the old offsets
+            commit_ranges(store, run, [OffsetRange("t", 0, 5, 9)])  # planned from the old offsets
         assert isinstance(info_.value, Transient)
         assert (info_.value.expected, info_.value.found) == (5, 0)
         # planning again from the table re-reads the lost range
-        assert commit_ranges(engine, db, run, [OffsetRange("t", 0, 0, 9)])[0].outcome is Outcome.COMMITTED
+        assert commit_ranges(store, run, [OffsetRange("t", 0, 0, 9)])[0].outcome is Outcome.COMMITTED
         assert offsets_of(check, db, "j") == {("t", 0): 9}
         check.dispose()
     finally:
@@ -222,9 +227,10 @@ def test_commit_in_flight_during_failover_is_resolved_on_the_new_primary(pair: r
     db = DatabaseSettings(Secret(pair.url()), schema="s_inflight")
     migrate.upgrade(db)
     engine = engine_for(db, pool_size=1, max_overflow=0)
+    store = Store(engine, db)
     frozen: list[int] = []
     try:
-        run = start_run(engine, db, "j")
+        run = start_run(Store(engine, db), "j")
         seed(engine, db, "j", {("t", 0): 0})
         with engine.begin() as conn:  # every COMMIT of a write waits 30 s in a deferred trigger
             conn.execute(sa.text('CREATE TABLE "s_inflight".w (id int)'))
@@ -238,7 +244,7 @@ def test_commit_in_flight_during_failover_is_resolved_on_the_new_primary(pair: r
         def commit() -> None:
             try:
                 ranges = [OffsetRange("t", 0, 0, 5)]
-                outcome.append(commit_ranges(engine, db, run, ranges, insert_w))
+                outcome.append(commit_ranges(store, run, ranges, insert_w))
             except BaseException as exc:  # handed to the test thread
                 outcome.append(exc)
 
@@ -255,7 +261,7 @@ def test_commit_in_flight_during_failover_is_resolved_on_the_new_primary(pair: r
         assert "connection lost during COMMIT" in str(failure)
         assert _port(engine) == pair.replica.port  # the re-read (and everything since) is the new primary
         assert offsets_of(engine, db, "j") == {("t", 0): 0}
-        assert commit_ranges(engine, db, run, [OffsetRange("t", 0, 0, 5)])[0].outcome is Outcome.COMMITTED
+        assert commit_ranges(store, run, [OffsetRange("t", 0, 0, 5)])[0].outcome is Outcome.COMMITTED
         assert offsets_of(engine, db, "j") == {("t", 0): 5}
     finally:
         _release(frozen)
@@ -281,11 +287,12 @@ def test_synchronous_replication_loses_no_acknowledged_commit_in_a_failover(pair
     migrate.upgrade(db)
     replica.make_synchronous(pair.primary, pair.admin_password, timeout_s=30)
     engine = engine_for(db, pool_size=1, max_overflow=0)
+    store = Store(engine, db)
     frozen: list[int] = []
     try:
-        run = start_run(engine, db, "j")
+        run = start_run(Store(engine, db), "j")
         seed(engine, db, "j", {("t", 0): 0})
-        assert commit_ranges(engine, db, run, [OffsetRange("t", 0, 0, 5)])[0].outcome is Outcome.COMMITTED
+        assert commit_ranges(store, run, [OffsetRange("t", 0, 0, 5)])[0].outcome is Outcome.COMMITTED
         info = postgres.admin_conninfo(pair.primary, pair.admin_password)
         with psycopg.connect(**info, autocommit=True) as c:  # type: ignore[arg-type]
             senders = [int(pid) for (pid,) in c.execute("SELECT pid FROM pg_stat_replication").fetchall()]
@@ -297,7 +304,7 @@ def test_synchronous_replication_loses_no_acknowledged_commit_in_a_failover(pair
 
         def commit() -> None:
             try:
-                outcome.append(commit_ranges(engine, db, run, [OffsetRange("t", 0, 5, 9)]))
+                outcome.append(commit_ranges(store, run, [OffsetRange("t", 0, 5, 9)]))
             except BaseException as exc:  # handed to the test thread
                 outcome.append(exc)
 
@@ -319,7 +326,7 @@ def test_synchronous_replication_loses_no_acknowledged_commit_in_a_failover(pair
         check = sa.create_engine(pair.url(), pool_pre_ping=True)
         try:
             assert offsets_of(check, db, "j") == {("t", 0): 5}  # the acknowledged commit survived
-            assert commit_ranges(engine, db, run, [OffsetRange("t", 0, 5, 9)])[0].outcome is Outcome.COMMITTED
+            assert commit_ranges(store, run, [OffsetRange("t", 0, 5, 9)])[0].outcome is Outcome.COMMITTED
             assert offsets_of(check, db, "j") == {("t", 0): 9}
         finally:
             check.dispose()

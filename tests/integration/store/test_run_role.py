@@ -11,9 +11,11 @@ import sqlalchemy as sa
 from tests.integration.helpers import offsets_of
 from tests.unproven import commit_ranges
 from txn_offsets.commit import Outcome
-from txn_offsets.config import DatabaseSettings, Secret
+from txn_offsets.config import DatabaseSettings
 from txn_offsets.ranges import OffsetRange
+from txn_offsets.redaction import Secret
 from txn_offsets.store import offset_rows, stats
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import end_run, heartbeat, start_run
 from txn_offsets.store.schema import run_role_grants
 
@@ -39,19 +41,19 @@ def test_run_role_runs_a_job_but_cannot_delete_or_alter(
     db = run_role_db
     role_engine = sa.create_engine(db.url, poolclass=sa.pool.NullPool)
     try:
-        run = start_run(role_engine, db, job_name)
+        run = start_run(Store(role_engine, db), job_name)
         with role_engine.begin() as conn:
             offset_rows.seed_offsets(conn, db, job_name, {("t", 0): 0}, reason="first run", actor="job")
-        out = commit_ranges(role_engine, db, run, [OffsetRange("t", 0, 0, 10)])
+        out = commit_ranges(Store(role_engine, db), run, [OffsetRange("t", 0, 0, 10)])
         assert out[0].outcome is Outcome.COMMITTED
-        heartbeat(role_engine, db, run)
+        heartbeat(Store(role_engine, db), run)
         with role_engine.begin() as conn:
             assert offset_rows.skip_lost(conn, db, job_name, "t", 0, 10, 20, "retention", actor="job")
-        assert end_run(role_engine, db, run)
+        assert end_run(Store(role_engine, db), run)
         assert offsets_of(engine, db, job_name) == {("t", 0): 20}
         # the runner's batch statistics (job_stats) work with the same grants
-        assert stats.record_batch(role_engine, db, job_name, 0.5, {"committed": 1})
-        assert stats.record_failure(role_engine, db, job_name, "fenced")
+        assert stats.record_batch(Store(role_engine, db), job_name, 0.5, {"committed": 1})
+        assert stats.record_failure(Store(role_engine, db), job_name, "fenced")
 
         for forbidden in (
             f'DELETE FROM "{db.schema}".offsets',

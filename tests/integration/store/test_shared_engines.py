@@ -1,6 +1,6 @@
-"""run_jobs' one driver engine for many runs (txn_offsets.spark.spec.shared_engines): a run started
-under it uses that engine and leaves it open, pooled, for the next run; a run on other database
-settings, or outside the block, still makes (and closes) an engine of its own."""
+"""run_jobs' one driver engine for many runs (txn_offsets.spark.spec.job_run's `engines`): a run
+given it uses that engine and leaves it open, pooled, for the next run; a run on other database
+settings, or given none, still makes (and closes) an engine of its own."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from collections.abc import Callable
 import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.planner import TopicSelection
-from txn_offsets.spark.spec import JobSpec, job_run, shared_engines
+from txn_offsets.plan.planner import TopicSelection
+from txn_offsets.spark.spec import JobSpec, job_run
 from txn_offsets.store.database import engine_for
 
 
@@ -26,25 +26,25 @@ def test_runs_share_the_engine_they_are_given(
     kafka = KafkaSettings(kafka_bootstrap)
     topic = topic_factory(partitions=1)
     engine = engine_for(migrated, pool_size=4, max_overflow=0)
+    engines = {migrated: engine}
     try:
-        with shared_engines({migrated: engine}):
-            for _ in range(3):
-                with job_run(_spec(topic), migrated, kafka) as (used, run):
-                    assert used is engine and run.generation == 1
-            # still open: the runs' connections went back to its pool, none was closed
-            assert engine.pool.checkedin() >= 1  # type: ignore[attr-defined]
-            opened = engine.pool.checkedin()  # type: ignore[attr-defined]
-            # other settings (here: another application_name) are not this engine's
-            other = dataclasses.replace(
-                migrated,
-                url=sa.engine.make_url(migrated.url)
-                .update_query_dict({"application_name": "other"})
-                .render_as_string(hide_password=False),
-            )
-            with job_run(_spec(topic), other, kafka) as (used, _):
-                assert used is not engine
+        for _ in range(3):
+            with job_run(_spec(topic), migrated, kafka, engines=engines) as (used, run):
+                assert used.engine is engine and run.generation == 1
+        # still open: the runs' connections went back to its pool, none was closed
+        assert engine.pool.checkedin() >= 1  # type: ignore[attr-defined]
+        opened = engine.pool.checkedin()  # type: ignore[attr-defined]
+        # other settings (here: another application_name) are not this engine's
+        other = dataclasses.replace(
+            migrated,
+            url=sa.engine.make_url(migrated.url)
+            .update_query_dict({"application_name": "other"})
+            .render_as_string(hide_password=False),
+        )
+        with job_run(_spec(topic), other, kafka, engines=engines) as (used, _):
+            assert used.engine is not engine
         assert engine.pool.checkedin() == opened  # type: ignore[attr-defined]
-        with job_run(_spec(topic), migrated, kafka) as (used, _):  # outside the block: its own
-            assert used is not engine
+        with job_run(_spec(topic), migrated, kafka) as (used, _):  # given no engines: its own
+            assert used.engine is not engine
     finally:
         engine.dispose()

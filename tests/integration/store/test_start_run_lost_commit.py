@@ -17,14 +17,16 @@ from tests.integration.commit.commit_cut import commit_cut
 from tests.integration.helpers import offsets_of, seed
 from tests.unproven import commit_ranges
 from txn_offsets.commit import Outcome
-from txn_offsets.config import DatabaseSettings, Secret
+from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import Fenced
 from txn_offsets.ranges import OffsetRange
+from txn_offsets.redaction import Secret
 from txn_offsets.store.database import engine_for
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import Run, end_run, start_run
 from txn_offsets.store.schema import tables_for
 
-MARKER = b"jobs SET generation"  # start_run's bump of the generation
+MARKER = b"SET generation = j.generation + 1"  # start_run's bump of the generation (start_runs' statement)
 
 
 def _job_row(engine: sa.Engine, db: DatabaseSettings, job: str) -> tuple[int, str | None, bool]:
@@ -36,22 +38,22 @@ def _job_row(engine: sa.Engine, db: DatabaseSettings, job: str) -> tuple[int, st
 
 
 def _earlier_run(engine: sa.Engine, db: DatabaseSettings, job: str) -> Run:
-    run = start_run(engine, db, job)
+    run = start_run(Store(engine, db), job)
     seed(engine, db, job, {("t", 0): 0})
-    assert end_run(engine, db, run)
+    assert end_run(Store(engine, db), run)
     return run
 
 
 @pytest.mark.parametrize("mode", ["drop", "cut"])
 def test_start_run_whose_commit_is_lost_starts_exactly_once(
-    mode: str, database_url: str, engine: sa.Engine, migrated: DatabaseSettings, job_name: str
+    mode: str, database_url: str, engine: sa.Engine, migrated: DatabaseSettings, store: Store, job_name: str
 ) -> None:
     earlier = _earlier_run(engine, migrated, job_name)
     with commit_cut(database_url, MARKER, mode) as proxy:
         db = DatabaseSettings(Secret(proxy.url(database_url)), schema=migrated.schema)
         through = engine_for(db)
         try:
-            run = start_run(through, db, job_name)
+            run = start_run(Store(through, db), job_name)
         finally:
             through.dispose()
     assert proxy.fired.is_set()
@@ -59,13 +61,13 @@ def test_start_run_whose_commit_is_lost_starts_exactly_once(
     # one new generation, ours, whether the lost COMMIT was applied or not
     assert run.generation == earlier.generation + 1
     assert _job_row(engine, migrated, job_name) == (run.generation, run.run_id, True)
-    done = commit_ranges(engine, migrated, run, [OffsetRange("t", 0, 0, 5)])
+    done = commit_ranges(store, run, [OffsetRange("t", 0, 0, 5)])
     assert [d.outcome for d in done] == [Outcome.COMMITTED]
     assert offsets_of(engine, migrated, job_name) == {("t", 0): 5}
 
 
 def test_start_run_whose_lost_commit_was_overtaken_is_fenced(
-    database_url: str, engine: sa.Engine, migrated: DatabaseSettings, job_name: str
+    database_url: str, engine: sa.Engine, migrated: DatabaseSettings, store: Store, job_name: str
 ) -> None:
     """The lost start committed, and another run started before this one could re-read: the job is
     the other run's. Fenced, and the other run keeps the job."""
@@ -73,14 +75,14 @@ def test_start_run_whose_lost_commit_was_overtaken_is_fenced(
     other: list[Run] = []
 
     def another_run_starts() -> None:
-        other.append(start_run(engine, migrated, job_name, force=True))
+        other.append(start_run(store, job_name, force=True))
 
     with commit_cut(database_url, MARKER, "cut", on_lost=another_run_starts) as proxy:
         db = DatabaseSettings(Secret(proxy.url(database_url)), schema=migrated.schema)
         through = engine_for(db)
         try:
             with pytest.raises(Fenced) as fenced:
-                start_run(through, db, job_name)
+                start_run(Store(through, db), job_name)
         finally:
             through.dispose()
     assert proxy.answered.is_set()
@@ -88,5 +90,5 @@ def test_start_run_whose_lost_commit_was_overtaken_is_fenced(
     assert winner.generation == earlier.generation + 2  # ours (lost) was +1
     assert (fenced.value.generation, fenced.value.current) == (earlier.generation + 1, winner.generation)
     assert _job_row(engine, migrated, job_name) == (winner.generation, winner.run_id, True)
-    done = commit_ranges(engine, migrated, winner, [OffsetRange("t", 0, 0, 5)])
+    done = commit_ranges(store, winner, [OffsetRange("t", 0, 0, 5)])
     assert [d.outcome for d in done] == [Outcome.COMMITTED]

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import ConfigError
 from txn_offsets.store import stats, stats_queue
+from txn_offsets.store.handle import Store
 
 
 def _rows(engine: sa.Engine, db: DatabaseSettings, jobs: list[str]) -> dict[str, tuple[int, int, int, str]]:
@@ -28,7 +29,7 @@ def _rows(engine: sa.Engine, db: DatabaseSettings, jobs: list[str]) -> dict[str,
 
 
 def test_records_of_many_jobs_are_one_transaction_with_each_jobs_sums(
-    engine: sa.Engine, migrated: DatabaseSettings
+    engine: sa.Engine, migrated: DatabaseSettings, store: Store
 ) -> None:
     jobs = [f"stats-{uuid.uuid4().hex[:8]}" for _ in range(3)]
     records = [
@@ -37,8 +38,8 @@ def test_records_of_many_jobs_are_one_transaction_with_each_jobs_sums(
         stats.batch_record(jobs[0], 0.3, {"committed": 3, "already_committed": 1}),
         stats.failure_record(jobs[2], "conflict"),
     ]
-    assert stats.record_many(engine, migrated, records)
-    assert stats.record_many(engine, migrated, [stats.batch_record(jobs[2], 0.1, {"committed": 4})])
+    assert stats.record_many(store, records)
+    assert stats.record_many(store, [stats.batch_record(jobs[2], 0.1, {"committed": 4})])
     rows = _rows(engine, migrated, jobs)
     assert {job: row[:3] for job, row in rows.items()} == {
         jobs[0]: (2, 5, 0),
@@ -49,13 +50,15 @@ def test_records_of_many_jobs_are_one_transaction_with_each_jobs_sums(
     with engine.connect() as conn:
         loaded = stats.load_stats(conn, migrated)[jobs[0]]
     assert sum(loaded.buckets) == 2 and loaded.batch_seconds_sum == pytest.approx(0.5)
-    assert stats.record_many(engine, migrated, [])  # nothing to count: no transaction
+    assert stats.record_many(store, [])  # nothing to count: no transaction
 
 
-def test_the_queue_writes_every_record_and_says_so(engine: sa.Engine, migrated: DatabaseSettings) -> None:
+def test_the_queue_writes_every_record_and_says_so(
+    engine: sa.Engine, migrated: DatabaseSettings, store: Store
+) -> None:
     jobs = [f"queued-{uuid.uuid4().hex[:8]}" for _ in range(4)]
     futures = [
-        stats_queue.submit(engine, migrated, stats.batch_record(job, 0.05 * i, {"committed": i}))
+        stats_queue.submit(store, stats.batch_record(job, 0.05 * i, {"committed": i}))
         for i in range(1, 6)
         for job in jobs
     ]
@@ -75,23 +78,23 @@ def test_bad_records_are_refused_when_made_and_a_failed_write_is_false(
         stats.failure_record("a-job", "exploded")
     # a database that refuses the connection: False on the future, the queue's thread lives on
     unreachable = sa.create_engine("postgresql+psycopg://nobody:wrong@127.0.0.1:1/none")
-    bad = stats_queue.submit(unreachable, migrated, stats.batch_record("a-job", 1.0, {"committed": 1}))
+    bad = stats_queue.submit(Store(unreachable, migrated), stats.batch_record("a-job", 1.0, {"committed": 1}))
     assert stats_queue.wait([bad]) is False and bad.result() is False
     unreachable.dispose()
 
 
 def test_records_queued_after_a_write_wait_for_the_next_one_together(
-    engine: sa.Engine, migrated: DatabaseSettings
+    engine: sa.Engine, migrated: DatabaseSettings, store: Store
 ) -> None:
     """At most one write per WRITE_EVERY_S: the records of batches that end one after another are
     summed into one transaction instead of one each, right after every batch (while the next one
     is being planned); a run that ends and waits for its records has them written at once."""
     first = f"first-{uuid.uuid4().hex[:8]}"
-    assert stats_queue.wait([stats_queue.submit(engine, migrated, stats.batch_record(first, 0.1, {}))])
+    assert stats_queue.wait([stats_queue.submit(store, stats.batch_record(first, 0.1, {}))])
     jobs = [f"paced-{uuid.uuid4().hex[:8]}" for _ in range(4)]
     futures = []
     for job in jobs:  # batches ending 20 ms apart, no one waiting for their statistics
-        futures.append(stats_queue.submit(engine, migrated, stats.batch_record(job, 0.1, {"committed": 1})))
+        futures.append(stats_queue.submit(store, stats.batch_record(job, 0.1, {"committed": 1})))
         time.sleep(0.02)
     assert stats_queue.wait(futures)
     rows = _rows(engine, migrated, jobs)

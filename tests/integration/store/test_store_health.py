@@ -24,6 +24,7 @@ from txn_offsets.errors import ConfigError
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.store import budget, health
 from txn_offsets.store.database import engine_for
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import Run, start_run
 
 
@@ -66,7 +67,7 @@ def test_offsets_table_leaves_room_for_hot_updates(engine: sa.Engine, migrated: 
 def test_policy_reads_rows_once_per_statement(
     engine: sa.Engine, migrated: DatabaseSettings, job_name: str
 ) -> None:
-    start_run(engine, migrated, job_name)
+    start_run(Store(engine, migrated), job_name)
     seed(engine, migrated, job_name, {("t", p): 0 for p in range(64)})
     with engine.connect() as conn:
         plan = conn.execute(
@@ -127,14 +128,13 @@ def test_metrics_show_hot_updates_and_the_oldest_transaction(
     make_client: Callable[..., TestClient],  # noqa: F811
     engine: sa.Engine,
     migrated: DatabaseSettings,
+    store: Store,
     run: Run,
     job_name: str,
 ) -> None:
     seed(engine, migrated, job_name, {("t", p): 0 for p in range(4)})
     for batch in range(20):
-        commit_ranges(
-            engine, migrated, run, [OffsetRange("t", p, batch * 10, batch * 10 + 10) for p in range(4)]
-        )
+        commit_ranges(store, run, [OffsetRange("t", p, batch * 10, batch * 10 + 10) for p in range(4)])
     client = make_client()
     deadline = time.monotonic() + 15
     while True:  # backends flush their counters about once a second

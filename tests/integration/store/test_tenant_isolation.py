@@ -28,10 +28,12 @@ from txn_offsets import MigrationError
 from txn_offsets.admin import grants
 from txn_offsets.cli import exits
 from txn_offsets.commit import Outcome
-from txn_offsets.config import DatabaseSettings, Secret
+from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import ConfigError
 from txn_offsets.ranges import OffsetRange
+from txn_offsets.redaction import Secret
 from txn_offsets.store import migrate, offset_rows
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import end_run, start_run
 
 from .test_job_roles import JobRole, RunCli, as_url, make_role  # noqa: F401 - the fixtures
@@ -54,11 +56,12 @@ def _one(engine: sa.Engine, sql: str, **params: object) -> object:
 
 
 def _run_a_batch(r: JobRole, job: str, until: int) -> None:
-    run = start_run(r.engine, r.db, job)
+    run = start_run(Store(r.engine, r.db), job)
     with r.engine.begin() as conn:
         offset_rows.seed_offsets(conn, r.db, job, {("t", 0): 0}, reason="first run", actor="job")
-    assert commit_ranges(r.engine, r.db, run, [OffsetRange("t", 0, 0, until)])[0].outcome is Outcome.COMMITTED
-    assert end_run(r.engine, r.db, run)
+    store = Store(r.engine, r.db)
+    assert commit_ranges(store, run, [OffsetRange("t", 0, 0, until)])[0].outcome is Outcome.COMMITTED
+    assert end_run(Store(r.engine, r.db), run)
 
 
 @pytest.fixture
@@ -308,7 +311,7 @@ def test_a_tenant_cannot_write_an_illegal_topic_into_its_own_job(
     metadata request fail for every job."""
     job = f"a-{uuid.uuid4().hex[:8]}"
     a = make_role(job=job)
-    start_run(a.engine, a.db, job)
+    start_run(Store(a.engine, a.db), job)
     with pytest.raises(sa.exc.IntegrityError, match="offsets_topic_legal_check"), a.engine.begin() as conn:
         conn.execute(
             sa.text(f'INSERT INTO "{migrated.schema}".offsets (job, topic, part, off) VALUES (:j, :t, 0, 0)'),
@@ -376,7 +379,7 @@ def test_grants_to_public_are_refused_and_grant_nothing(
     """The issue's attack: `db grants --role public --apply`, then a login role granted nothing
     moved an unowned job's offset from 1000 to 0."""
     s = migrated.schema
-    start_run(engine, migrated, job_name)
+    start_run(Store(engine, migrated), job_name)
     with engine.begin() as conn:
         offset_rows.seed_offsets(conn, migrated, job_name, {("t", 0): 1000}, reason="test", actor="pytest")
     code, out, err = as_url(admin_database_url)("db", "grants", "--schema", s, "--role", "public", "--apply")
@@ -443,9 +446,9 @@ def test_the_library_refuses_them_too(admin_engine: sa.Engine, migrated: Databas
     try:
         for role in PSEUDO:
             with pytest.raises(ConfigError, match="role"):
-                grants.apply_grants(admin_engine, admin, role, job="j")
+                grants.apply_grants(Store(admin_engine, admin), role, job="j")
             with pytest.raises(ConfigError, match="role"):
-                grants.apply_role(admin_engine, admin, role, None)
+                grants.apply_role(Store(admin_engine, admin), role, None)
         assert not _has_public_grants(admin_engine, migrated.schema)
     finally:
         _drop_roles_named_like_specifiers(admin_engine)

@@ -16,31 +16,29 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import Fenced
-from txn_offsets.store.database import translate_errors
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import Run, lock_job
-from txn_offsets.store.schema import tables_for
 
 __all__ = ["end_epoch", "epoch_live"]
 
 
-def epoch_live(engine: sa.Engine, db: DatabaseSettings, run: Run) -> bool:
+def epoch_live(store: Store, run: Run) -> bool:
     """True while `run` holds a live lease; False once the driver ended the epoch (or the run, or
     stopped renewing); raises Fenced if a newer generation took the job."""
-    with translate_errors(db), engine.connect() as conn:
-        state = lock_job(conn, db, run.job, for_update=False)
+    with store.connect() as conn:
+        state = lock_job(conn, store.settings, run.job, for_update=False)
         conn.rollback()
     if state.generation != run.generation:
         raise Fenced(run.job, run.generation, state.generation)
     return state.live and state.run_id == run.run_id
 
 
-def end_epoch(engine: sa.Engine, db: DatabaseSettings, run: Run) -> bool:
+def end_epoch(store: Store, run: Run) -> bool:
     """Expire `run`'s lease now, so the epoch's tasks stop at their next check; False if the run
     no longer held the job (fenced). The next plan renews the lease."""
-    jobs = tables_for(db.schema).jobs
-    with translate_errors(db), engine.begin() as conn:
+    jobs = store.tables.jobs
+    with store.begin() as conn:
         ended = conn.execute(
             sa.update(jobs)
             .where(jobs.c.job == run.job, jobs.c.generation == run.generation, jobs.c.run_id == run.run_id)

@@ -39,7 +39,8 @@ from txn_offsets.spark.lowlatency.control import end_epoch, epoch_live
 from txn_offsets.spark.lowlatency.options import LowLatency
 from txn_offsets.spark.tasks import TaskReport, commit_reporting
 from txn_offsets.store import offset_rows
-from txn_offsets.store.database import translate_errors, worker_engine
+from txn_offsets.store.database import worker_engine
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import Run
 
 __all__ = ["FollowReport", "FollowTask"]
@@ -98,7 +99,7 @@ class FollowTask:
 class _Follow:
     def __init__(self, task: FollowTask, index: int, keys: list[TopicPartition]) -> None:
         self.t, self.index, self.keys = task, index, keys
-        self.engine = worker_engine(task.database)
+        self.store = Store(worker_engine(task.database), task.database)  # built here, on the executor
         self.commits = self.already = 0
         self.commit_ms: list[float] = []
         self.topic_ids: dict[str, str] = {}
@@ -106,7 +107,7 @@ class _Follow:
     def _stored(self) -> dict[TopicPartition, int]:
         """The stored offsets of this task's partitions, and the topic ids the planner left in the
         rows (the incarnations the claims require and the reads are checked against)."""
-        with translate_errors(self.t.database), self.engine.connect() as conn:
+        with self.store.connect() as conn:
             rows = offset_rows.load_rows(conn, self.t.database, self.t.run.job)
             conn.rollback()
         self.topic_ids = {k[0]: tid for k in self.keys if (tid := rows[k].topic_id) is not None}
@@ -119,7 +120,7 @@ class _Follow:
         left = opts.epoch_s if t.ends_at is None else min(opts.epoch_s, t.ends_at - time.time())
         deadline = time.monotonic() + max(opts.epoch_s / 4, min(opts.epoch_s, 5.0), left)
         try:
-            if not epoch_live(self.engine, t.database, t.run):
+            if not epoch_live(self.store, t.run):
                 return self._report("ended")
             stored = self._stored()  # a retried task continues from the table, not the plan
         except TxnOffsetsError as exc:
@@ -139,7 +140,7 @@ class _Follow:
                     break
                 if now >= next_check:
                     next_check = now + check_every
-                    if not epoch_live(self.engine, t.database, t.run):
+                    if not epoch_live(self.store, t.run):
                         stopped_by = "ended"
                         break
                 if t.until_caught_up and all(p.committed >= t.ends.get(k, 0) for k, p in pending.items()):
@@ -231,7 +232,7 @@ class _Follow:
             "job %r epoch %d task %d: superseded (%s)", self.t.run.job, self.t.epoch, self.index, error
         )
         try:
-            end_epoch(self.engine, self.t.database, self.t.run)
+            end_epoch(self.store, self.t.run)
         except TxnOffsetsError as exc:
             logger.warning("job %r: could not end the epoch (%s)", self.t.run.job, exc)
         return self._report("superseded", None, pending)

@@ -41,7 +41,7 @@ import sqlalchemy as sa
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError
 from txn_offsets.kafka.start import StartPolicy
-from txn_offsets.planner import Limits
+from txn_offsets.plan.planner import Limits
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark.session import session_cores, session_key
 from txn_offsets.spark.spec import JobSpec, job_run

@@ -42,11 +42,10 @@ from typing import Any
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError
 from txn_offsets.kafka.start import StartPolicy
-from txn_offsets.planner import Limits, plan_batch
+from txn_offsets.plan.planner import Limits, plan_batch
 from txn_offsets.spark.spec import JobSpec, job_run
 from txn_offsets.spark.stream.realtime_sink import RealTimeSink, RowsWrite
 from txn_offsets.spark.stream.running import RunQuery, run_checkpoint
-from txn_offsets.store.database import translate_errors
 from txn_offsets.store.lease import keep_lease
 from txn_offsets.store.offset_rows import load_offsets
 from txn_offsets.store.runs import Run
@@ -90,11 +89,10 @@ def open_realtime(
     )
     lifecycle = contextlib.ExitStack()
     try:
-        engine, run = lifecycle.enter_context(job_run(spec, database, kafka))
+        store, run = lifecycle.enter_context(job_run(spec, database, kafka))
         # seeds the rows of a first run (start policy) and checks the stored offsets against the log
         plan_batch(
-            engine,
-            database,
+            store,
             kafka,
             job=job,
             selection=spec.selection,
@@ -103,9 +101,9 @@ def open_realtime(
             on_data_loss=spec.on_data_loss,
             run=run,
         )
-        with translate_errors(database), engine.connect() as conn:
+        with store.connect() as conn:
             stored = load_offsets(conn, database, job)
-        lifecycle.enter_context(keep_lease(engine, database, run, every_s=max(1.0, lease_s / 3)))
+        lifecycle.enter_context(keep_lease(store, run, every_s=max(1.0, lease_s / 3)))
     except BaseException:
         lifecycle.close()
         raise

@@ -39,6 +39,7 @@ from txn_offsets.spark.batch import batch_deadline
 from txn_offsets.spark.frames import worker_imports
 from txn_offsets.spark.tasks import commit_reporting, success_counts
 from txn_offsets.store.database import worker_engine
+from txn_offsets.store.handle import Store
 from txn_offsets.store.lease import keep_lease
 from txn_offsets.store.lineage import Lineage
 from txn_offsets.store.runs import Run
@@ -69,12 +70,14 @@ class ExactlyOnceSink(Generic[R]):
 
     def __call__(self, batch: Any, batch_id: int) -> None:
         t0 = time.monotonic()
-        engine = worker_engine(self.database)
-        ranges = load_plan(engine, self.database, self.run).ranges
+        store = Store(
+            worker_engine(self.database), self.database
+        )  # in this process only: an engine is not picklable
+        ranges = load_plan(store, self.run).ranges
         if not ranges:
             return  # nothing was planned: Spark's first batch of a query with nothing to read
         every_s = max(1.0, self.lease_s / 3)
-        with keep_lease(engine, self.database, self.run, every_s=every_s, for_s=self.batch_timeout_s):
+        with keep_lease(store, self.run, every_s=every_s, for_s=self.batch_timeout_s):
             result = self._compute(batch, batch_id)
 
             def write(conn: sa.Connection) -> None:
@@ -85,7 +88,7 @@ class ExactlyOnceSink(Generic[R]):
             unit = Unit(self.run, list(ranges), write, Lineage(batch_id), source=self.kafka)
             reports = commit_reporting(self.database, unit, isolation_level=self.isolation_level, records=-1)
         if any(report.outcome is Outcome.TOPIC_CHANGED for report in reports):
-            let_go(engine, self.database, self.run, ranges)
+            let_go(store, self.run, ranges)
             changed = next(r.error for r in reports if r.outcome is Outcome.TOPIC_CHANGED)
             logger.warning(
                 "job=%r stream batch=%d not committed, planned again: %s", self.run.job, batch_id, changed
@@ -94,11 +97,11 @@ class ExactlyOnceSink(Generic[R]):
         for report in reports:
             if report.error is not None:
                 if report.outcome in FAILURES:  # counted in job_stats under the same name
-                    record_failure(engine, self.database, self.run.job, report.outcome)
+                    record_failure(store, self.run.job, report.outcome)
                 raise report.error
         outcomes = success_counts(reports)
         seconds = time.monotonic() - t0
-        record_batch(engine, self.database, self.run.job, seconds, outcomes)
+        record_batch(store, self.run.job, seconds, outcomes)
         logger.info(
             "job=%r stream batch=%d ranges=%d committed=%d already_committed=%d seconds=%.2f",
             self.run.job,

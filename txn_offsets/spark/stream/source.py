@@ -38,16 +38,17 @@ from pyspark.sql.streaming.datasource import (
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError, StreamDiverged, TopicMissing
-from txn_offsets.planner import Limits, plan_batch
+from txn_offsets.plan.planner import Limits, plan_batch
 from txn_offsets.ranges import OffsetRange, TopicPartition
 from txn_offsets.spark.batch import assign_ranges
 from txn_offsets.spark.frames import arrow_batches, record_schema
 from txn_offsets.spark.spec import JobSpec
 from txn_offsets.spark.tasks import ReadTask
-from txn_offsets.store.database import engine_for, translate_errors
+from txn_offsets.store.database import engine_for
+from txn_offsets.store.handle import Store
 from txn_offsets.store.offset_rows import load_offsets
 from txn_offsets.store.runs import Run, heartbeat
-from txn_offsets.store.stream_plans import check_committed, claim, range_rows, ranges_of, save_plan
+from txn_offsets.store.stream_plans import become_reader, check_committed, range_rows, ranges_of, save_plan
 
 __all__ = ["FORMAT", "StreamConfig", "TxnOffsetsSource", "bound_source"]
 
@@ -107,24 +108,26 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, config: StreamConfig) -> None:
         self.config = config
         self.reader_id = uuid.uuid4().hex  # this query's reader: the one owner of the run's plans
-        self._engine: Any = None
+        self._store: Store | None = None
         self._target: dict[TopicPartition, int] | None = None  # Trigger.AvailableNow
         self._missing_since: float | None = None  # when a topic of the stream went missing
 
     @property
-    def engine(self) -> Any:
-        if self._engine is None:
-            self._engine = engine_for(self.config.database, pool_size=1, max_overflow=1)
-        return self._engine
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = Store(
+                engine_for(self.config.database, pool_size=1, max_overflow=1), self.config.database
+            )
+        return self._store
 
     # -- driver side ---------------------------------------------------------------------------
 
     def initialOffset(self) -> dict[str, Any]:
         cfg = self.config
-        heartbeat(self.engine, cfg.database, cfg.run)
+        heartbeat(self.store, cfg.run)
         # a second query over the same stream fails here, not after replacing the first's batch
-        claim(self.engine, cfg.database, cfg.run, self.reader_id)
-        with translate_errors(cfg.database), self.engine.connect() as conn:
+        become_reader(self.store, cfg.run, self.reader_id)
+        with self.store.connect() as conn:
             stored = load_offsets(conn, cfg.database, cfg.run.job)
         return {"generation": cfg.run.generation, "next": _nested(stored), "batch": []}
 
@@ -139,11 +142,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         cfg = self.config
-        heartbeat(self.engine, cfg.database, cfg.run)  # renews the lease; Fenced if a newer run started
+        heartbeat(self.store, cfg.run)  # renews the lease; Fenced if a newer run started
         previous = _ranges(start)
         if previous:  # the batch Spark considers done must be committed before planning past it
             self._check_generation(start)
-            check_committed(self.engine, cfg.database, cfg.run, self.reader_id, previous)
+            check_committed(self.store, cfg.run, self.reader_id, previous)
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         try:
             # without a batch cap there is nothing to share (Limits refuses "backlog" alone)
@@ -157,7 +160,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return start
         positions = _flat(start.get("next", {}))
         positions.update({r.key: r.until for r in ranges})
-        save_plan(self.engine, cfg.database, cfg.run, self.reader_id, ranges)
+        save_plan(self.store, cfg.run, self.reader_id, ranges)
         return {
             "generation": cfg.run.generation,
             "next": _nested(positions),
@@ -170,7 +173,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return []
         self._check_generation(end)
         # stored again: a batch Spark replays from its checkpoint is not planned by latestOffset
-        save_plan(self.engine, self.config.database, self.config.run, self.reader_id, ranges)
+        save_plan(self.store, self.config.run, self.reader_id, ranges)
         groups = assign_ranges([r.span for r in ranges], max(1, min(len(ranges), self.config.tasks)))
         return [InputPartition(tuple(ranges[i] for i in group)) for group in groups]
 
@@ -178,9 +181,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Nothing to do: the exactly-once sink committed the batch's ranges with its results."""
 
     def stop(self) -> None:
-        if self._engine is not None:
-            self._engine.dispose()
-            self._engine = None
+        if self._store is not None:
+            self._store.engine.dispose()
+            self._store = None
 
     # -- tasks ---------------------------------------------------------------------------------
 
@@ -212,8 +215,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _plan(self, limits: Limits) -> Any:
         cfg = self.config
         return plan_batch(
-            self.engine,
-            cfg.database,
+            self.store,
             cfg.kafka,
             job=cfg.run.job,
             selection=cfg.spec.selection,

@@ -11,10 +11,10 @@ import json
 import sys
 from pathlib import Path
 
-from tests.integration.spark.batch.test_counting_job import counting_writer
+from tests.integration.spark.counting import counting_writer
 from txn_offsets.config import DatabaseSettings, from_env
 from txn_offsets.kafka.start import StartPolicy
-from txn_offsets.planner import Limits
+from txn_offsets.plan.planner import Limits
 from txn_offsets.spark.runner import run_job
 from txn_offsets.spark.session import local_session
 

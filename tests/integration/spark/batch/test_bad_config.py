@@ -8,10 +8,10 @@ import pytest
 import sqlalchemy as sa
 
 from tests.fix_services import TopicFactory
-from tests.integration.spark.batch.test_counting_job import counting_writer
+from tests.integration.spark.counting import Counting, counting_writer
 from txn_offsets import ConfigError, SchemaMissing, StartPolicy, run_job
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.planner import Limits
+from txn_offsets.plan.planner import Limits
 
 
 def _jobs(engine: sa.Engine, db: DatabaseSettings) -> list[tuple[Any, ...]]:
@@ -19,25 +19,18 @@ def _jobs(engine: sa.Engine, db: DatabaseSettings) -> list[tuple[Any, ...]]:
         return [tuple(r) for r in conn.execute(sa.text(f'SELECT job, generation FROM "{db.schema}".jobs'))]
 
 
-def test_missing_topic_changes_nothing(
-    spark: Any,
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    counts_table: str,
-    job_name: str,
-) -> None:
+def test_missing_topic_changes_nothing(spark: Any, counting: Counting) -> None:
     with pytest.raises(ConfigError, match=r"topic 'no-such-topic-.*' does not exist"):
         run_job(
             spark,
-            job=job_name,
-            kafka=kafka,
-            database=db,
-            writer=counting_writer(counts_table),
-            topics=[f"no-such-topic-{job_name}"],
+            job=counting.job,
+            kafka=counting.kafka,
+            database=counting.db,
+            writer=counting.writer(),
+            topics=[f"no-such-topic-{counting.job}"],
             start=StartPolicy.earliest(),
         )
-    assert _jobs(engine, db) == []
+    assert _jobs(counting.engine, counting.db) == []
 
 
 def test_missing_schema_changes_nothing(
@@ -77,27 +70,17 @@ def test_missing_schema_changes_nothing(
         ({"job": ""}, "job"),
     ],
 )
-def test_bad_limits_are_named(
-    spark: Any,
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    job_name: str,
-    kwargs: dict[str, Any],
-    setting: str,
-) -> None:
+def test_bad_limits_are_named(spark: Any, counting: Counting, kwargs: dict[str, Any], setting: str) -> None:
     args: dict[str, Any] = {
-        "job": job_name,
-        "kafka": kafka,
-        "database": db,
-        "writer": counting_writer(counts_table),
-        "topics": [topic_factory()],
+        "job": counting.job,
+        "kafka": counting.kafka,
+        "database": counting.db,
+        "writer": counting.writer(),
+        "topics": [counting.topic_factory()],
         "start": StartPolicy.earliest(),
         "until_caught_up": True,
     }
     with pytest.raises(ConfigError, match=setting):
         given = {k: (v() if callable(v) else v) for k, v in kwargs.items()}  # Limits validates on creation
         run_job(spark, **{**args, **given})
-    assert _jobs(engine, db) == []
+    assert _jobs(counting.engine, counting.db) == []

@@ -4,7 +4,6 @@ marker-only ranges committed, retries after commit and replays as no-ops, zombie
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 import os
@@ -20,20 +19,19 @@ import sqlalchemy as sa
 from confluent_kafka import Producer
 
 from tests.fix_services import TopicFactory
-from tests.integration.spark.batch.test_counting_job import (
-    counting_writer,
-    counts_table_of,
-    stored_offsets,
-    totals,
-)
 from tests.integration.spark.batch.test_job_faults import fail_first_attempt
-from tests.integration.spark.conftest import Produce, RunTestJob
+from tests.integration.spark.counting import (
+    Counting,
+    abort_alone,
+    counts_table_of,
+    produce_transactions,
+    transactional_producer,
+)
 from tests.kafka_ends import settled_ends
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import BatchFailed, ConfigError, Fenced
 from txn_offsets.kafka.reader import read_range
-from txn_offsets.kafka.start import StartPolicy
-from txn_offsets.planner import Limits, TopicSelection, plan_batch
+from txn_offsets.plan.planner import Limits, TopicSelection, plan_batch
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark import runner
 from txn_offsets.spark.batch import Batch
@@ -41,6 +39,7 @@ from txn_offsets.spark.session import is_connect
 from txn_offsets.spark.tasks import ReadOptions
 from txn_offsets.spark.writers import BatchWriter, PartitionWriter
 from txn_offsets.store.database import engine_for
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import Run, start_run
 from txn_offsets.upserts import upsert_add
 
@@ -81,36 +80,6 @@ def batch_table(engine: sa.Engine, db: DatabaseSettings) -> str:
     return name
 
 
-def produce_transactions(kafka: KafkaSettings, topic: str, partitions: int) -> collections.Counter[str]:
-    """40 Kafka transactions of 25 records, every 10th aborted; the committed keys."""
-    producer = Producer(
-        {"bootstrap.servers": kafka.bootstrap_servers, "transactional.id": f"tx-{uuid.uuid4().hex}"}
-    )
-    producer.init_transactions(30)
-    expected: collections.Counter[str] = collections.Counter()
-    for txn in range(40):
-        abort = txn % 10 == 3
-        producer.begin_transaction()
-        for i in range(25):
-            key = f"k{(txn * 25 + i) % 11}"
-            producer.produce(topic, key=key.encode(), value=b"1", partition=(txn + i) % partitions)
-            if not abort:
-                expected[key] += 1
-        if abort:
-            producer.flush(30)
-            producer.abort_transaction(30)
-        else:
-            producer.commit_transaction(30)
-    # then an aborted transaction alone on partition 0: its range holds only an aborted record and
-    # the abort marker, and must still commit and advance the offset
-    producer.begin_transaction()
-    producer.produce(topic, key=b"never", value=b"1", partition=0)
-    producer.flush(30)
-    producer.abort_transaction(30)
-    settled_ends(kafka, topic, partitions)  # abort_transaction returns before the markers are written
-    return expected
-
-
 def test_sessions_pick_their_path(spark: Any, connect_spark: Any, db: DatabaseSettings) -> None:
     run = Run("paths", 1, "r")
     ranges = (OffsetRange("t", 0, 0, 1),)
@@ -128,115 +97,72 @@ def test_sessions_pick_their_path(spark: Any, connect_spark: Any, db: DatabaseSe
 
 
 def test_counting_and_per_batch_jobs_are_exact_with_aborted_transactions(
-    session: Session,
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    counts_table: str,
-    batch_table: str,
-    topic_factory: TopicFactory,
-    job_name: str,
-    run_test_job: RunTestJob,
+    session: Session, counting: Counting, batch_table: str
 ) -> None:
     spark, _ = session
-    topic = topic_factory(partitions=3)
-    expected = produce_transactions(kafka, topic, 3)
-    ends = settled_ends(kafka, topic, 3)
+    topic, _ = counting.topic(3)
+    expected = produce_transactions(counting.kafka, topic, 3)
+    ends = counting.ends(topic, 3)
     for job, writer, table in [
-        (job_name, counting_writer(counts_table), counts_table),
-        (f"{job_name}-batch", batch_counts_writer(batch_table), batch_table),
+        (counting.job, counting.writer(), counting.table),
+        (f"{counting.job}-batch", batch_counts_writer(batch_table), batch_table),
     ]:
         limits = Limits(max_records_per_partition=150)
-        summary = run_test_job(writer, [topic], session=spark, job=job, limits=limits)
-        assert totals(engine, table) == dict(expected), job
-        assert stored_offsets(engine, db, job) == ends, job
+        summary = counting.run(topic, writer=writer, session=spark, job=job, limits=limits)
+        assert counting.totals(table) == dict(expected), job
+        assert counting.offsets(job) == ends, job
         assert summary.batches >= 2 and summary.committed >= 6
         # partition 0's last range holds only an aborted record and its marker: it committed too
         last = max((r for r in summary.outcomes if r.range.partition == 0), key=lambda r: r.range.until)
         assert (last.range.until, last.outcome) == (ends[(topic, 0)], "committed")
-    counted = run_test_job(counting_writer(counts_table), [topic], session=spark, start=None)
+    counted = counting.run(topic, session=spark, start=None)
     assert (counted.batches, counted.records) == (0, 0)  # a restart finds nothing to do
 
 
-def test_marker_only_range_commits_alone(
-    connect_spark: Any,
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-    run_test_job: RunTestJob,
-) -> None:
-    topic = topic_factory(partitions=1)
-    expected = produce(topic, 200, 1)
-    run_test_job(counting_writer(counts_table), [topic], session=connect_spark)
-    producer = Producer(
-        {"bootstrap.servers": kafka.bootstrap_servers, "transactional.id": f"tx-{uuid.uuid4().hex}"}
-    )
-    producer.init_transactions(30)
-    producer.begin_transaction()
-    producer.produce(topic, key=b"never", value=b"1", partition=0)
-    producer.flush(30)
-    producer.abort_transaction(30)
-    settled_ends(kafka, topic, 1)  # else the planner may see the LSO before the abort marker: no batch
-    tail = run_test_job(counting_writer(counts_table), [topic], session=connect_spark, start=None)
+def test_marker_only_range_commits_alone(connect_spark: Any, counting: Counting) -> None:
+    topic, expected = counting.topic(1, 200)
+    counting.run(topic, session=connect_spark)
+    abort_alone(transactional_producer(counting.kafka), topic)
+    counting.ends(topic, 1)  # else the planner may see the LSO before the abort marker: no batch
+    tail = counting.run(topic, session=connect_spark, start=None)
     assert (tail.batches, tail.records) == (1, 0)
     assert [(r.range.span, r.outcome) for r in tail.outcomes] == [(2, "committed")]
-    assert stored_offsets(engine, db, job_name) == settled_ends(kafka, topic, 1)
-    assert totals(engine, counts_table) == dict(expected)
+    assert counting.offsets() == counting.ends(topic, 1)
+    assert counting.totals() == dict(expected)
 
 
-def test_replay_is_a_no_op_and_a_zombie_is_fenced(
-    session: Session,
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-) -> None:
+def test_replay_is_a_no_op_and_a_zombie_is_fenced(session: Session, counting: Counting) -> None:
     spark, execution = session
-    topic = topic_factory(partitions=2)
-    expected = produce(topic, 600, 2)
+    topic, expected = counting.topic(2, 600)
+    db, kafka, job_name = counting.db, counting.kafka, counting.job
     eng = engine_for(db)
-    run = start_run(eng, db, job_name)
-    plan = plan_batch(
-        eng,
-        db,
-        kafka,
-        job=job_name,
-        selection=TopicSelection((topic,)),
-        start=StartPolicy.earliest(),
-        limits=Limits(),
-    )
+    run = start_run(Store(eng, db), job_name)
+    plan = counting.first_plan(eng, topic)
     batch = Batch(1, plan.ranges, spark, db, kafka, run, execution=execution)
     assert batch.path == "dataframe"
-    first = counting_writer(counts_table).commit(batch)
-    again = counting_writer(counts_table).commit(batch)  # a retried batch after a lost answer
-    per_batch = batch_counts_writer(counts_table).commit(batch)
+    first = counting.writer().commit(batch)
+    again = counting.writer().commit(batch)  # a retried batch after a lost answer
+    per_batch = batch_counts_writer(counting.table).commit(batch)
     assert [r.outcome for r in first] == ["committed", "committed"]
     assert [(r.outcome, r.records) for r in again] == [("already_committed", 300)] * 2
     assert [r.outcome for r in per_batch] == ["already_committed"] * 2
-    assert totals(engine, counts_table) == dict(expected)
+    assert counting.totals() == dict(expected)
     # a new run fences this one: its tasks report Fenced, with its context, and write nothing
-    newer = start_run(eng, db, job_name, force=True)
-    produce(topic, 100, 2, start=600)
+    newer = start_run(Store(eng, db), job_name, force=True)
+    counting.produce(topic, 100, 2, start=600)
     plan = plan_batch(
-        eng, db, kafka, job=job_name, selection=TopicSelection((topic,)), start=None, limits=Limits()
+        Store(eng, db), kafka, job=job_name, selection=TopicSelection((topic,)), start=None, limits=Limits()
     )
     zombie = Batch(2, plan.ranges, spark, db, kafka, run, execution=execution)
-    for writer in (counting_writer(counts_table), batch_counts_writer(counts_table)):
+    for writer in (counting.writer(), batch_counts_writer(counting.table)):
         reports = writer.commit(zombie)
         assert {r.outcome for r in reports} == {"fenced"}
         err = reports[0].error
         assert isinstance(err, Fenced)
         assert (err.job, err.generation, err.current) == (job_name, run.generation, newer.generation)
     eng.dispose()
-    assert totals(engine, counts_table) == dict(expected)
-    assert set(stored_offsets(engine, db, job_name).values()) == {300}
+    assert counting.totals() == dict(expected)
+    assert set(counting.offsets().values()) == {300}
 
 
 def test_records_frame_holds_every_record_field(
@@ -268,46 +194,21 @@ def test_records_frame_holds_every_record_field(
     ] == [tuple(rec) for rec in expected]
 
 
-def test_task_retried_after_commit_finds_it_already_committed(
-    connect_spark: Any,
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-    run_test_job: RunTestJob,
-) -> None:
-    topic = topic_factory(partitions=2)
-    expected = produce(topic, 400, 2)
-    base = counting_writer(counts_table)
-    writer = PartitionWriter(
-        write=base.write, decode=base.decode, aggregate=base.aggregate, after_commit=fail_first_attempt
-    )
-    summary = run_test_job(
-        writer,
-        [topic],
+def test_task_retried_after_commit_finds_it_already_committed(connect_spark: Any, counting: Counting) -> None:
+    topic, expected = counting.topic(2, 400)
+    summary = counting.run(
+        topic,
+        writer=counting.writer(after_commit=fail_first_attempt),
         session=connect_spark,
         read=ReadOptions(max_tasks=2),  # one range per task: each commits, fails, and is retried
     )
     assert [r.outcome for r in summary.outcomes] == ["already_committed"] * 2
-    assert totals(engine, counts_table) == dict(expected)
-    assert stored_offsets(engine, db, job_name) == settled_ends(kafka, topic, 2)
+    assert counting.totals() == dict(expected)
+    assert counting.offsets() == counting.ends(topic, 2)
 
 
 def test_missing_module_on_the_workers_names_the_fix(
-    spark: Any,
-    connect_spark: Any,
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-    run_test_job: RunTestJob,
-    tmp_path: Path,
+    spark: Any, connect_spark: Any, counting: Counting, tmp_path: Path
 ) -> None:
     """A write function from a module only the client can import (as a job's module that was never
     installed on the cluster): a ConfigError that says so; shipped with addArtifacts, it runs."""
@@ -320,17 +221,15 @@ def test_missing_module_on_the_workers_names_the_fix(
         aggregate = __import__(module).count
     finally:
         sys.path.remove(str(tmp_path))
-    topic = topic_factory(partitions=1)
-    expected = produce(topic, 100, 1)
-    base = counting_writer(counts_table)
-    writer = PartitionWriter(write=base.write, decode=base.decode, aggregate=aggregate)
+    topic, expected = counting.topic(1, 100)
+    writer = counting.writer(aggregate=aggregate)
     with pytest.raises(ConfigError, match=rf"cannot import module '{module}'.*spark.addArtifacts"):
-        run_test_job(writer, [topic], session=connect_spark)
-    assert stored_offsets(engine, db, job_name) == {(topic, 0): 0}
+        counting.run(topic, writer=writer, session=connect_spark)
+    assert counting.offsets() == {(topic, 0): 0}
     # RDD functions are refused before anything runs, naming the DataFrame variant
     rdd_writer = BatchWriter(compute=lambda records: records.count(), write=lambda conn, ranges, n: None)
     with pytest.raises(ConfigError, match="compute_df"):
-        run_test_job(rdd_writer, [topic], session=connect_spark, start=None)
+        counting.run(topic, writer=rdd_writer, session=connect_spark, start=None)
     # on a session of its own: the shared session must not carry this test's module into later
     # tests (a Spark thread that inherits a session's artifact state fetches its files, and this
     # file is gone once the test's tmp_path is)
@@ -339,42 +238,32 @@ def test_missing_module_on_the_workers_names_the_fix(
     own = connect_client(spark)
     try:
         own.addArtifacts(str(tmp_path / f"{module}.py"), pyfile=True)
-        run_test_job(writer, [topic], session=own, start=None)
+        counting.run(topic, writer=writer, session=own, start=None)
     finally:
         own.stop()
-    assert totals(engine, counts_table) == dict(expected)
+    assert counting.totals() == dict(expected)
 
 
 def test_batch_timeout_interrupts_a_connect_batch(
-    connect_spark: Any,
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-    run_test_job: RunTestJob,
-    tmp_path: Path,
+    connect_spark: Any, counting: Counting, tmp_path: Path
 ) -> None:
     """Under Connect the deadline interrupts the batch by its operation tag: Spark kills the task's
     Python worker (which would otherwise commit after its sleep) and nothing is committed."""
-    topic = topic_factory(partitions=1)
-    produce(topic, 50, 1)
+    topic, _ = counting.topic(1, 50)
     pid_file = tmp_path / "pid"
     writer = PartitionWriter(write=functools.partial(_sleepy_write, pid_file))
     started = time.monotonic()
     # 8 s: a Connect server's first batch (a Python worker started, txn_offsets imported, Kafka
     # read) took over 3 s on a busy 2-core machine, so the batch timed out before its write
     with pytest.raises(BatchFailed, match="batch_timeout_s=8s"):
-        run_test_job(writer, [topic], session=connect_spark, batch_timeout_s=8, retries=0)
+        counting.run(topic, writer=writer, session=connect_spark, batch_timeout_s=8, retries=0)
     assert time.monotonic() - started < 30  # the write sleeps 40 s: it was interrupted
     pid = int(pid_file.read_text())
     deadline = time.monotonic() + 20
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _alive(pid), "the interrupted task's Python worker is still running"
-    assert stored_offsets(engine, db, job_name) == {(topic, 0): 0}
+    assert counting.offsets() == {(topic, 0): 0}
 
 
 def _sleepy_write(pid_file: Path, conn: sa.Connection, rng: OffsetRange, values: Any) -> None:

@@ -11,13 +11,11 @@ import uuid
 import pytest
 import sqlalchemy as sa
 
-from tests.fix_services import TopicFactory
-from tests.integration.spark.batch.test_counting_job import counting_writer, stored_offsets, totals
-from tests.integration.spark.conftest import Produce, RunTestJob
-from tests.kafka_ends import settled_ends
-from txn_offsets.config import DatabaseSettings, KafkaSettings, Secret
+from tests.integration.spark.counting import Counting
+from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import ConfigError
-from txn_offsets.planner import Limits
+from txn_offsets.plan.planner import Limits
+from txn_offsets.redaction import Secret
 from txn_offsets.spark.session import session_cores
 from txn_offsets.store.budget import DRIVER_CONNECTIONS, WORKER_CONNECTIONS
 
@@ -28,28 +26,17 @@ def _tagged(db: DatabaseSettings, name: str) -> DatabaseSettings:
     return DatabaseSettings(Secret(url.render_as_string(hide_password=False)), schema=db.schema)
 
 
-def test_a_job_stays_within_its_connection_budget(
-    spark: object,
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-    run_test_job: RunTestJob,
-) -> None:
+def test_a_job_stays_within_its_connection_budget(spark: object, counting: Counting) -> None:
     name = f"budget-{uuid.uuid4().hex[:10]}"
-    tagged = _tagged(db, name)
-    topic = topic_factory(partitions=4)
-    expected = produce(topic, 2_000, 4)
+    tagged = _tagged(counting.db, name)
+    topic, expected = counting.topic(4, 2_000)
     budget = DRIVER_CONNECTIONS + session_cores(spark) * WORKER_CONNECTIONS
     peak = 0
     done = threading.Event()
 
     def sample() -> None:
         nonlocal peak
-        with engine.connect() as conn:
+        with counting.engine.connect() as conn:
             while not done.is_set():
                 count = conn.execute(
                     sa.text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :n"), {"n": name}
@@ -61,9 +48,8 @@ def test_a_job_stays_within_its_connection_budget(
     sampler = threading.Thread(target=sample)
     sampler.start()
     try:
-        summary = run_test_job(
-            counting_writer(counts_table),
-            [topic],
+        summary = counting.run(
+            topic,
             database=tagged,
             limits=Limits(max_records_per_partition=250),
             max_store_connections=budget,
@@ -72,29 +58,19 @@ def test_a_job_stays_within_its_connection_budget(
         done.set()
         sampler.join(10)
     assert summary.max_connections == budget
-    assert totals(engine, counts_table) == dict(expected)
+    assert counting.totals() == dict(expected)
     assert summary.records == 2_000 and summary.batches >= 2
-    assert stored_offsets(engine, db, job_name) == settled_ends(kafka, topic, 4)
+    assert counting.offsets() == counting.ends(topic, 4)
     assert 1 <= peak <= budget, (peak, budget)
 
 
-def test_a_job_over_its_budget_fails_at_start(
-    spark: object,
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-    run_test_job: RunTestJob,
-) -> None:
-    topic = topic_factory(partitions=2)
-    produce(topic, 100, 2)
+def test_a_job_over_its_budget_fails_at_start(spark: object, counting: Counting) -> None:
+    topic, _ = counting.topic(2, 100)
     needed = DRIVER_CONNECTIONS + session_cores(spark) * WORKER_CONNECTIONS
     with pytest.raises(ConfigError) as caught:
-        run_test_job(counting_writer(counts_table), [topic], max_store_connections=needed - 1)
+        counting.run(topic, max_store_connections=needed - 1)
     message = str(caught.value)
     assert "max_store_connections" in message
     assert f"{needed - 1} is too few" in message and f"raise max_store_connections to {needed}" in message
-    assert totals(engine, counts_table) == {}
-    assert stored_offsets(engine, db, job_name) == {}  # no run started, nothing seeded
+    assert counting.totals() == {}
+    assert counting.offsets() == {}  # no run started, nothing seeded

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from tests.fix_services import TopicFactory
-from tests.integration.spark.batch.test_counting_job import counting_writer, stored_offsets, totals
-from tests.integration.spark.conftest import Produce, RunTestJob
+from tests.integration.spark.counting import Counting
 from txn_offsets.admin.grants import apply_grants, apply_role
-from txn_offsets.config import DatabaseSettings, KafkaSettings, Secret
+from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import ConfigError
+from txn_offsets.redaction import Secret
+from txn_offsets.store.handle import Store
 
 
 @pytest.fixture
@@ -28,8 +28,8 @@ def job_role(admin_database_url: str, db: DatabaseSettings) -> Iterator[Callable
 
     def make(job: str, tables: tuple[str, ...] = ()) -> DatabaseSettings:
         role, password = f"r_{uuid.uuid4().hex[:10]}", uuid.uuid4().hex
-        assert apply_role(admin, admin_db, role, Secret(password))
-        apply_grants(admin, admin_db, role, job=job, tables=tables)
+        assert apply_role(Store(admin, admin_db), role, Secret(password))
+        apply_grants(Store(admin, admin_db), role, job=job, tables=tables)
         roles.append(role)
         url = db.url.set(username=role, password=password).render_as_string(hide_password=False)
         return DatabaseSettings(Secret(url), schema=db.schema)
@@ -43,36 +43,30 @@ def job_role(admin_database_url: str, db: DatabaseSettings) -> Iterator[Callable
 
 
 def test_job_runs_exact_as_its_role_and_not_as_another_jobs(
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_role: Callable[..., DatabaseSettings],
-    run_test_job: RunTestJob,
+    counting: Counting, job_role: Callable[..., DatabaseSettings]
 ) -> None:
-    topic = topic_factory(partitions=4)
-    expected = produce(topic, 4_000, 4)
+    topic, expected = counting.topic(4, 4_000)
     job_a, job_b = f"a-{uuid.uuid4().hex[:8]}", f"b-{uuid.uuid4().hex[:8]}"
-    table = counts_table.replace('"', "")  # schema.counts
+    table = counting.table.replace('"', "")  # schema.counts
     role_a = job_role(job_a, (table,))
     role_b = job_role(job_b, (table,))
 
     def run(job: str, as_db: DatabaseSettings) -> Any:
-        return run_test_job(counting_writer(counts_table), [topic], job=job, database=as_db)
+        return counting.run(topic, job=job, database=as_db)
 
     summary = run(job_a, role_a)
     assert summary.records == 4_000
-    assert totals(engine, counts_table) == dict(expected)
-    assert stored_offsets(engine, db, job_a) == {(topic, p): 1_000 for p in range(4)}
+    assert counting.totals() == dict(expected)
+    assert counting.offsets(job_a) == {(topic, p): 1_000 for p in range(4)}
 
     # B has its own role; A's role may not run B: refused before anything changes
     with pytest.raises(ConfigError, match=rf"role '{role_a.url.username}' may not use job '{job_b}'"):
         run(job_b, role_a)
-    assert stored_offsets(engine, db, job_b) == {}
-    with engine.connect() as conn:
-        jobs = conn.execute(sa.text(f'SELECT job FROM "{db.schema}".jobs ORDER BY job')).scalars().all()
+    assert counting.offsets(job_b) == {}
+    with counting.engine.connect() as conn:
+        jobs = (
+            conn.execute(sa.text(f'SELECT job FROM "{counting.db.schema}".jobs ORDER BY job')).scalars().all()
+        )
     assert jobs == [job_a]
-    assert totals(engine, counts_table) == dict(expected)  # nothing counted twice
+    assert counting.totals() == dict(expected)  # nothing counted twice
     assert role_b.url.username != role_a.url.username

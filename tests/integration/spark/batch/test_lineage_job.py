@@ -12,13 +12,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from tests.fix_services import TopicFactory
-from tests.integration.spark.batch.test_counting_job import counting_writer, stored_offsets, totals
 from tests.integration.spark.batch.test_writers import batch_counts_writer
-from tests.integration.spark.conftest import Produce
-from txn_offsets import StartPolicy, run_job
-from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.planner import Limits
+from tests.integration.spark.counting import Counting
+from txn_offsets.config import DatabaseSettings
+from txn_offsets.plan.planner import Limits
 from txn_offsets.store import lineage
 
 
@@ -49,34 +46,16 @@ def assert_chained(rows: list[Any], stored: dict[tuple[str, int], int]) -> None:
         assert chain[-1][1] == stored[tp], (tp, chain)
 
 
-def test_partition_writer_job_records_each_range_once_with_batch_and_times(
-    spark: Any,
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-) -> None:
-    topic = topic_factory(partitions=2)
+def test_partition_writer_job_records_each_range_once_with_batch_and_times(counting: Counting) -> None:
+    topic, _ = counting.topic(2)
     before = datetime.now(UTC) - timedelta(seconds=5)
-    expected = produce(topic, 600, 2)
+    expected = counting.produce(topic, 600, 2)
     after = datetime.now(UTC) + timedelta(seconds=5)
-    kwargs: dict[str, Any] = {
-        "job": job_name,
-        "kafka": kafka,
-        "database": db,
-        "writer": counting_writer(counts_table),
-        "topics": [topic],
-        "start": StartPolicy.earliest(),
-        "limits": Limits(max_records_per_partition=100),
-        "until_caught_up": True,
-    }
-    summary = run_job(spark, **kwargs)
-    assert totals(engine, counts_table) == dict(expected)
-    rows = lineage_rows(engine, db, job_name)
-    stored = stored_offsets(engine, db, job_name)
+    limits = Limits(max_records_per_partition=100)
+    summary = counting.run(topic, limits=limits)
+    assert counting.totals() == dict(expected)
+    rows = lineage_rows(counting.engine, counting.db, counting.job)
+    stored = counting.offsets()
     assert len(rows) == summary.committed == 6  # 300 records per partition, 100 per range
     assert_chained(rows, stored)
     assert {r.generation for r in rows} == {summary.generation}
@@ -86,46 +65,30 @@ def test_partition_writer_job_records_each_range_once_with_batch_and_times(
         assert before <= r.first_record_at <= r.last_record_at <= after
 
     # a second run: every row older than the retention is pruned by its first plan
-    with engine.begin() as conn:
-        conn.execute(sa.text(f"UPDATE \"{db.schema}\".commits SET committed_at = now() - interval '2 days'"))
+    with counting.engine.begin() as conn:
+        conn.execute(
+            sa.text(f"UPDATE \"{counting.db.schema}\".commits SET committed_at = now() - interval '2 days'")
+        )
     lineage.forget_prunes()
-    produce(topic, 200, 2, start=600)
-    short = DatabaseSettings(db.url, schema=db.schema, lineage_retention_days=1)
-    again = run_job(spark, **{**kwargs, "database": short})
-    rows = lineage_rows(engine, db, job_name)
+    counting.produce(topic, 200, 2, start=600)
+    short = DatabaseSettings(counting.db.url, schema=counting.db.schema, lineage_retention_days=1)
+    again = counting.run(topic, limits=limits, database=short)
+    rows = lineage_rows(counting.engine, counting.db, counting.job)
     assert len(rows) == again.committed == 2
     assert {(r.part, r.from_off, r.until_off, r.batch) for r in rows} == {(0, 300, 400, 1), (1, 300, 400, 1)}
-    assert stored_offsets(engine, db, job_name) == {(topic, 0): 400, (topic, 1): 400}
+    assert counting.offsets() == {(topic, 0): 400, (topic, 1): 400}
 
 
-def test_batch_writer_records_its_batches_without_record_times(
-    spark: Any,
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-) -> None:
-    topic = topic_factory(partitions=2)
-    expected = produce(topic, 400, 2)
+def test_batch_writer_records_its_batches_without_record_times(counting: Counting) -> None:
+    topic, expected = counting.topic(2, 400)
     t0 = time.monotonic()
-    summary = run_job(
-        spark,
-        job=job_name,
-        kafka=kafka,
-        database=db,
-        writer=batch_counts_writer(counts_table),
-        topics=[topic],
-        start=StartPolicy.earliest(),
-        limits=Limits(max_records_per_batch=200),
-        until_caught_up=True,
+    summary = counting.run(
+        topic, writer=batch_counts_writer(counting.table), limits=Limits(max_records_per_batch=200)
     )
     assert time.monotonic() - t0 < 120
-    assert totals(engine, counts_table) == dict(expected)
-    rows = lineage_rows(engine, db, job_name)
+    assert counting.totals() == dict(expected)
+    rows = lineage_rows(counting.engine, counting.db, counting.job)
     assert summary.batches == 2 and len(rows) == summary.committed == 4
-    assert_chained(rows, stored_offsets(engine, db, job_name))
+    assert_chained(rows, counting.offsets())
     assert sorted(collections.Counter(r.batch for r in rows).items()) == [(1, 2), (2, 2)]
     assert all(r.first_record_at is None and r.last_record_at is None for r in rows)

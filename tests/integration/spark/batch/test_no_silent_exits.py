@@ -23,17 +23,7 @@ import sqlalchemy as sa
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from tests.fix_services import TopicFactory
-from tests.integration.spark.batch.test_counting_job import (
-    count_keys,
-    counting_writer,
-    counts_table_of,
-    key_of,
-    stored_offsets,
-    totals,
-)
-from tests.integration.spark.conftest import Produce, RunTestJob
-from tests.kafka_ends import settled_ends
+from tests.integration.spark.counting import Counting, count_keys, counts_table_of, key_of
 from tests.kafka_topics import recreate_topic
 from txn_offsets import (
     DataLoss,
@@ -42,7 +32,7 @@ from txn_offsets import (
     TransactionAborted,
     WriteFailed,
 )
-from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.config import DatabaseSettings
 from txn_offsets.kafka.reader import Record
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.ranges import OffsetRange
@@ -52,15 +42,10 @@ from txn_offsets.store.database import engine_for
 from txn_offsets.upserts import upsert_add
 
 
-def _audit(engine: sa.Engine, db: DatabaseSettings, job: str) -> list[tuple[str, int, int | None, int, str]]:
-    with engine.connect() as conn:
-        rows = conn.execute(
-            sa.text(
-                f'SELECT topic, part, old_off, new_off, action FROM "{db.schema}".offset_audit '
-                f"WHERE job = :j ORDER BY id"
-            ),
-            {"j": job},
-        ).all()
+def _audit(counting: Counting) -> list[tuple[str, int, int | None, int, str]]:
+    rows = counting.rows(
+        'SELECT topic, part, old_off, new_off, action FROM "{schema}".offset_audit WHERE job = :j ORDER BY id'
+    )
     return [(r.topic, r.part, r.old_off, r.new_off, r.action) for r in rows]
 
 
@@ -70,45 +55,27 @@ def _audit(engine: sa.Engine, db: DatabaseSettings, job: str) -> list[tuple[str,
 # were skipped without a word.
 @pytest.mark.parametrize("second", [60, 600], ids=["shorter", "grown-past"])
 def test_recreated_topic_is_data_loss_then_an_audited_skip(
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    kafka_admin: AdminClient,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-    run_test_job: RunTestJob,
-    second: int,
+    counting: Counting, kafka_admin: AdminClient, second: int
 ) -> None:
-    topic = topic_factory(partitions=2)
-    first = produce(topic, 200, 2)
-    run_test_job(counting_writer(counts_table), [topic], retries=0)
-    assert stored_offsets(engine, db, job_name) == {(topic, 0): 100, (topic, 1): 100}
+    topic, first = counting.topic(2, 200)
+    counting.run(topic, retries=0)
+    assert counting.offsets() == {(topic, 0): 100, (topic, 1): 100}
 
     recreate_topic(kafka_admin, topic, 2)
-    again = produce(topic, second, 2, start=10_000)
-    before = (
-        stored_offsets(engine, db, job_name),
-        totals(engine, counts_table),
-        _audit(engine, db, job_name),
-    )
+    again = counting.produce(topic, second, 2, start=10_000)
+    before = (counting.offsets(), counting.totals(), _audit(counting))
     with pytest.raises(DataLoss) as info:
-        run_test_job(counting_writer(counts_table), [topic], retries=0)
+        counting.run(topic, retries=0)
     assert info.value.kind == "recreated"
     assert info.value.stored == 100 and info.value.log_start == 0
     # nothing changed: offsets, results, audit
-    assert (
-        stored_offsets(engine, db, job_name),
-        totals(engine, counts_table),
-        _audit(engine, db, job_name),
-    ) == before
+    assert (counting.offsets(), counting.totals(), _audit(counting)) == before
 
-    summary = run_test_job(counting_writer(counts_table), [topic], retries=0, on_data_loss="skip")
+    summary = counting.run(topic, retries=0, on_data_loss="skip")
     assert summary.records == second
-    assert totals(engine, counts_table) == dict(first + again)
-    assert stored_offsets(engine, db, job_name) == settled_ends(kafka, topic, 2)
-    skips = [row for row in _audit(engine, db, job_name) if row[4] == "data_loss_skip"]
+    assert counting.totals() == dict(first + again)
+    assert counting.offsets() == counting.ends(topic, 2)
+    skips = [row for row in _audit(counting) if row[4] == "data_loss_skip"]
     assert sorted(skips) == [(topic, 0, 100, 0, "data_loss_skip"), (topic, 1, 100, 0, "data_loss_skip")]
 
 
@@ -117,26 +84,16 @@ def test_recreated_topic_is_data_loss_then_an_audited_skip(
 # although it was told to go on. Now a topic missing mid-run is a transient: planned again after
 # the backoff, the new topic id is data loss, skipped and audited, and the job goes on.
 def test_a_following_job_outlives_its_topic_deleted_and_created_again(
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    kafka_admin: AdminClient,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-    run_test_job: RunTestJob,
+    counting: Counting, kafka_admin: AdminClient
 ) -> None:
-    topic = topic_factory(partitions=2)
-    first = produce(topic, 200, 2)
+    topic, first = counting.topic(2, 200)
     stop = threading.Event()
     outcome: dict[str, Any] = {}
 
     def follow() -> None:
         try:
-            outcome["summary"] = run_test_job(
-                counting_writer(counts_table),
-                [topic],
+            outcome["summary"] = counting.run(
+                topic,
                 on_data_loss="skip",
                 until_caught_up=False,  # following, until stopped
                 retries=3,  # run_job's default: what carries the job over the missing topic
@@ -154,67 +111,47 @@ def test_a_following_job_outlives_its_topic_deleted_and_created_again(
     thread = threading.Thread(target=follow, name="follow-recreated", daemon=True)
     thread.start()
     try:
-        until(lambda: totals(engine, counts_table) == dict(first))
-        assert totals(engine, counts_table) == dict(first), outcome
+        until(lambda: counting.totals() == dict(first))
+        assert counting.totals() == dict(first), outcome
         recreate_topic(kafka_admin, topic, 2, gone_s=2.0)  # ~10 plans at batch_interval_s=0.2
-        again = produce(topic, 60, 2, start=10_000)
-        until(lambda: totals(engine, counts_table) == dict(first + again))
+        again = counting.produce(topic, 60, 2, start=10_000)
+        until(lambda: counting.totals() == dict(first + again))
     finally:
         stop.set()
         thread.join(60)
     assert not thread.is_alive()
     assert "error" not in outcome, repr(outcome.get("error"))
     assert outcome["summary"].stopped_by == "signal"
-    assert totals(engine, counts_table) == dict(first + again)
-    assert stored_offsets(engine, db, job_name) == settled_ends(kafka, topic, 2)
-    skips = [row for row in _audit(engine, db, job_name) if row[4] == "data_loss_skip"]
+    assert counting.totals() == dict(first + again)
+    assert counting.offsets() == counting.ends(topic, 2)
+    skips = [row for row in _audit(counting) if row[4] == "data_loss_skip"]
     assert sorted(skips) == [(topic, 0, 100, 0, "data_loss_skip"), (topic, 1, 100, 0, "data_loss_skip")]
 
 
 # A stored offset above the end with no topic id to compare (a row stored before ids were kept, or
 # a log truncated under the same id) is data loss too. Before: an empty plan, "caught up".
-def test_stored_offset_above_the_end_is_data_loss(
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    kafka_admin: AdminClient,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-    run_test_job: RunTestJob,
-) -> None:
-    topic = topic_factory(partitions=1)
-    produce(topic, 50, 1)
-    run_test_job(counting_writer(counts_table), [topic], retries=0)
-    with engine.begin() as conn:  # as if stored by a version that did not keep topic ids
+def test_stored_offset_above_the_end_is_data_loss(counting: Counting, kafka_admin: AdminClient) -> None:
+    topic, _ = counting.topic(1, 50)
+    counting.run(topic, retries=0)
+    with counting.engine.begin() as conn:  # as if stored by a version that did not keep topic ids
         conn.execute(
-            sa.text(f'UPDATE "{db.schema}".offsets SET topic_id = NULL WHERE job = :j'), {"j": job_name}
+            sa.text(f'UPDATE "{counting.db.schema}".offsets SET topic_id = NULL WHERE job = :j'),
+            {"j": counting.job},
         )
     recreate_topic(kafka_admin, topic, 1)
-    produce(topic, 20, 1)
+    counting.produce(topic, 20, 1)
     with pytest.raises(DataLoss) as info:
-        run_test_job(counting_writer(counts_table), [topic], retries=0)
+        counting.run(topic, retries=0)
     assert (info.value.kind, info.value.stored, info.value.log_start) == ("truncated", 50, 20)
-    assert stored_offsets(engine, db, job_name) == {(topic, 0): 50}
+    assert counting.offsets() == {(topic, 0): 50}
 
 
 # --- 2. a lazy aggregate ----------------------------------------------------------------------------
 # Before: the records were drained after `aggregate` returned its generator, so `write` saw an
 # exhausted generator: the range committed, the offset moved, no result was written.
-def test_generator_aggregate_is_materialised_before_the_records_are_drained(
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-    run_test_job: RunTestJob,
-) -> None:
-    topic = topic_factory(partitions=2)
-    expected = produce(topic, 500, 2)
-    target = counts_table_of(counts_table)
+def test_generator_aggregate_is_materialised_before_the_records_are_drained(counting: Counting) -> None:
+    topic, expected = counting.topic(2, 500)
+    target = counts_table_of(counting.table)
 
     def lazy_counts(keys: Iterator[str]) -> Iterator[tuple[str, int]]:
         yield from count_keys(keys).items()
@@ -223,67 +160,43 @@ def test_generator_aggregate_is_materialised_before_the_records_are_drained(
         upsert_add(conn, target, [{"k": k, "n": n} for k, n in pairs], keys=["k"], add=["n"])
 
     writer = PartitionWriter(write=write, decode=key_of, aggregate=lazy_counts)
-    summary = run_test_job(writer, [topic], retries=0)
+    summary = counting.run(topic, writer=writer, retries=0)
     assert summary.records == 500
-    assert totals(engine, counts_table) == dict(expected)
+    assert counting.totals() == dict(expected)
 
 
 # Before: an aggregate that stopped reading early had the rest drained and committed unseen.
-def test_aggregate_that_leaves_records_unread_is_refused(
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-    run_test_job: RunTestJob,
-) -> None:
-    topic = topic_factory(partitions=1)
-    produce(topic, 100, 1)
-    base = counting_writer(counts_table)
+def test_aggregate_that_leaves_records_unread_is_refused(counting: Counting) -> None:
+    topic, _ = counting.topic(1, 100)
 
     def first_three(keys: Iterator[str]) -> collections.Counter[str]:
         return collections.Counter(itertools.islice(keys, 3))
 
-    writer = PartitionWriter(write=base.write, decode=key_of, aggregate=first_three)
     with pytest.raises(RecordsNotConsumed) as info:
-        run_test_job(writer, [topic], retries=0)
+        counting.run(topic, writer=counting.writer(aggregate=first_three), retries=0)
     assert (info.value.topic, info.value.start, info.value.until) == (topic, 0, 100)
-    assert stored_offsets(engine, db, job_name) == {(topic, 0): 0}
-    assert totals(engine, counts_table) == {}
+    assert counting.offsets() == {(topic, 0): 0}
+    assert counting.totals() == {}
 
 
 # --- 3. a topic that matches a pattern later ---------------------------------------------------------
 # Before: a topic found by a later plan was seeded at the start policy ("latest"), so the records
 # written to it before that plan were never read.
-def test_topic_matching_later_starts_at_its_log_start(
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-    run_test_job: RunTestJob,
-) -> None:
+def test_topic_matching_later_starts_at_its_log_start(counting: Counting) -> None:
     prefix = f"pat{uuid.uuid4().hex[:8]}"
-    early = topic_factory(partitions=1, prefix=prefix)
-    produce(early, 10, 1)  # before the job's first plan: skipped by "latest", as asked
+    early, _ = counting.topic(
+        1, 10, prefix=prefix
+    )  # before the job's first plan: skipped by "latest", as asked
     pattern = f"{prefix}-.*"
-    first = run_test_job(
-        counting_writer(counts_table), retries=0, topic_pattern=pattern, start=StartPolicy.latest()
-    )
+    first = counting.run(retries=0, topic_pattern=pattern, start=StartPolicy.latest())
     assert first.records == 0
 
-    late = topic_factory(partitions=2, prefix=prefix)
-    expected = produce(late, 40, 2) + produce(early, 5, 1, start=500)
-    second = run_test_job(
-        counting_writer(counts_table), retries=0, topic_pattern=pattern, start=StartPolicy.latest()
-    )
+    late, expected = counting.topic(2, 40, prefix=prefix)
+    expected += counting.produce(early, 5, 1, start=500)
+    second = counting.run(retries=0, topic_pattern=pattern, start=StartPolicy.latest())
     assert second.records == 45
-    assert totals(engine, counts_table) == dict(expected)
-    actions = {(t, p): a for t, p, _old, _new, a in _audit(engine, db, job_name)}
+    assert counting.totals() == dict(expected)
+    actions = {(t, p): a for t, p, _old, _new, a in _audit(counting)}
     assert actions == {(early, 0): "seed", (late, 0): "new_topic", (late, 1): "new_topic"}
 
 
@@ -291,19 +204,10 @@ def test_topic_matching_later_starts_at_its_log_start(
 # Before: COMMIT of the aborted transaction silently rolled back, the task reported "committed",
 # after_commit fired, and the same batch was planned again forever.
 def test_write_swallowing_a_database_error_fails_clearly_and_moves_nothing(
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-    run_test_job: RunTestJob,
-    tmp_path: Path,
+    counting: Counting, tmp_path: Path
 ) -> None:
-    topic = topic_factory(partitions=2)
-    produce(topic, 100, 2)
-    base = counting_writer(counts_table)
+    topic, _ = counting.topic(2, 100)
+    base = counting.writer()
     fired = tmp_path / "after_commit"
 
     def swallowing(conn: sa.Connection, rng: OffsetRange, counts: Any) -> None:
@@ -317,70 +221,48 @@ def test_write_swallowing_a_database_error_fails_clearly_and_moves_nothing(
 
     writer = PartitionWriter(write=swallowing, decode=key_of, aggregate=count_keys, after_commit=after_commit)
     with pytest.raises(TransactionAborted) as info:
-        run_test_job(writer, [topic], retries=0, max_batches=3)
-    assert info.value.job == job_name and topic in info.value.ranges
+        counting.run(topic, writer=writer, retries=0, max_batches=3)
+    assert info.value.job == counting.job and topic in info.value.ranges
     assert not fired.exists()
-    assert stored_offsets(engine, db, job_name) == {(topic, 0): 0, (topic, 1): 0}
-    assert totals(engine, counts_table) == {}
+    assert counting.offsets() == {(topic, 0): 0, (topic, 1): 0}
+    assert counting.totals() == {}
 
 
 # --- 5. dead letters replayed --------------------------------------------------------------------------
 # Before: replaying a range with a dead letter (an audited reset) failed on the dead_letters primary
 # key in every attempt: the job could never get past it.
-def test_dead_letter_mode_survives_a_replay(
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-    run_test_job: RunTestJob,
-) -> None:
-    topic = topic_factory(partitions=1)
-    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+def test_dead_letter_mode_survives_a_replay(counting: Counting) -> None:
+    topic, _ = counting.topic(1)
+    producer = Producer({"bootstrap.servers": counting.kafka.bootstrap_servers})
     for i in range(3):
         producer.produce(topic, key=None, value=f"poison-{i}".encode(), partition=0)
     producer.flush(30)
-    expected = produce(topic, 50, 1)
+    expected = counting.produce(topic, 50, 1)
 
     def strict_key(rec: Record) -> str:
         if rec.key is None:
             raise ValueError("record has no key")
         return rec.key.decode()
 
-    base = counting_writer(counts_table)
-    writer = PartitionWriter(write=base.write, decode=strict_key, aggregate=count_keys, dead_letters=True)
-    assert run_test_job(writer, [topic], retries=0).records == 53
-    with engine.begin() as conn:
-        offset_rows.reset_offsets(conn, db, job_name, {(topic, 0): 0}, reason="replay", actor="test")
-    assert run_test_job(writer, [topic], retries=0).records == 53
-    assert totals(engine, counts_table) == {k: 2 * n for k, n in expected.items()}  # replayed, as asked
-    with engine.connect() as conn:
-        dead = conn.execute(
-            sa.text(f'SELECT off FROM "{db.schema}".dead_letters WHERE job = :j'), {"j": job_name}
+    writer = counting.writer(decode=strict_key, dead_letters=True)
+    assert counting.run(topic, writer=writer, retries=0).records == 53
+    with counting.engine.begin() as conn:
+        offset_rows.reset_offsets(
+            conn, counting.db, counting.job, {(topic, 0): 0}, reason="replay", actor="test"
         )
-        assert sorted(r.off for r in dead) == [0, 1, 2]
-    assert stored_offsets(engine, db, job_name) == {(topic, 0): 53}
+    assert counting.run(topic, writer=writer, retries=0).records == 53
+    assert counting.totals() == {k: 2 * n for k, n in expected.items()}  # replayed, as asked
+    dead = counting.rows('SELECT off FROM "{schema}".dead_letters WHERE job = :j')
+    assert sorted(r.off for r in dead) == [0, 1, 2]
+    assert counting.offsets() == {(topic, 0): 53}
 
 
 # --- 6. an executor frozen while it holds a claim ------------------------------------------------------
 # Before: nothing on the database side timed out and nothing cancelled the batch: the frozen task held
 # its offset row and the batch waited forever while the lease was renewed.
-def test_sigstopped_task_holding_a_claim_fails_over(
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-    run_test_job: RunTestJob,
-    tmp_path: Path,
-) -> None:
-    topic = topic_factory(partitions=2)
-    expected = produce(topic, 400, 2)
-    base = counting_writer(counts_table)
+def test_sigstopped_task_holding_a_claim_fails_over(counting: Counting, tmp_path: Path) -> None:
+    topic, expected = counting.topic(2, 400)
+    base = counting.writer()
     marker = tmp_path / "frozen-pid"
 
     def freeze_once(conn: sa.Connection, rng: OffsetRange, counts: Any) -> None:
@@ -394,12 +276,13 @@ def test_sigstopped_task_holding_a_claim_fails_over(
             os.close(fd)
             os.kill(os.getpid(), signal.SIGSTOP)  # frozen after the claim, inside the transaction
 
+    db = counting.db
     quick = DatabaseSettings(db.url, schema=db.schema, lock_timeout_s=2, idle_in_transaction_timeout_s=4)
     writer = PartitionWriter(write=freeze_once, decode=key_of, aggregate=count_keys)
     t0 = time.monotonic()
     try:
-        summary = run_test_job(
-            writer, [topic], database=quick, batch_timeout_s=15, retries=3, retry_backoff_s=0.5
+        summary = counting.run(
+            topic, writer=writer, database=quick, batch_timeout_s=15, retries=3, retry_backoff_s=0.5
         )
     finally:
         if marker.exists():  # never leave a stopped process behind, whatever happened
@@ -407,8 +290,8 @@ def test_sigstopped_task_holding_a_claim_fails_over(
                 os.kill(int(marker.read_text()), signal.SIGKILL)
     elapsed = time.monotonic() - t0
     assert marker.exists(), "the fault was not injected"
-    assert totals(engine, counts_table) == dict(expected)  # lost=0 duplicated=0
-    assert stored_offsets(engine, db, job_name) == settled_ends(kafka, topic, 2)
+    assert counting.totals() == dict(expected)  # lost=0 duplicated=0
+    assert counting.offsets() == counting.ends(topic, 2)
     assert summary.records >= 200
     assert elapsed < 150, f"took {elapsed:.0f}s: the frozen claim was not failed over in time"
 
@@ -420,20 +303,14 @@ PAYLOAD = "top-secret-payload-7f3a"
 # Before: the executor engine did not hide bound parameters and the DETAIL line of PostgreSQL's
 # error quoted the key: the record's value reached the exception, the log and Spark's task failure.
 def test_write_errors_and_rejections_never_show_the_payload(
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    topic_factory: TopicFactory,
-    job_name: str,
-    run_test_job: RunTestJob,
-    caplog: pytest.LogCaptureFixture,
+    counting: Counting, caplog: pytest.LogCaptureFixture
 ) -> None:
-    topic = topic_factory(partitions=1)
-    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    topic, _ = counting.topic(1)
+    producer = Producer({"bootstrap.servers": counting.kafka.bootstrap_servers})
     producer.produce(topic, key=PAYLOAD.encode(), value=PAYLOAD.encode(), partition=0)
     producer.flush(30)
-    table = f'"{db.schema}".uniq'
-    with engine.begin() as conn:
+    table = f'"{counting.db.schema}".uniq'
+    with counting.engine.begin() as conn:
         conn.execute(sa.text(f"CREATE TABLE {table} (k text PRIMARY KEY)"))
         conn.execute(sa.text(f"INSERT INTO {table} VALUES (:k)"), {"k": PAYLOAD})
 
@@ -442,7 +319,7 @@ def test_write_errors_and_rejections_never_show_the_payload(
 
     writer = PartitionWriter(write=insert_twice, decode=key_of, aggregate=list)
     with pytest.raises(WriteFailed) as info:
-        run_test_job(writer, [topic], retries=0)
+        counting.run(topic, writer=writer, retries=0)
     assert info.value.sqlstate == "23505" and "uniq_pkey" in str(info.value)
     assert PAYLOAD not in str(info.value) and PAYLOAD not in repr(info.value)
 
@@ -450,8 +327,11 @@ def test_write_errors_and_rejections_never_show_the_payload(
         return int(rec.value or b"")  # ValueError: invalid literal for int() ... b'top-secret...'
 
     with pytest.raises(RecordRejected) as rejected:
-        run_test_job(
-            PartitionWriter(write=insert_twice, decode=picky), [topic], job=f"{job_name}-2", retries=0
+        counting.run(
+            topic,
+            writer=PartitionWriter(write=insert_twice, decode=picky),
+            job=f"{counting.job}-2",
+            retries=0,
         )
     assert "ValueError" in str(rejected.value) and PAYLOAD not in str(rejected.value)
     assert PAYLOAD not in caplog.text

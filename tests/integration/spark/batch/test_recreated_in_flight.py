@@ -30,13 +30,10 @@ import sqlalchemy as sa
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
-from tests.fix_services import TopicFactory
-from tests.integration.spark.batch.test_counting_job import counts_table_of, key_of, stored_offsets, totals
-from tests.integration.spark.conftest import Produce, RunTestJob
-from tests.integration.spark.stream.test_streaming import _wait_for, key_counts
+from tests.integration.spark.counting import Counting, counts_table_of, key_counts, key_of
+from tests.integration.spark.stream.test_streaming import _wait_for
 from tests.kafka_topics import recreate_topic
 from txn_offsets import BatchWriter, DataLoss, PartitionWriter, StartPolicy, TopicChanged
-from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.kafka.metadata import describe_topics
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark.stream.query import open_stream
@@ -126,34 +123,22 @@ def _new_counts() -> dict[str, int]:
     ],
 )
 def test_a_topic_recreated_between_plan_and_read_is_never_committed_under_the_old_id(
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-    tmp_path: Path,
-    run_test_job: RunTestJob,
-    writer_kind: str,
-    execution: str,
-    policy: str,
+    counting: Counting, tmp_path: Path, writer_kind: str, execution: str, policy: str
 ) -> None:
-    topic = topic_factory(partitions=1)
-    produce(topic, OLD, 1)
-    old_id = describe_topics(kafka, [topic])[topic].topic_id
-    recreate = RecreateOnce(kafka.bootstrap_servers, topic, str(tmp_path / "recreated"))
+    topic, _ = counting.topic(1, OLD)
+    old_id = describe_topics(counting.kafka, [topic])[topic].topic_id
+    recreate = RecreateOnce(counting.kafka.bootstrap_servers, topic, str(tmp_path / "recreated"))
     writer: Any
     if writer_kind == "partition":
         writer = PartitionWriter(
-            write=functools.partial(write_counter, counts_table),
+            write=functools.partial(write_counter, counting.table),
             decode=key_of,
             aggregate=functools.partial(count_after, recreate),
         )
     else:
         writer = BatchWriter(
             compute_df=functools.partial(counts_after, recreate),
-            write=functools.partial(write_rows, counts_table),
+            write=functools.partial(write_rows, counting.table),
         )
     options: dict[str, Any] = {
         "on_data_loss": policy,
@@ -163,21 +148,21 @@ def test_a_topic_recreated_between_plan_and_read_is_never_committed_under_the_ol
     }
     if policy == "fail":
         with pytest.raises(DataLoss) as info:
-            run_test_job(writer, [topic], **options)
-        new_id = describe_topics(kafka, [topic])[topic].topic_id
+            counting.run(topic, writer=writer, **options)
+        new_id = describe_topics(counting.kafka, [topic])[topic].topic_id
         # the truth: the stored offset 0 is of the old topic, nothing of either topic was applied
         assert info.value.kind == "recreated"
         assert (info.value.stored, info.value.log_start) == (0, 0)
         assert (info.value.stored_topic_id, info.value.topic_id) == (old_id, new_id) and old_id != new_id
         assert f"committed for Kafka topic id {old_id}" in str(info.value)
-        assert totals(engine, counts_table) == {}
-        assert stored_offsets(engine, db, job_name) == {(topic, 0): 0}
+        assert counting.totals() == {}
+        assert counting.offsets() == {(topic, 0): 0}
     else:
-        run_test_job(writer, [topic], **options)
+        counting.run(topic, writer=writer, **options)
         # the old topic's records are gone (deleted before anything read them); the new topic's
         # are applied exactly once: 150 where Kafka holds 150, never 250
-        assert totals(engine, counts_table) == _new_counts()
-        assert stored_offsets(engine, db, job_name) == {(topic, 0): NEW}
+        assert counting.totals() == _new_counts()
+        assert counting.offsets() == {(topic, 0): NEW}
     assert os.path.exists(recreate.flag)  # the window was really hit
 
 
@@ -187,25 +172,15 @@ def stream_counts(recreate: RecreateOnce, batch: Any) -> list[tuple[str, int]]:
 
 @pytest.mark.parametrize("policy", ["fail", "skip"])
 def test_a_stream_batch_whose_topic_was_recreated_commits_nothing(
-    spark: Any,
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-    tmp_path: Path,
-    policy: str,
+    spark: Any, counting: Counting, tmp_path: Path, policy: str
 ) -> None:
-    topic = topic_factory(partitions=1)
-    produce(topic, OLD, 1)
-    recreate = RecreateOnce(kafka.bootstrap_servers, topic, str(tmp_path / "recreated"))
+    topic, _ = counting.topic(1, OLD)
+    recreate = RecreateOnce(counting.kafka.bootstrap_servers, topic, str(tmp_path / "recreated"))
     with open_stream(
         spark,
-        job=job_name,
-        kafka=kafka,
-        database=db,
+        job=counting.job,
+        kafka=counting.kafka,
+        database=counting.db,
         topics=[topic],
         start=StartPolicy.earliest(),
         on_data_loss=policy,
@@ -213,19 +188,19 @@ def test_a_stream_batch_whose_topic_was_recreated_commits_nothing(
     ) as stream:
         query = stream.start(
             compute_df=functools.partial(stream_counts, recreate),
-            write=functools.partial(write_rows, counts_table),
+            write=functools.partial(write_rows, counting.table),
             interval_s=0.2,
         )
         if policy == "fail":
             # the batch read the new topic: let go without a commit; the next plan tells the truth
             with pytest.raises(Exception, match=r"DataLoss|deleted and re-created"):
                 query.awaitTermination(180)
-            assert totals(engine, counts_table) == {}
-            assert stored_offsets(engine, db, job_name) == {(topic, 0): 0}
+            assert counting.totals() == {}
+            assert counting.offsets() == {(topic, 0): 0}
         else:
             # the same query goes on: an audited skip to the new log start, the new topic once
-            _wait_for(lambda: stored_offsets(engine, db, job_name) == {(topic, 0): NEW})
-            assert totals(engine, counts_table) == _new_counts()
+            _wait_for(lambda: counting.offsets() == {(topic, 0): NEW})
+            assert counting.totals() == _new_counts()
             assert query.isActive and query.exception() is None
             query.stop()
     assert os.path.exists(recreate.flag)

@@ -15,14 +15,16 @@ import pytest
 import sqlalchemy as sa
 
 from tests.fix_services import TopicFactory
-from tests.integration.spark.batch.test_counting_job import counting_writer, stored_offsets, totals
-from tests.integration.spark.conftest import Produce, RunTestJob
+from tests.integration.spark.conftest import Produce
+from tests.integration.spark.counting import Counting
 from tests.kafka_topics import recreate_topic
-from txn_offsets import DataLoss, Limits, planner
+from txn_offsets import DataLoss, Limits
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.kafka import described, metadata
 from txn_offsets.kafka.start import StartPolicy
-from txn_offsets.planner import TopicSelection, plan_batch
+from txn_offsets.plan import planner
+from txn_offsets.plan.planner import TopicSelection, plan_batch
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import end_run, start_run
 
 PARTITIONS = metadata.LIST_OFFSETS_CHUNK + 88  # past one ListOffsets request: descriptions are reused
@@ -41,7 +43,7 @@ def describes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
         return real(kafka, topics, timeout_s)
 
     monkeypatch.setattr(metadata, "_describing", counted)
-    described.forget()
+    described.forget_descriptions()
     return asked
 
 
@@ -59,12 +61,11 @@ def test_a_running_jobs_plans_reuse_the_description_for_a_while(
     produce(topic, 30, WRITTEN)
     topic_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
     describes.clear()
-    run = start_run(engine, db, job_name)
+    run = start_run(Store(engine, db), job_name)
 
     def plan() -> planner.Plan:
         return plan_batch(
-            engine,
-            db,
+            Store(engine, db),
             kafka,
             job=job_name,
             selection=TopicSelection((topic,)),
@@ -81,26 +82,19 @@ def test_a_running_jobs_plans_reuse_the_description_for_a_while(
         for p in (first, *again):
             assert p.ranges == first.ranges and {r.topic_id for r in p.ranges} == {topic_id}
             assert sum(r.until - r.start for r in p.ranges) == 30
-        described.forget([topic])  # what the runner does after TopicChanged
+        described.forget_descriptions([topic])  # what the runner does after TopicChanged
         plan()
         assert describes == [(topic,), (topic,)]
         monkeypatch.setattr(planner, "DESCRIBED_FOR_S", 0.0)  # the window passed
         plan()
         assert describes == [(topic,), (topic,), (topic,)]
     finally:
-        end_run(engine, db, run)
+        end_run(Store(engine, db), run)
 
 
 @pytest.mark.parametrize("policy", ["fail", "skip"])
 def test_a_topic_recreated_under_a_reused_description_is_never_committed_as_the_old_one(
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-    run_test_job: RunTestJob,
+    counting: Counting,
     describes: list[tuple[str, ...]],
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
@@ -114,15 +108,15 @@ def test_a_topic_recreated_under_a_reused_description_is_never_committed_as_the_
     now: DataLoss "recreated" with "fail", the NEW records exactly once with "skip" - what a plan
     described at that moment does."""
     monkeypatch.setattr(planner, "DESCRIBED_FOR_S", 3600.0)  # the window outlasts the re-creation
-    topic = topic_factory(partitions=PARTITIONS)
-    old = produce(topic, OLD, WRITTEN)
-    old_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
+    topic, _ = counting.topic(PARTITIONS)
+    old = counting.produce(topic, OLD, WRITTEN)
+    old_id = metadata.describe_topics(counting.kafka, [topic])[topic].topic_id
     new: collections.Counter[str] = collections.Counter()
 
     def recreate_once(report: Any) -> None:
         if report.number == 1:
-            recreate_topic(kafka.bootstrap_servers, topic, PARTITIONS)
-            new.update(produce(topic, NEW, WRITTEN, start=OLD))
+            recreate_topic(counting.kafka.bootstrap_servers, topic, PARTITIONS)
+            new.update(counting.produce(topic, NEW, WRITTEN, start=OLD))
 
     caplog.set_level(logging.WARNING, logger="txn_offsets.spark.retry")
     options: dict[str, Any] = {
@@ -135,16 +129,16 @@ def test_a_topic_recreated_under_a_reused_description_is_never_committed_as_the_
     # the stored offsets after batch 1 (40 on partitions 0-2) lie inside the new log (60 each)
     if policy == "fail":
         with pytest.raises(DataLoss) as info:
-            run_test_job(counting_writer(counts_table), [topic], **options)
+            counting.run(topic, **options)
         assert info.value.kind == "recreated" and info.value.stored_topic_id == old_id
         assert info.value.topic_id != old_id
-        assert totals(engine, counts_table) == dict(old)
-        stored = stored_offsets(engine, db, job_name)
+        assert counting.totals() == dict(old)
+        stored = counting.offsets()
         assert {tp: off for tp, off in stored.items() if off} == {(topic, p): OLD // 3 for p in range(3)}
     else:
-        summary = run_test_job(counting_writer(counts_table), [topic], **options)
+        summary = counting.run(topic, **options)
         assert summary.records == OLD + NEW
-        assert totals(engine, counts_table) == dict(old + new)
+        assert counting.totals() == dict(old + new)
     # the batch planned from the reused description read the new records and committed nothing
     changed = [r.getMessage() for r in caplog.records if "records were processed" in r.getMessage()]
     assert len(changed) == 1 and f"planned from topic id {old_id}" in changed[0], caplog.text

@@ -15,15 +15,11 @@ from collections.abc import Iterator
 
 import httpx2 as httpx
 import pytest
-import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.fix_services import TopicFactory
-from tests.integration.spark.batch.test_counting_job import counting_writer, stored_offsets
-from tests.integration.spark.conftest import Produce, RunTestJob
-from tests.kafka_ends import settled_ends
-from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.planner import Limits
+from tests.integration.spark.counting import Counting
+from txn_offsets.config import DatabaseSettings
+from txn_offsets.plan.planner import Limits
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -64,21 +60,10 @@ def served(database_url: str, kafka_bootstrap: str, db: DatabaseSettings) -> Ite
     assert proc.returncode == 0
 
 
-def test_metrics_while_a_job_runs(
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-    run_test_job: RunTestJob,
-    served: str,
-) -> None:
+def test_metrics_while_a_job_runs(counting: Counting, served: str) -> None:
     parts = 4
-    topic = topic_factory(partitions=parts)
-    produce(topic, 12_000, parts)
-    ends = settled_ends(kafka, topic, parts)
+    topic, _ = counting.topic(parts, 12_000)
+    ends = counting.ends(topic, parts)
     scrapes: list[Samples] = []
     done = threading.Event()
 
@@ -94,9 +79,7 @@ def test_metrics_while_a_job_runs(
     thread.start()
     try:
         # the runner records each batch's statistics (job_stats) itself
-        summary = run_test_job(
-            counting_writer(counts_table), [topic], limits=Limits(max_records_per_partition=600)
-        )
+        summary = counting.run(topic, limits=Limits(max_records_per_partition=600))
     finally:
         time.sleep(1.0)  # one more scrape after the end
         done.set()
@@ -107,10 +90,10 @@ def test_metrics_while_a_job_runs(
     mid = [
         s
         for s in scrapes
-        if get(s, "txn_offsets_job_live", txn_job=job_name) == 1
+        if get(s, "txn_offsets_job_live", txn_job=counting.job) == 1
         and 0
         < sum(
-            get(s, "txn_offsets_stored_offset", txn_job=job_name, topic=topic, partition=str(p)) or 0
+            get(s, "txn_offsets_stored_offset", txn_job=counting.job, topic=topic, partition=str(p)) or 0
             for p in range(parts)
         )
         < 12_000
@@ -120,27 +103,27 @@ def test_metrics_while_a_job_runs(
         seen = [
             v
             for s in scrapes
-            if (v := get(s, "txn_offsets_stored_offset", txn_job=job_name, topic=topic, partition=str(p)))
+            if (v := get(s, "txn_offsets_stored_offset", txn_job=counting.job, topic=topic, partition=str(p)))
             is not None
         ]
         assert seen == sorted(seen) and max(seen) <= ends[(topic, p)]
 
     # after it: equal to the table, the broker and the summary
     final = parse(httpx.get(f"{served}/metrics", timeout=30).text)
-    table = stored_offsets(engine, db, job_name)
+    table = counting.offsets()
     assert table == ends
     for p in range(parts):
-        group = {"consumergroup": job_name, "topic": topic, "partition": str(p)}
+        group = {"consumergroup": counting.job, "topic": topic, "partition": str(p)}
         assert get(final, "kafka_consumergroup_current_offset", **group) == table[(topic, p)]
         assert get(final, "kafka_consumergroup_lag", **group) == 0
         assert (
             get(final, "kafka_topic_partition_current_offset", topic=topic, partition=str(p))
             == ends[(topic, p)]
         )
-        assert get(final, "txn_offsets_lag_seconds", txn_job=job_name, topic=topic, partition=str(p)) == 0
-    assert get(final, "kafka_consumergroup_lag_sum", consumergroup=job_name, topic=topic) == 0
-    assert get(final, "txn_offsets_job_live", txn_job=job_name) == 0
-    assert get(final, "txn_offsets_job_generation", txn_job=job_name) == summary.generation
-    assert get(final, "txn_offsets_batch_duration_seconds_count", txn_job=job_name) == summary.batches
-    committed = get(final, "txn_offsets_batch_outcomes_total", txn_job=job_name, outcome="committed")
+        assert get(final, "txn_offsets_lag_seconds", txn_job=counting.job, topic=topic, partition=str(p)) == 0
+    assert get(final, "kafka_consumergroup_lag_sum", consumergroup=counting.job, topic=topic) == 0
+    assert get(final, "txn_offsets_job_live", txn_job=counting.job) == 0
+    assert get(final, "txn_offsets_job_generation", txn_job=counting.job) == summary.generation
+    assert get(final, "txn_offsets_batch_duration_seconds_count", txn_job=counting.job) == summary.batches
+    committed = get(final, "txn_offsets_batch_outcomes_total", txn_job=counting.job, outcome="committed")
     assert committed == summary.committed

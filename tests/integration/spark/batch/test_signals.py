@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from examples import pageviews
 from examples.schema import window_counts
 from tests.fix_services import REPO, Services, TopicFactory
-from tests.integration.spark.batch.test_counting_job import stored_offsets
+from tests.integration.spark.counting import stored_offsets
 from tests.kafka_ends import settled_ends
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 

@@ -6,27 +6,21 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Sequence
-from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from tests.fix_services import TopicFactory
-from tests.integration.spark.batch.test_counting_job import (
+from tests.integration.spark.batch.test_job_faults import fail_first_attempt
+from tests.integration.spark.counting import (
+    Counting,
     count_keys,
-    counting_writer,
     counts_table_of,
     key_of,
-    stored_offsets,
-    totals,
 )
-from tests.integration.spark.batch.test_job_faults import fail_first_attempt
-from tests.integration.spark.conftest import Produce, RunTestJob
-from tests.kafka_ends import settled_ends
 from txn_offsets import PartitionWriter
-from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import ConfigError
-from txn_offsets.planner import Limits
+from txn_offsets.plan.planner import Limits
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark.tasks import ReadOptions
 from txn_offsets.upserts import upsert_add
@@ -49,54 +43,33 @@ def transactions_per_batch(engine: sa.Engine, db: DatabaseSettings, job: str) ->
 
 @pytest.mark.parametrize(("per_transaction", "transactions"), [(None, 2), (1, 6), (2, 4)])
 def test_a_task_commits_its_ranges_in_as_many_transactions_as_asked(
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-    run_test_job: RunTestJob,
-    per_transaction: int | None,
-    transactions: int,
+    counting: Counting, per_transaction: int | None, transactions: int
 ) -> None:
-    topic = topic_factory(partitions=6)
-    expected = produce(topic, 1_200, 6)
-    summary = run_test_job(
-        counting_writer(counts_table),
-        [topic],
+    topic, expected = counting.topic(6, 1_200)
+    summary = counting.run(
+        topic,
         limits=Limits(max_records_per_partition=100),  # 2 batches of 6 ranges, 3 per task
         read=ReadOptions(max_tasks=2, ranges_per_transaction=per_transaction),
     )
-    assert totals(engine, counts_table) == dict(expected)
-    assert stored_offsets(engine, db, job_name) == settled_ends(kafka, topic, 6)
+    assert counting.totals() == dict(expected)
+    assert counting.offsets() == counting.ends(topic, 6)
     assert summary.committed == 12 and summary.already_committed == 0
     assert sorted(r.records for r in summary.outcomes) == [100] * 12  # each range's own count
     # 2 tasks of 3 ranges: 2 transactions per batch (None), 6 (one per range), 4 (2 + 1 per task)
-    assert transactions_per_batch(engine, db, job_name) == {1: (6, transactions), 2: (6, transactions)}
+    assert transactions_per_batch(counting.engine, counting.db, counting.job) == {
+        1: (6, transactions),
+        2: (6, transactions),
+    }
 
 
-def test_a_task_retried_after_its_commit_finds_all_its_ranges_committed(
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-    run_test_job: RunTestJob,
-) -> None:
-    topic = topic_factory(partitions=4)
-    expected = produce(topic, 2_000, 4)
-    base = counting_writer(counts_table)
-    writer: PartitionWriter[Any, Any] = PartitionWriter(
-        write=base.write, decode=base.decode, aggregate=base.aggregate, after_commit=fail_first_attempt
-    )
-    summary = run_test_job(writer, [topic], read=ReadOptions(max_tasks=2))  # 2 ranges per task
-    assert totals(engine, counts_table) == dict(expected)  # counted once despite the retries
+def test_a_task_retried_after_its_commit_finds_all_its_ranges_committed(counting: Counting) -> None:
+    topic, expected = counting.topic(4, 2_000)
+    writer = counting.writer(after_commit=fail_first_attempt)
+    summary = counting.run(topic, writer=writer, read=ReadOptions(max_tasks=2))  # 2 ranges per task
+    assert counting.totals() == dict(expected)  # counted once despite the retries
     assert summary.already_committed == 4 and summary.committed == 0
-    assert stored_offsets(engine, db, job_name) == settled_ends(kafka, topic, 4)
-    assert transactions_per_batch(engine, db, job_name) == {1: (4, 2)}
+    assert counting.offsets() == counting.ends(topic, 4)
+    assert transactions_per_batch(counting.engine, counting.db, counting.job) == {1: (4, 2)}
 
 
 def merging_writer(table: str, calls: str) -> PartitionWriter[str, collections.Counter[str]]:
@@ -118,32 +91,22 @@ def merging_writer(table: str, calls: str) -> PartitionWriter[str, collections.C
     ("per_transaction", "sizes"), [(None, [3, 3, 3, 3]), (1, [1] * 12), (2, [1, 1, 2, 2] * 2)]
 )
 def test_write_all_gets_every_range_of_its_transaction_at_once(
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-    run_test_job: RunTestJob,
-    per_transaction: int | None,
-    sizes: list[int],
+    counting: Counting, per_transaction: int | None, sizes: list[int]
 ) -> None:
-    topic = topic_factory(partitions=6)
-    expected = produce(topic, 1_200, 6)
-    calls = f'"{db.schema}".write_all_calls'
-    with engine.begin() as conn:
+    topic, expected = counting.topic(6, 1_200)
+    calls = f'"{counting.db.schema}".write_all_calls'
+    with counting.engine.begin() as conn:
         conn.execute(sa.text(f"CREATE TABLE {calls} (ranges int NOT NULL)"))
-    summary = run_test_job(
-        merging_writer(counts_table, calls),
-        [topic],
+    summary = counting.run(
+        topic,
+        writer=merging_writer(counting.table, calls),
         limits=Limits(max_records_per_partition=100),  # 2 batches of 6 ranges, 3 per task
         read=ReadOptions(max_tasks=2, ranges_per_transaction=per_transaction),
     )
-    assert totals(engine, counts_table) == dict(expected)
+    assert counting.totals() == dict(expected)
     assert summary.committed == 12 and sorted(r.records for r in summary.outcomes) == [100] * 12
-    assert stored_offsets(engine, db, job_name) == settled_ends(kafka, topic, 6)
-    with engine.connect() as conn:  # one call per transaction, with all of its ranges
+    assert counting.offsets() == counting.ends(topic, 6)
+    with counting.engine.connect() as conn:  # one call per transaction, with all of its ranges
         got = sorted(int(n) for n in conn.execute(sa.text(f"SELECT ranges FROM {calls}")).scalars())
     assert got == sorted(sizes)
 

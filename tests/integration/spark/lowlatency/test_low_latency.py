@@ -17,16 +17,13 @@ import sqlalchemy as sa
 from confluent_kafka import Producer
 
 from tests.fix_services import TopicFactory
-from tests.integration.spark.batch.test_counting_job import (
+from tests.integration.spark.counting import (
+    Counting,
     count_keys,
     counting_writer,
     counts_table_of,
     key_of,
-    stored_offsets,
-    totals,
 )
-from tests.integration.spark.conftest import Produce, RunTestJob
-from tests.kafka_ends import settled_ends
 from txn_offsets import (
     BatchWriter,
     ConfigError,
@@ -39,9 +36,10 @@ from txn_offsets import (
 )
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.kafka.mirror import group_offsets
-from txn_offsets.planner import TopicSelection, plan_batch
+from txn_offsets.plan.planner import TopicSelection, plan_batch
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark.lowlatency.follow import FollowTask
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import start_run
 from txn_offsets.upserts import upsert_add
 
@@ -105,103 +103,82 @@ def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None
         time.sleep(0.05)
 
 
-def test_exact_while_a_producer_writes(
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    kafka_bootstrap: str,
-    job_name: str,
-    run_test_job: RunTestJob,
-) -> None:
-    topic = topic_factory(partitions=4)
+def wait_for_ends(
+    counting: Counting, topic: str, partitions: int, timeout_s: float
+) -> dict[tuple[str, int], int]:
+    """The topic's ends, once the job's stored offsets have reached them (within `timeout_s`)."""
+    ends = counting.ends(topic, partitions)
+    wait_for(lambda: counting.offsets() == ends, timeout_s, f"the stored offsets to reach {ends}")
+    return ends
+
+
+def test_exact_while_a_producer_writes(counting: Counting, kafka_bootstrap: str) -> None:
+    topic, _ = counting.topic(4)
     producer = TransactionalProducer(kafka_bootstrap, topic, 4)
     for _ in range(40):  # a backlog before the start, the rest while it runs
         producer.transaction()
     stop = threading.Event()
     thread, result = run_in_thread(
-        lambda: run_test_job(
-            counting_writer(counts_table),
-            [topic],
+        lambda: counting.run(
+            topic,
             until_caught_up=False,
             stop=stop,
             low_latency=FAST,
-            mirror_group=job_name,
+            mirror_group=counting.job,
         )
     )
     for _ in range(160):
         producer.transaction()
         time.sleep(0.01)
     producer.close()
-    ends = settled_ends(kafka_bootstrap, topic, 4)
-    wait_for(lambda: stored_offsets(engine, db, job_name) == ends, 30, f"the stored offsets to reach {ends}")
+    ends = wait_for_ends(counting, topic, 4, 30)
     stop.set()
     thread.join(60)
     assert "error" not in result, result.get("error")
     summary: JobSummary = result["summary"]
-    assert totals(engine, counts_table) == dict(producer.expected)
+    assert counting.totals() == dict(producer.expected)
     assert summary.records == sum(producer.expected.values())
     assert summary.stopped_by == "signal"
     assert summary.batches == 1  # one epoch
     # the offsets reached the ends while it ran (above), not at its stop: commits while producing
     assert summary.committed >= 2
-    assert group_offsets(kafka, job_name) == ends  # the consumer-group mirror of the table
+    assert group_offsets(counting.kafka, counting.job) == ends  # the consumer-group mirror of the table
 
 
-def test_bounded_epoch_then_a_restart_from_the_table(
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-    run_test_job: RunTestJob,
-) -> None:
-    topic = topic_factory(partitions=3)
-    expected = produce(topic, 3000, 3)
+def test_bounded_epoch_then_a_restart_from_the_table(counting: Counting) -> None:
+    topic, expected = counting.topic(3, 3000)
     started = time.monotonic()
-    first = run_test_job(
-        counting_writer(counts_table),
-        [topic],
+    first = counting.run(
+        topic,
         until_caught_up=False,
         max_batches=1,
         low_latency=LowLatency(epoch_s=3, check_interval_ms=100),
     )
     assert first.stopped_by == "max_batches" and first.batches == 1
     assert time.monotonic() - started >= 3
-    assert sum(totals(engine, counts_table).values()) == first.records  # what the epoch committed
-    more = produce(topic, 600, 3, start=3000)
-    second = run_test_job(counting_writer(counts_table), [topic], start=None, low_latency=FAST)
+    assert sum(counting.totals().values()) == first.records  # what the epoch committed
+    more = counting.produce(topic, 600, 3, start=3000)
+    second = counting.run(topic, start=None, low_latency=FAST)
     assert second.generation == first.generation + 1
     assert second.stopped_by == "caught_up"
     assert first.records + second.records == 3600
-    assert totals(engine, counts_table) == dict(expected + more)
-    assert sum(stored_offsets(engine, db, job_name).values()) == 3600
+    assert counting.totals() == dict(expected + more)
+    assert sum(counting.offsets().values()) == 3600
 
 
-def test_a_newer_run_fences_the_epoch(
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    kafka_bootstrap: str,
-    job_name: str,
-    run_test_job: RunTestJob,
-) -> None:
-    topic = topic_factory(partitions=2)
+def test_a_newer_run_fences_the_epoch(counting: Counting, kafka_bootstrap: str) -> None:
+    topic, _ = counting.topic(2)
     producer = TransactionalProducer(kafka_bootstrap, topic, 2, abort_every=1000)
     stop = threading.Event()
     thread, result = run_in_thread(
-        lambda: run_test_job(
-            counting_writer(counts_table), [topic], until_caught_up=False, stop=stop, low_latency=FAST
-        )
+        lambda: counting.run(topic, until_caught_up=False, stop=stop, low_latency=FAST)
     )
-    wait_for(lambda: bool(stored_offsets(engine, db, job_name)), 30, "the first plan")
+    wait_for(lambda: bool(counting.offsets()), 30, "the first plan")
     for _ in range(20):
         producer.transaction()
-    wait_for(lambda: sum(totals(engine, counts_table).values()) == 100, 30, "the first records")
-    start_run(engine, db, job_name, force=True)  # a newer run: the live one is now a zombie
+    wait_for(lambda: sum(counting.totals().values()) == 100, 30, "the first records")
+    # a newer run: the live one is now a zombie
+    start_run(Store(counting.engine, counting.db), counting.job, force=True)
     for _ in range(20):
         producer.transaction()  # records the zombie must not apply
     producer.close()
@@ -210,26 +187,15 @@ def test_a_newer_run_fences_the_epoch(
     assert not thread.is_alive()
     assert isinstance(result.get("error"), Fenced), result
     time.sleep(0.5)
-    assert totals(engine, counts_table) == dict(
-        collections.Counter(f"k{(i * 7919) % 31}" for i in range(100))
-    )
+    assert counting.totals() == dict(collections.Counter(f"k{(i * 7919) % 31}" for i in range(100)))
     # 100 records and a marker per transaction and partition: nothing after the fencing
-    assert sum(stored_offsets(engine, db, job_name).values()) == 100 + 20 * 2
+    assert sum(counting.offsets().values()) == 100 + 20 * 2
 
 
-def test_a_task_spark_retries_continues_from_the_table(
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    tmp_path: Path,
-    run_test_job: RunTestJob,
-) -> None:
-    topic = topic_factory(partitions=2)
-    expected = produce(topic, 2000, 2)
+def test_a_task_spark_retries_continues_from_the_table(counting: Counting, tmp_path: Path) -> None:
+    topic, expected = counting.topic(2, 2000)
     marker = tmp_path / "failed-once"
-    target = counts_table_of(counts_table)
+    target = counts_table_of(counting.table)
 
     def write(conn: sa.Connection, rng: OffsetRange, counts: collections.Counter[str]) -> None:
         upsert_add(conn, target, [{"k": k, "n": n} for k, n in counts.items()], keys=["k"], add=["n"])
@@ -238,28 +204,21 @@ def test_a_task_spark_retries_continues_from_the_table(
             raise RuntimeError("the user's write fails once")  # the transaction rolls back
 
     writer = PartitionWriter(write=write, decode=key_of, aggregate=count_keys)
-    summary = run_test_job(writer, [topic], low_latency=LowLatency(epoch_s=30, commit_max_records=200))
+    summary = counting.run(topic, writer=writer, low_latency=LowLatency(epoch_s=30, commit_max_records=200))
     assert marker.exists()  # it failed once, and Spark ran the task again
     assert summary.stopped_by == "caught_up"
-    assert totals(engine, counts_table) == dict(expected)
+    assert counting.totals() == dict(expected)
 
 
-def test_batch_writer_is_refused(
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    job_name: str,
-    run_test_job: RunTestJob,
-) -> None:
-    topic = topic_factory(partitions=1)
+def test_batch_writer_is_refused(counting: Counting) -> None:
+    topic, _ = counting.topic(1)
     writer: BatchWriter[Any] = BatchWriter(write=lambda conn, ranges, result: None, compute_df=lambda df: [])
     with pytest.raises(ConfigError, match="needs a PartitionWriter, got BatchWriter"):
-        run_test_job(writer, [topic], low_latency=FAST)
-    with engine.connect() as conn:  # refused before the run started: no generation, no offsets
-        jobs = conn.execute(sa.text(f'SELECT count(*) FROM "{db.schema}".jobs')).scalar_one()
+        counting.run(topic, writer=writer, low_latency=FAST)
+    with counting.engine.connect() as conn:  # refused before the run started: no generation, no offsets
+        jobs = conn.execute(sa.text(f'SELECT count(*) FROM "{counting.db.schema}".jobs')).scalar_one()
     assert jobs == 0
-    assert stored_offsets(engine, db, job_name) == {}
+    assert counting.offsets() == {}
 
 
 def test_a_task_started_late_ends_with_its_epoch(
@@ -269,11 +228,10 @@ def test_a_task_started_late_ends_with_its_epoch(
     own start - else it outlives the driver's bound and the epoch is cancelled (found by F18) - but
     runs a quarter of an epoch or 5 s. The task body in this process: no Spark needed."""
     topic = topic_factory(partitions=1)
-    run = start_run(engine, db, job_name)
+    run = start_run(Store(engine, db), job_name)
     selection = TopicSelection((topic,))
     plan = plan_batch(
-        engine,
-        db,
+        Store(engine, db),
         kafka,
         job=job_name,
         selection=selection,
@@ -302,13 +260,7 @@ def test_a_task_started_late_ends_with_its_epoch(
 
 
 def test_a_commit_per_producer_transaction_over_the_tasks_partitions(
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    kafka_bootstrap: str,
-    job_name: str,
+    counting_no_spark: Counting, kafka_bootstrap: str
 ) -> None:
     """A producer transaction over the task's 4 partitions arrives within a millisecond: one commit
     for all of it (the range that is due takes the others along), not one for the partition whose
@@ -316,22 +268,13 @@ def test_a_commit_per_producer_transaction_over_the_tasks_partitions(
     process: no Spark needed."""
     from txn_offsets.spark.lowlatency.control import end_epoch
 
-    topic = topic_factory(partitions=4)
-    run = start_run(engine, db, job_name)
-    plan = plan_batch(
-        engine,
-        db,
-        kafka,
-        job=job_name,
-        selection=TopicSelection((topic,)),
-        start=StartPolicy.earliest(),
-        limits=Limits(),
-        run=run,
-    )
-    writer = counting_writer(counts_table)
+    topic, _ = counting_no_spark.topic(4)
+    run = start_run(Store(counting_no_spark.engine, counting_no_spark.db), counting_no_spark.job)
+    plan = counting_no_spark.first_plan(counting_no_spark.engine, topic, run=run)
+    writer = counting_no_spark.writer()
     task = FollowTask(
-        database=db,
-        kafka=kafka,
+        database=counting_no_spark.db,
+        kafka=counting_no_spark.kafka,
         run=run,
         partitions=tuple(sorted(plan.stored)),
         ends={},
@@ -347,13 +290,12 @@ def test_a_commit_per_producer_transaction_over_the_tasks_partitions(
         producer.transaction()
         time.sleep(0.2)
     producer.close()
-    ends = settled_ends(kafka_bootstrap, topic, 4)
-    wait_for(lambda: stored_offsets(engine, db, job_name) == ends, 15, f"the stored offsets to reach {ends}")
-    end_epoch(engine, db, run)
+    wait_for_ends(counting_no_spark, topic, 4, 15)
+    end_epoch(Store(counting_no_spark.engine, counting_no_spark.db), run)
     thread.join(30)
     (report,) = reports
     assert report.error is None and report.stopped_by == "ended"
-    assert totals(engine, counts_table) == dict(producer.expected)
+    assert counting_no_spark.totals() == dict(producer.expected)
     assert sum(s.records for s in report.spans) == 80
     # 10 transactions of 2 records on each of 4 partitions, 200 ms apart: a commit each
     assert report.commits <= producer.transactions, f"{report.commits} commits for 10 producer transactions"

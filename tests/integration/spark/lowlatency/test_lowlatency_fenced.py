@@ -15,18 +15,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka import TopicPartition as KafkaTP
 from confluent_kafka.admin import AdminClient
 
-from tests.fix_services import TopicFactory
-from tests.integration.spark.batch.test_counting_job import counting_writer, stored_offsets, totals
-from tests.integration.spark.conftest import Produce, RunTestJob
+from tests.integration.spark.counting import Counting
 from txn_offsets import BatchReport, Fenced, LowLatency
-from txn_offsets.config import DatabaseSettings
+from txn_offsets.spark import loop
 from txn_offsets.spark.batch import batch_deadline
-from txn_offsets.spark.lowlatency import epochs, watch
+from txn_offsets.spark.lowlatency import watch
+from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import Run, heartbeat, start_run
 
 # an entry no mirror writes (a mirror's metadata is "txn_offsets:v1:g=<generation>"): put in the
@@ -53,24 +51,21 @@ def group_entries(admin: AdminClient, group: str) -> set[tuple[int, int, str]]:
     return {(tp.partition, tp.offset, tp.metadata) for tp in listed.topic_partitions}
 
 
+def one_epoch(counting: Counting, topic: str, group: str, published: list[BatchReport]) -> None:
+    """The counting job's run of one epoch over `topic`, mirrored to `group`, its reports published
+    to `published`."""
+    counting.run(topic, max_batches=1, low_latency=OPTIONS, mirror_group=group, on_batch=published.append)
+
+
 def test_a_fence_only_the_lease_renewal_sees_ends_the_run(
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka_admin: AdminClient,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-    run_test_job: RunTestJob,
-    monkeypatch: pytest.MonkeyPatch,
+    counting: Counting, kafka_admin: AdminClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The run's only (so last) epoch: its tasks commit everything and stop caught up; then, before
     the epoch's Spark job has returned to the driver, a newer run starts. Only the driver's lease
     renewal sees it - the case the driver used to drop (publishing the epoch and flushing the
     mirror under generation 1)."""
-    topic = topic_factory(partitions=2)
-    expected = produce(topic, 400, 2)
-    group = f"{job_name}-mirror"
+    topic, expected = counting.topic(2, 400)
+    group = f"{counting.job}-mirror"
     tasks_returned = threading.Event()  # the epoch's Spark job returned (its tasks saw no fence)
     fence_seen = threading.Event()  # the driver's renewal raised Fenced after the newer run started
     newer: list[Run] = []
@@ -84,14 +79,14 @@ def test_a_fence_only_the_lease_renewal_sees_ends_the_run(
         tasks_returned.set()
         fence_seen.wait(30)
 
-    def renew(engine_: sa.Engine, db_: DatabaseSettings, run: Run) -> None:
+    def renew(store: Store, run: Run) -> None:
         # on the driver's watch thread, which is also the only one that mirrors during an epoch:
         # no mirror write is in flight while the group is marked and the newer run starts
         if tasks_returned.is_set() and not newer:
             mark_group(kafka_admin, group, topic, 2)
-            newer.append(start_run(engine, db, job_name, force=True))
+            newer.append(start_run(Store(counting.engine, counting.db), counting.job, force=True))
         try:
-            heartbeat(engine_, db_, run)
+            heartbeat(store, run)
         except Fenced:
             if newer:
                 fence_seen.set()
@@ -100,63 +95,40 @@ def test_a_fence_only_the_lease_renewal_sees_ends_the_run(
     monkeypatch.setattr(watch, "batch_deadline", then_hold)
     monkeypatch.setattr(watch, "heartbeat", renew)
     published: list[BatchReport] = []
-    with pytest.raises(Fenced, match=fenced_message(job_name)) as raised:
-        run_test_job(
-            counting_writer(counts_table),
-            [topic],
-            max_batches=1,
-            low_latency=OPTIONS,
-            mirror_group=group,
-            on_batch=published.append,
-        )
+    with pytest.raises(Fenced, match=fenced_message(counting.job)) as raised:
+        one_epoch(counting, topic, group, published)
     assert fence_seen.is_set()
-    assert (raised.value.job, raised.value.generation, raised.value.current) == (job_name, 1, 2)
+    assert (raised.value.job, raised.value.generation, raised.value.current) == (counting.job, 1, 2)
     assert [run.generation for run in newer] == [2]
     assert published == []  # the fenced epoch was not published
     assert group_entries(kafka_admin, group) == {(p, 0, MARK) for p in range(2)}  # nor mirrored
     # what the tasks committed before the fence stands, once
-    assert totals(engine, counts_table) == dict(expected)
-    assert stored_offsets(engine, db, job_name) == {(topic, p): 200 for p in range(2)}
+    assert counting.totals() == dict(expected)
+    assert counting.offsets() == {(topic, p): 200 for p in range(2)}
 
 
 def test_a_run_fenced_after_its_last_epoch_mirrors_nothing(
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka_admin: AdminClient,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-    run_test_job: RunTestJob,
-    monkeypatch: pytest.MonkeyPatch,
+    counting: Counting, kafka_admin: AdminClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The last epoch ends and is published; a newer run starts before the run's final mirror of
     the table's offsets, which must then send nothing and end the run with Fenced."""
-    topic = topic_factory(partitions=2)
-    expected = produce(topic, 400, 2)
-    group = f"{job_name}-mirror"
+    topic, expected = counting.topic(2, 400)
+    group = f"{counting.job}-mirror"
     newer: list[Run] = []
-    real_loop = epochs._loop
+    real_repeat = loop._repeat
 
-    def then_fence(loop: Any, **kwargs: Any) -> None:
-        real_loop(loop, **kwargs)
+    def then_fence(*args: Any, **kwargs: Any) -> None:
+        real_repeat(*args, **kwargs)
         # after the last epoch, on the driver's thread: no mirror write is in flight
         mark_group(kafka_admin, group, topic, 2)
-        newer.append(start_run(engine, db, job_name, force=True))
+        newer.append(start_run(Store(counting.engine, counting.db), counting.job, force=True))
 
-    monkeypatch.setattr(epochs, "_loop", then_fence)
+    monkeypatch.setattr(loop, "_repeat", then_fence)
     published: list[BatchReport] = []
-    with pytest.raises(Fenced, match=fenced_message(job_name)):
-        run_test_job(
-            counting_writer(counts_table),
-            [topic],
-            max_batches=1,
-            low_latency=OPTIONS,
-            mirror_group=group,
-            on_batch=published.append,
-        )
+    with pytest.raises(Fenced, match=fenced_message(counting.job)):
+        one_epoch(counting, topic, group, published)
     assert [run.generation for run in newer] == [2]
     assert [report.records for report in published] == [400]  # committed and published before it
     assert group_entries(kafka_admin, group) == {(p, 0, MARK) for p in range(2)}
-    assert totals(engine, counts_table) == dict(expected)
-    assert stored_offsets(engine, db, job_name) == {(topic, p): 200 for p in range(2)}
+    assert counting.totals() == dict(expected)
+    assert counting.offsets() == {(topic, p): 200 for p in range(2)}

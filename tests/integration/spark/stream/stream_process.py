@@ -20,16 +20,15 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import sqlalchemy as sa
 
-from tests.integration.spark.batch.test_counting_job import counts_table_of
+from tests.integration.spark.counting import counts_table_of, key_counts
 from tests.kafka_ends import settled_ends
 from txn_offsets.config import DatabaseSettings, from_env
 from txn_offsets.kafka.metadata import partitions_for
 from txn_offsets.kafka.start import StartPolicy
-from txn_offsets.planner import Limits
+from txn_offsets.plan.planner import Limits
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark.stream.query import open_stream
 from txn_offsets.store.database import engine_for
@@ -38,11 +37,6 @@ from txn_offsets.upserts import upsert_add
 
 #: the write holds its transaction open this long, so a kill lands inside a batch's transaction
 SLOW_WRITE = "SELECT pg_sleep(0.25) AS txn_offsets_stream_test"
-
-
-def key_counts(batch: Any) -> list[tuple[str, int]]:
-    rows = batch.selectExpr("CAST(key AS STRING) AS k").groupBy("k").count().collect()
-    return [(str(r.k), int(r["count"])) for r in rows]
 
 
 def slow_write(

@@ -14,16 +14,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from tests.fix_services import TopicFactory
-from tests.integration.spark.batch.test_connect import produce_transactions
-from tests.integration.spark.batch.test_counting_job import counts_table_of, stored_offsets, totals
-from tests.integration.spark.conftest import Produce
-from tests.kafka_ends import settled_ends
+from tests.integration.spark.counting import Counting, counts_table_of, key_counts, produce_transactions
 from tests.kafka_topics import recreate_topic
-from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError
 from txn_offsets.kafka.start import StartPolicy
-from txn_offsets.planner import Limits
+from txn_offsets.plan.planner import Limits
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark.stream.query import open_stream
 from txn_offsets.spark.stream.sink import ExactlyOnceSink
@@ -40,12 +35,6 @@ def any_spark(request: pytest.FixtureRequest) -> Any:
     return request.getfixturevalue("spark" if request.param == "classic" else "connect_spark")
 
 
-def key_counts(batch: Any) -> list[tuple[str, int]]:
-    """compute_df: the batch's counts per key (a shuffle over the batch DataFrame)."""
-    rows = batch.selectExpr("CAST(key AS STRING) AS k").groupBy("k").count().collect()
-    return [(str(r.k), int(r["count"])) for r in rows]
-
-
 def write_counts(
     table: str, conn: sa.Connection, ranges: Sequence[OffsetRange], rows: list[tuple[str, int]]
 ) -> None:
@@ -53,46 +42,32 @@ def write_counts(
 
 
 def test_stream_is_exact_with_aborted_transactions_and_marker_only_ranges(
-    any_spark: Any,
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    job_name: str,
-    tmp_path: Path,
+    any_spark: Any, counting: Counting, tmp_path: Path
 ) -> None:
-    topic = topic_factory(partitions=3)
-    expected = produce_transactions(kafka, topic, 3)  # ends with a marker-only range on partition 0
-    ends = settled_ends(kafka, topic, 3)
-    with open_stream(
-        any_spark,
-        job=job_name,
-        kafka=kafka,
-        database=db,
-        topics=[topic],
-        start=StartPolicy.earliest(),
-        limits=Limits(max_records_per_batch=300),
-        checkpoint_root=str(tmp_path),
-    ) as stream:
-        records = any_spark.readStream.format("txn_offsets").option("job", job_name).load()
+    topic, _ = counting.topic(3)
+    expected = produce_transactions(counting.kafka, topic, 3)  # ends with a marker-only range on partition 0
+    ends = counting.ends(topic, 3)
+    options = counting.stream_options(topic, tmp_path)
+    limits = Limits(max_records_per_batch=300)
+    with open_stream(any_spark, start=StartPolicy.earliest(), limits=limits, **options) as stream:
+        records = any_spark.readStream.format("txn_offsets").option("job", counting.job).load()
         query = stream.start(
             records,
             compute_df=key_counts,
-            write=functools.partial(write_counts, counts_table),
+            write=functools.partial(write_counts, counting.table),
             available_now=True,
         )
         query.awaitTermination(300)
         assert not query.isActive
         assert query.exception() is None
         assert stream.checkpoint_location.startswith(
-            f"{tmp_path}/{db.schema}/{job_name}/generation-{stream.run.generation}-"
+            f"{tmp_path}/{counting.db.schema}/{counting.job}/generation-{stream.run.generation}-"
         )
-    assert totals(engine, counts_table) == dict(expected)
-    assert stored_offsets(engine, db, job_name) == ends
+    assert counting.totals() == dict(expected)
+    assert counting.offsets() == ends
     # 1,045 offsets (975 visible records) capped at 300 per batch: 4 batches, every range committed
-    with engine.connect() as conn:
-        stats = load_stats(conn, db)[job_name]
+    with counting.engine.connect() as conn:
+        stats = load_stats(conn, counting.db)[counting.job]
     assert stats.batches >= 4 and stats.outcomes["already_committed"] == 0
 
 
@@ -101,51 +76,40 @@ def refuse_write(conn: sa.Connection, ranges: Sequence[OffsetRange], rows: objec
 
 
 def test_replayed_batch_is_a_no_op_and_a_zombie_query_is_fenced(
-    any_spark: Any,
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-    tmp_path: Path,
+    any_spark: Any, counting: Counting, tmp_path: Path
 ) -> None:
-    topic = topic_factory(partitions=2)
-    expected = produce(topic, 400, 2)
-    common: dict[str, Any] = {
-        "job": job_name,
-        "kafka": kafka,
-        "database": db,
-        "topics": [topic],
-        "checkpoint_root": str(tmp_path),
-    }
-    write = functools.partial(write_counts, counts_table)
+    topic, expected = counting.topic(2, 400)
+    common = counting.stream_options(topic, tmp_path)
+    write = functools.partial(write_counts, counting.table)
     zombie = open_stream(any_spark, start=StartPolicy.earliest(), **common)
     query = zombie.start(compute_df=key_counts, write=write, interval_s=0.5)
     try:
-        _wait_for(lambda: stored_offsets(engine, db, job_name) == settled_ends(kafka, topic, 2))
+        _wait_for(lambda: counting.offsets() == counting.ends(topic, 2))
         # Spark replaying the batch (a foreachBatch call for ranges already committed) writes nothing
         replay = ExactlyOnceSink(
-            run=zombie.run, database=db, kafka=kafka, write=refuse_write, compute_df=key_counts
+            run=zombie.run,
+            database=counting.db,
+            kafka=counting.kafka,
+            write=refuse_write,
+            compute_df=key_counts,
         )
         replay(any_spark.createDataFrame([], "key binary"), 99)
-        assert totals(engine, counts_table) == dict(expected)
+        assert counting.totals() == dict(expected)
         # a new run fences the running query: its next trigger fails with Fenced, it writes nothing
         with open_stream(any_spark, force=True, **common) as newer:
             assert newer.run.generation == zombie.run.generation + 1
-            expected += produce(topic, 100, 2, start=400)
+            expected += counting.produce(topic, 100, 2, start=400)
             with pytest.raises(Exception, match=f"generation {zombie.run.generation} of job .* was fenced"):
                 query.awaitTermination(120)
             assert not query.isActive
             newer.start(compute_df=key_counts, write=write, available_now=True).awaitTermination(300)
             assert newer.checkpoint_location != zombie.checkpoint_location
-            assert totals(engine, counts_table) == dict(expected)
+            assert counting.totals() == dict(expected)
     finally:
         zombie.close()
-    assert stored_offsets(engine, db, job_name) == settled_ends(kafka, topic, 2)
-    with engine.connect() as conn:
-        stats = load_stats(conn, db)[job_name]
+    assert counting.offsets() == counting.ends(topic, 2)
+    with counting.engine.connect() as conn:
+        stats = load_stats(conn, counting.db)[counting.job]
     assert stats.outcomes["already_committed"] == 2  # the replay's two ranges
 
 
@@ -159,27 +123,12 @@ def _wait_for(condition: Any, timeout_s: float = 120.0) -> None:
 
 
 def test_a_stream_written_by_another_sink_fails_instead_of_looping(
-    spark: Any,
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-    tmp_path: Path,
+    spark: Any, counting: Counting, tmp_path: Path
 ) -> None:
-    topic = topic_factory(partitions=1)
-    produce(topic, 300, 1)
-    with open_stream(
-        spark,
-        job=job_name,
-        kafka=kafka,
-        database=db,
-        topics=[topic],
-        start=StartPolicy.earliest(),
-        limits=Limits(max_records_per_batch=100),
-        checkpoint_root=str(tmp_path),
-    ) as stream:
+    topic, _ = counting.topic(1, 300)
+    options = counting.stream_options(topic, tmp_path)
+    limits = Limits(max_records_per_batch=100)
+    with open_stream(spark, start=StartPolicy.earliest(), limits=limits, **options) as stream:
         # a plain foreachBatch: reads the batch, commits nothing
         query = (
             stream.records()
@@ -190,21 +139,13 @@ def test_a_stream_written_by_another_sink_fails_instead_of_looping(
         )
         with pytest.raises(Exception, match=r"the previous batch was not committed .* exactly-once sink"):
             query.awaitTermination(120)
-    assert stored_offsets(engine, db, job_name) == {(topic, 0): 0}  # seeded, never moved
+    assert counting.offsets() == {(topic, 0): 0}  # seeded, never moved
 
 
-def test_streaming_state_and_unknown_jobs_are_refused(
-    spark: Any,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    topic_factory: TopicFactory,
-    job_name: str,
-    tmp_path: Path,
-) -> None:
-    topic = topic_factory(partitions=1)
-    with open_stream(
-        spark, job=job_name, kafka=kafka, database=db, topics=[topic], checkpoint_root=str(tmp_path)
-    ) as stream:
+def test_streaming_state_and_unknown_jobs_are_refused(spark: Any, counting: Counting, tmp_path: Path) -> None:
+    topic, _ = counting.topic(1)
+    options = counting.stream_options(topic, tmp_path)
+    with open_stream(spark, **options) as stream:
         records = stream.records()
         for stateful, operator in [
             (records.groupBy("key").count(), "StateStoreSave"),
@@ -222,20 +163,11 @@ def test_streaming_state_and_unknown_jobs_are_refused(
         with pytest.raises(Exception, match="open_stream in this session"):
             other.writeStream.foreachBatch(lambda df, i: None).start().awaitTermination(30)
     with pytest.raises(ConfigError, match="checkpoint_root"):
-        open_stream(spark, job=job_name, kafka=kafka, database=db, topics=[topic], checkpoint_root=" ")
+        open_stream(spark, **{**options, "checkpoint_root": " "})
     # another job's stream is not this one's, even unioned with it
     with (
-        open_stream(
-            spark, job=job_name, kafka=kafka, database=db, topics=[topic], checkpoint_root=str(tmp_path)
-        ) as a,
-        open_stream(
-            spark,
-            job=f"{job_name}-b",
-            kafka=kafka,
-            database=db,
-            topics=[topic],
-            checkpoint_root=str(tmp_path),
-        ) as b,
+        open_stream(spark, **options) as a,
+        open_stream(spark, **{**options, "job": f"{counting.job}-b"}) as b,
     ):
         with pytest.raises(ConfigError, match=r"2 streaming source\(s\), 1 of them"):
             a.start(a.records().union(b.records()), write=refuse_write)
@@ -247,66 +179,35 @@ def test_streaming_state_and_unknown_jobs_are_refused(
 
 
 def test_a_reset_while_the_stream_is_stopped_is_honoured_on_restart(
-    any_spark: Any,
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-    tmp_path: Path,
+    any_spark: Any, counting: Counting, tmp_path: Path
 ) -> None:
-    topic = topic_factory(partitions=2)
-    expected = produce(topic, 200, 2)
-    common: dict[str, Any] = {
-        "job": job_name,
-        "kafka": kafka,
-        "database": db,
-        "topics": [topic],
-        "checkpoint_root": str(tmp_path),
-    }
-    write = functools.partial(write_counts, counts_table)
+    topic, expected = counting.topic(2, 200)
+    common = counting.stream_options(topic, tmp_path)
+    write = functools.partial(write_counts, counting.table)
     with open_stream(any_spark, start=StartPolicy.earliest(), **common) as stream:
         stream.start(compute_df=key_counts, write=write, available_now=True).awaitTermination(300)
-    assert totals(engine, counts_table) == dict(expected)
+    assert counting.totals() == dict(expected)
     # the operator rewinds partition 1 by 40 offsets while the stream is stopped
-    with engine.begin() as conn:
-        reset_offsets(conn, db, job_name, {(topic, 1): 60}, reason="replay test", actor="test")
+    with counting.engine.begin() as conn:
+        reset_offsets(conn, counting.db, counting.job, {(topic, 1): 60}, reason="replay test", actor="test")
     replayed = collections.Counter(f"k{(i * 7919) % 97}" for i in range(200) if i % 2 == 1 and i // 2 >= 60)
     with open_stream(any_spark, **common) as stream:
         stream.start(compute_df=key_counts, write=write, available_now=True).awaitTermination(300)
-    assert totals(engine, counts_table) == dict(expected + replayed)
-    assert stored_offsets(engine, db, job_name) == {(topic, 0): 100, (topic, 1): 100}
+    assert counting.totals() == dict(expected + replayed)
+    assert counting.offsets() == {(topic, 0): 100, (topic, 1): 100}
 
 
 def test_a_second_query_over_the_same_stream_fails_and_the_first_stays_exact(
-    spark: Any,
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-    tmp_path: Path,
+    spark: Any, counting: Counting, tmp_path: Path
 ) -> None:
-    topic = topic_factory(partitions=2)
-    expected = produce(topic, 400, 2)
-    with open_stream(
-        spark,
-        job=job_name,
-        kafka=kafka,
-        database=db,
-        topics=[topic],
-        start=StartPolicy.earliest(),
-        limits=Limits(max_records_per_batch=100),
-        checkpoint_root=str(tmp_path),
-    ) as stream:
+    topic, expected = counting.topic(2, 400)
+    options = counting.stream_options(topic, tmp_path)
+    limits = Limits(max_records_per_batch=100)
+    with open_stream(spark, start=StartPolicy.earliest(), limits=limits, **options) as stream:
         query = stream.start(
-            compute_df=key_counts, write=functools.partial(write_counts, counts_table), interval_s=0.2
+            compute_df=key_counts, write=functools.partial(write_counts, counting.table), interval_s=0.2
         )
-        _wait_for(lambda: sum(stored_offsets(engine, db, job_name).values()) > 0)
+        _wait_for(lambda: sum(counting.offsets().values()) > 0)
         # a side query over the same source would re-plan the batch the sink is about to commit
         side = (
             stream.records()
@@ -317,78 +218,47 @@ def test_a_second_query_over_the_same_stream_fails_and_the_first_stays_exact(
         )
         with pytest.raises(Exception, match="another streaming query reads this run's stream"):
             side.awaitTermination(120)
-        expected += produce(topic, 100, 2, start=400)
-        _wait_for(lambda: stored_offsets(engine, db, job_name) == settled_ends(kafka, topic, 2))
+        expected += counting.produce(topic, 100, 2, start=400)
+        _wait_for(lambda: counting.offsets() == counting.ends(topic, 2))
         assert query.isActive and query.exception() is None
-    assert totals(engine, counts_table) == dict(expected)
+    assert counting.totals() == dict(expected)
 
 
 def test_a_stream_with_nothing_to_read_waits_then_counts(
-    any_spark: Any,
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-    tmp_path: Path,
+    any_spark: Any, counting: Counting, tmp_path: Path
 ) -> None:
     """Spark runs a query's first batch even with nothing to read (empty topic, caught-up restart,
     StartPolicy.latest()): it is a no-op, not a failure."""
-    topic = topic_factory(partitions=2)
-    common: dict[str, Any] = {
-        "job": job_name,
-        "kafka": kafka,
-        "database": db,
-        "topics": [topic],
-        "checkpoint_root": str(tmp_path),
-    }
-    write = functools.partial(write_counts, counts_table)
+    topic, _ = counting.topic(2)
+    common = counting.stream_options(topic, tmp_path)
+    write = functools.partial(write_counts, counting.table)
     with open_stream(any_spark, start=StartPolicy.latest(), **common) as stream:
         query = stream.start(compute_df=key_counts, write=write, interval_s=0.2)
         _wait_for(lambda: query.lastProgress is not None)
-        expected = produce(topic, 200, 2)
-        _wait_for(lambda: stored_offsets(engine, db, job_name) == settled_ends(kafka, topic, 2))
+        expected = counting.produce(topic, 200, 2)
+        _wait_for(lambda: counting.offsets() == counting.ends(topic, 2))
         assert query.isActive and query.exception() is None
     with open_stream(any_spark, **common) as stream:  # caught up: nothing to read
         stream.start(compute_df=key_counts, write=write, available_now=True).awaitTermination(120)
-    assert totals(engine, counts_table) == dict(expected)
+    assert counting.totals() == dict(expected)
 
 
 def test_a_recreated_topic_with_on_data_loss_skip_goes_on(
-    spark: Any,
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-    tmp_path: Path,
+    spark: Any, counting: Counting, tmp_path: Path
 ) -> None:
-    topic = topic_factory(partitions=1)
-    expected = produce(topic, 100, 1)
-    with open_stream(
-        spark,
-        job=job_name,
-        kafka=kafka,
-        database=db,
-        topics=[topic],
-        start=StartPolicy.earliest(),
-        on_data_loss="skip",
-        checkpoint_root=str(tmp_path),
-    ) as stream:
+    topic, expected = counting.topic(1, 100)
+    options = counting.stream_options(topic, tmp_path)
+    with open_stream(spark, start=StartPolicy.earliest(), on_data_loss="skip", **options) as stream:
         query = stream.start(
-            compute_df=key_counts, write=functools.partial(write_counts, counts_table), interval_s=0.2
+            compute_df=key_counts, write=functools.partial(write_counts, counting.table), interval_s=0.2
         )
-        _wait_for(lambda: stored_offsets(engine, db, job_name) == {(topic, 0): 100})
+        _wait_for(lambda: counting.offsets() == {(topic, 0): 100})
         # absent for several triggers (0.2 s apart): each plans while the topic does not exist,
         # and the query must neither fail nor read anything until it exists again
-        recreate_topic(kafka.bootstrap_servers, topic, 1, gone_s=2.0)
-        expected += produce(topic, 30, 1, start=100)
-        _wait_for(lambda: totals(engine, counts_table) == dict(expected))
-        assert stored_offsets(engine, db, job_name) == {(topic, 0): 30}
+        recreate_topic(counting.kafka.bootstrap_servers, topic, 1, gone_s=2.0)
+        expected += counting.produce(topic, 30, 1, start=100)
+        _wait_for(lambda: counting.totals() == dict(expected))
+        assert counting.offsets() == {(topic, 0): 30}
         assert query.isActive and query.exception() is None
 
 
@@ -399,27 +269,17 @@ def slow_batch(batch: Any) -> list[Any]:
 
 
 def test_a_batch_past_its_timeout_is_cancelled_and_fails_the_query(
-    spark: Any,
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-    tmp_path: Path,
+    spark: Any, counting: Counting, tmp_path: Path
 ) -> None:
-    topic = topic_factory(partitions=1)
-    produce(topic, 10, 1)
-    common: dict[str, Any] = {"job": job_name, "kafka": kafka, "database": db, "topics": [topic]}
-    older = open_stream(spark, checkpoint_root=str(tmp_path), **common)
+    topic, _ = counting.topic(1, 10)
+    common = counting.stream_options(topic, tmp_path)
+    older = open_stream(spark, **common)
     # a newer stream of the same job in the same session: closing the older must not unregister it
-    with open_stream(
-        spark, start=StartPolicy.earliest(), force=True, checkpoint_root=str(tmp_path), **common
-    ) as stream:
+    with open_stream(spark, start=StartPolicy.earliest(), force=True, **common) as stream:
         older.close()
         query = stream.start(compute_df=slow_batch, write=refuse_write, interval_s=0.2, batch_timeout_s=3)
         with pytest.raises(
             Exception, match=r"still running after batch_timeout_s=3s; its Spark jobs were cancelled"
         ):
             query.awaitTermination(120)
-    assert stored_offsets(engine, db, job_name) == {(topic, 0): 0}
+    assert counting.offsets() == {(topic, 0): 0}

@@ -18,12 +18,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from tests.fix_services import TopicFactory
-from tests.integration.spark.batch.test_counting_job import stored_offsets, totals
-from tests.integration.spark.conftest import Produce
+from tests.integration.spark.counting import Counting
 from tests.integration.spark.stream.stream_process import SLOW_WRITE
-from tests.kafka_ends import settled_ends
-from txn_offsets.config import DatabaseSettings, KafkaSettings
 
 REPO = Path(__file__).resolve().parents[4]
 
@@ -98,32 +94,32 @@ def wait_for_open_write(engine: sa.Engine, timeout_s: float = 240.0) -> None:
 # it); killing the client instead is the same recovery from the table and runs with the slow ones
 @pytest.mark.parametrize("victim", [pytest.param("client", marks=pytest.mark.slow), "server"])
 def test_stream_survives_kill9_mid_batch(
-    victim: str,
-    processes: Processes,
-    engine: sa.Engine,
-    db: DatabaseSettings,
-    kafka: KafkaSettings,
-    counts_table: str,
-    topic_factory: TopicFactory,
-    produce: Produce,
-    job_name: str,
-    tmp_path: Path,
+    victim: str, processes: Processes, counting_no_spark: Counting, tmp_path: Path
 ) -> None:
-    topic = topic_factory(partitions=2)
-    expected = produce(topic, 750, 2)  # 5 batches of 150: killed inside one of the last three
-    ends = settled_ends(kafka, topic, 2)
-    client_args = ("client", job_name, topic, db.schema, counts_table, str(tmp_path / "checkpoints"))
+    topic, _ = counting_no_spark.topic(2)
+    expected = counting_no_spark.produce(
+        topic, 750, 2
+    )  # 5 batches of 150: killed inside one of the last three
+    ends = counting_no_spark.ends(topic, 2)
+    client_args = (
+        "client",
+        counting_no_spark.job,
+        topic,
+        counting_no_spark.db.schema,
+        counting_no_spark.table,
+        str(tmp_path / "checkpoints"),
+    )
     server, url = processes.server("first")
     first = processes.start(client_args[0], url, *client_args[1:])
     # the server the second client will use starts now, while the first works (a JVM start, ~10 s)
     spare = processes.start("serve", str(tmp_path / "second.url")) if victim == "server" else None
     # let a few batches commit, then kill inside a batch's open transaction
     deadline = time.monotonic() + 240
-    while sum(stored_offsets(engine, db, job_name).values()) < 300:
+    while sum(counting_no_spark.offsets().values()) < 300:
         assert first.poll() is None, processes.logs()
         assert time.monotonic() < deadline, processes.logs()
         time.sleep(0.2)
-    wait_for_open_write(engine)
+    wait_for_open_write(counting_no_spark.engine)
     if victim == "client":
         os.killpg(first.pid, signal.SIGKILL)  # the query goes on in the server, an orphan
     else:
@@ -131,8 +127,8 @@ def test_stream_survives_kill9_mid_batch(
         os.killpg(first.pid, signal.SIGKILL)
         assert spare is not None
         url = processes.wait_for_server(spare, "second")
-    assert stored_offsets(engine, db, job_name) != ends  # the kill left work to do
+    assert counting_no_spark.offsets() != ends  # the kill left work to do
     second = processes.start(client_args[0], url, *client_args[1:])
     assert second.wait(360) == 0, processes.logs()
-    assert totals(engine, counts_table) == dict(expected)
-    assert stored_offsets(engine, db, job_name) == ends
+    assert counting_no_spark.totals() == dict(expected)
+    assert counting_no_spark.offsets() == ends

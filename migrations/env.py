@@ -37,10 +37,20 @@ def run_migrations_online() -> None:
     db, create_schema = _settings()
     schema = db.schema
 
+    target = metadata_for(schema)
+    ours = {table.name for table in target.tables.values()}
+
     def include_name(name: str | None, type_: str, parent_names: object) -> bool:
-        # compare only our schema: other schemas of the database belong to other applications
+        # compare only the store's own objects: other schemas of the database belong to other
+        # applications, and other tables in our schema (with their indexes and constraints) to the
+        # jobs: a result table created unqualified by a role whose search_path starts with the
+        # schema (the local stack's `txn_offsets`, meeting "$user" first) lands beside the store.
+        # The store's tables are still compared whole, missing ones included (the models are not
+        # filtered by this hook, only what is reflected from the database).
         if type_ == "schema":
             return name == schema
+        if type_ == "table":
+            return name in ours
         return True
 
     # The migration transaction sees only pg_catalog on its search_path. Otherwise, when our schema
@@ -57,7 +67,7 @@ def run_migrations_online() -> None:
         with engine.connect() as connection:
             context.configure(
                 connection=connection,
-                target_metadata=metadata_for(schema),
+                target_metadata=target,
                 version_table_schema=schema,
                 include_schemas=True,
                 include_name=include_name,

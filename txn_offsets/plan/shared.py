@@ -1,14 +1,19 @@
-"""Asks of many threads served together, the way a database's group commit gathers commits.
+"""Asks of many threads served together, the way a database's group commit gathers commits: the
+jobs of ``run_jobs`` share their plans (:class:`SharedPlans`) and their starts.
 
 ``run_jobs`` runs dozens of ``run_job`` loops on threads of one process; each starts its run and
 plans before every batch, and they do so at the same moments (at the start, after a shared round).
-A :class:`Gathering` makes the asks that come at the same time with one call: the first thread to
-ask serves itself and every thread that asks while it does, then hands the next gathering to the
-first of those that came meanwhile. Nobody waits for a window to fill: an ask made alone is served
+:class:`SharedAsks` makes the asks that come at the same time with one call: the first thread to
+ask serves itself and every thread that asks while it does, then hands the next call to the first
+of those that came meanwhile. Nobody waits for a window to fill: an ask made alone is served
 alone. Asks are grouped by a key (the database and Kafka cluster they go to); each group is one
 call of `make`, whose answer for an ask may be None: the asker then does the work on its own, as
 every asker of a group does when `make` raises (the error then stays with the asker it belongs to,
 if it is one asker's at all).
+
+:class:`SharedPlans` serves plans so (:func:`~txn_offsets.plan.planner.plan_jobs`: one Kafka
+request and one statement or transaction for the plans asked at the same time): a shared plan is
+the plan ``plan_batch`` makes for that run, or None where the job plans alone.
 """
 
 from __future__ import annotations
@@ -19,7 +24,11 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-__all__ = ["Gathering"]
+from txn_offsets.config import KafkaSettings
+from txn_offsets.plan.planner import Plan, PlanRequest, plan_jobs
+from txn_offsets.store.handle import Store
+
+__all__ = ["SharedAsks", "SharedPlans"]
 
 logger = logging.getLogger(__name__)
 
@@ -33,17 +42,17 @@ class _Ask(Generic[K, Q, R]):
     key: K
     request: Q
     served: threading.Event = field(default_factory=threading.Event)
-    lead: bool = False  # this thread makes the next gathering
+    lead: bool = False  # this thread makes the next call
     answer: R | None = None
 
 
-class Gathering(Generic[K, Q, R]):
+class SharedAsks(Generic[K, Q, R]):
     """Asks made at the same time, made together by `make` (see the module's docstring)."""
 
     def __init__(self, what: str, make: Callable[[K, list[Q]], Sequence[R | None]]) -> None:
-        self.what = what  # for the log line of a failed gathering
+        self.what = what  # for the log line of a failed call
         self.asked = 0  # asks
-        self.gatherings = 0  # make calls that served them
+        self.calls = 0  # make calls that served them
         self._make_group = make
         self._lock = threading.Lock()
         self._pending: list[_Ask[K, Q, R]] = []
@@ -84,12 +93,12 @@ class Gathering(Generic[K, Q, R]):
         for ask in gathered:
             groups.setdefault(ask.key, []).append(ask)
         for key, asks in groups.items():
-            self.gatherings += 1
+            self.calls += 1
             try:
                 answers = self._make_group(key, [a.request for a in asks])
             except Exception as exc:  # each asker does it alone and meets its own error, if any
                 logger.info(
-                    "joint %s of %d job(s) failed (%s): each goes alone",
+                    "shared %s of %d job(s) failed (%s): each goes alone",
                     self.what,
                     len(asks),
                     type(exc).__name__,
@@ -97,3 +106,19 @@ class Gathering(Generic[K, Q, R]):
                 continue
             for ask, answer in zip(asks, answers, strict=True):
                 ask.answer = answer
+
+
+class SharedPlans(SharedAsks[tuple[Store, KafkaSettings], PlanRequest, Plan]):
+    """Plans asked for at the same time, made together (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__("plan", lambda key, requests: plan_jobs(*key, requests))
+
+    @property
+    def plans(self) -> int:
+        """Plans asked for."""
+        return self.asked
+
+    def plan(self, store: Store, kafka: KafkaSettings, request: PlanRequest) -> Plan | None:
+        """`request`'s plan made together with the others asked for meanwhile; None: plan alone."""
+        return self.ask((store, kafka), request)

@@ -8,8 +8,9 @@ position Kafka no longer has (retention, a topic deleted and created again) fail
 with ``on_data_loss="skip"``, moves to where the log resumes - each move audited, each made under
 the job row's lock by the run's generation or not at all (Fenced).
 
-:func:`settle_offsets` does all of that in the caller's transaction: ``plan_batch`` for one job,
-the joint plans of many jobs (``run_jobs``) for each job's first plan in a savepoint of its own.
+:func:`settle_offsets` does all of that in the planner's transaction (:mod:`txn_offsets.plan.planner`),
+for each job with anything to move: the one job of ``plan_batch``; of the plans made together
+(``run_jobs``), each job's first plan in a savepoint of its own.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from collections.abc import Mapping, Sequence
 import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.data_loss import LOSS_REASONS, OnDataLoss, lost
 from txn_offsets.errors import ConfigError, DataLoss, TopicChanged
 from txn_offsets.kafka import metadata
 from txn_offsets.kafka.start import StartPolicy
+from txn_offsets.plan.data_loss import LOSS_REASONS, OnDataLoss, lost
 from txn_offsets.ranges import TopicPartition
 from txn_offsets.store import offset_rows
 
@@ -38,6 +39,7 @@ def settle_offsets(
     kafka: KafkaSettings,
     *,
     job: str,
+    rows: Mapping[TopicPartition, offset_rows.StoredOffset],
     partitions: Sequence[TopicPartition],
     marks: Mapping[TopicPartition, tuple[int, int]],
     topic_ids: Mapping[str, str],
@@ -49,9 +51,8 @@ def settle_offsets(
 ) -> tuple[dict[TopicPartition, int], Mapping[TopicPartition, tuple[int, int]]]:
     """The stored offset of each of `partitions` once seeded, adopted and skipped as due (see the
     module), in `conn`'s transaction, and the (log start, end) of each to plan with: `marks`, or
-    asked again for a re-created topic (:func:`_confirmed`). `first_plan`: the job has never
-    planned (the job row says)."""
-    rows = offset_rows.load_rows(conn, db, job)
+    asked again for a re-created topic (:func:`_confirmed`). `rows`: the job's offset rows, read
+    in this transaction; `first_plan`: the job has never planned (the job row says)."""
     quick = unmoved(rows, partitions, marks, topic_ids, first_plan=first_plan)
     if quick is not None:
         return quick, marks

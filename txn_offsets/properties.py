@@ -53,7 +53,7 @@ _JAVA_ONLY = {
     "value.deserializer": "remove it: txn_offsets hands your code the raw bytes",
 }
 _SEPARATOR = re.compile(r"\s*[=:]\s*|\s+")
-_quiet = logging.getLogger("txn_offsets.kafka.properties.check")
+_quiet = logging.getLogger("txn_offsets.properties.check")
 _quiet.addHandler(logging.NullHandler())
 _quiet.propagate = False
 
