@@ -13,8 +13,17 @@ import pytest
 pytest_plugins = ["tests.fix_services", "tests.fix_spark"]
 
 _BY_DIR = {"unit": "unit", "integration": "integration", "spark": "spark", "chaos": "slow"}
-#: the tests outside integration/spark/ that run Spark jobs in processes of their own
-_SPARK_BOUND_FILES = {"test_chaos_smoke.py", "test_bench_leftovers.py", "test_pgbouncer_concurrency.py"}
+#: the tests outside integration/spark/ that run Spark jobs in processes of their own, and those that
+#: delete and re-create topics under load (a Spark test's re-created topic then waited on Kafka's
+#: controller long enough to read a log that was not re-created yet)
+_SPARK_BOUND_FILES = {
+    "test_chaos_smoke.py",
+    "test_bench_leftovers.py",
+    "test_pgbouncer_concurrency.py",
+    "test_admin_clients.py",
+    "test_recreated_topics.py",
+    "test_metadata_scale.py",
+}
 _SPARK_FIXTURES = {"spark", "connect_spark"}
 
 

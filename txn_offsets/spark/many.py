@@ -78,7 +78,7 @@ class JobsResult:
     errors: dict[str, BaseException] = field(default_factory=dict)
     rounds: int = 0  # shared rounds run (one Spark job each; 0: none shared)
     round_batches: int = 0  # the jobs' batches they carried
-    plans: int = 0  # plans asked for jointly (a job's first plan and those after are)
+    plans: int = 0  # plans asked for together (shared) (a job's first plan and those after are)
     shared_plans: int = 0  # the shared plans that made them (one Kafka request and transaction each)
     shared_starts: int = 0  # the transactions that started the runs together (store.runs.start_runs)
 

@@ -44,7 +44,7 @@ __all__ = ["Rounds", "UnitFailed"]
 logger = logging.getLogger(__name__)
 
 #: a round starts when every member has submitted its batch, no batch came for GATHER_QUIET_S, or
-#: the first has waited GATHER_MAX_S: the members plan together right after a round (joint plans),
+#: the first has waited GATHER_MAX_S: the members plan together right after a round (shared plans),
 #: so waiting for them keeps every job in every round instead of two cohorts taking turns
 GATHER_QUIET_S = 0.05
 GATHER_MAX_S = 0.25

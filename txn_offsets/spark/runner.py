@@ -10,11 +10,11 @@ ranges, records, outcomes, duration and the lag left.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from txn_offsets.commit import Outcome
@@ -24,7 +24,7 @@ from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.plan.planner import Limits, Plan, PlanRequest, plan_batch, plan_next
 from txn_offsets.plan.shared import SharedPlans
 from txn_offsets.spark.batch import Batch, Deadlines, check_execution, spark_error_summary, spark_group
-from txn_offsets.spark.loop import Pace, Step, Stepped, Steps, run_loop
+from txn_offsets.spark.loop import Pace, Step, Stepped, run_loop
 from txn_offsets.spark.lowlatency.epochs import check_low_latency, epoch_steps
 from txn_offsets.spark.lowlatency.options import LowLatency
 from txn_offsets.spark.session import session_cores
@@ -191,15 +191,15 @@ def run_member(
     # run_jobs for all its jobs at once
     budget = check_budget(database, session_cores(spark), max_store_connections, server=False)
     stop = stop or threading.Event()
-    steps: Steps
-    if low_latency is None:
-        steps = functools.partial(
-            _batch_steps, spark=spark, spec=spec, kafka=kafka, writer=writer, shared=shared
-        )
-    else:
-        options = check_low_latency(low_latency, writer, spark, execution)
-        steps = functools.partial(
-            epoch_steps,
+    options = check_low_latency(low_latency, writer, spark, execution) if low_latency is not None else None
+
+    def steps(store: Store, run: Run) -> AbstractContextManager[Step]:
+        """The mode's step over the run the loop started (a plain call: its values stay in view)."""
+        if options is None:
+            return _batch_steps(store, run, spark=spark, spec=spec, kafka=kafka, writer=writer, shared=shared)
+        return epoch_steps(
+            store,
+            run,
             spark=spark,
             spec=spec,
             kafka=kafka,
@@ -209,6 +209,7 @@ def run_member(
             until_caught_up=until_caught_up,
             mirror_group=mirror_group,
         )
+
     return run_loop(
         spec,
         steps,
@@ -295,7 +296,7 @@ def _fresh_plan(
     plans: SharedPlans | None,
 ) -> Plan:
     """The next batch from the stored offsets and Kafka's ends: under run_jobs (`plans`), made with
-    the other jobs' plans of the moment; alone, or what a joint plan does not do (seed, skip,
+    the other jobs' plans of the moment; alone, or what a shared plan does not do (seed, skip,
     raise), plan_batch's."""
     request = PlanRequest(run, spec.selection, spec.limits, spec.start, spec.on_data_loss)
     plan = plans.plan(store, kafka, request) if plans is not None else None

@@ -59,7 +59,7 @@ class PartitionWriter(Generic[T, A]):
 
     ``write`` / ``write_all`` may run more than once for the same aggregates: after PostgreSQL
     rolled the transaction back (a deadlock, a serialization failure: retried, nothing committed)
-    and when a shared round's joint transaction gives way to a transaction per job. They must
+    and when a shared round's shared transaction gives way to a transaction per job. They must
     not change the aggregates they are given (merge into a new dict, never into one of them): a
     second run would write what the first one changed.
     """
