@@ -7,8 +7,12 @@ PYTHON ?= python3
 VENV ?= .venv
 STACK_DIR ?= .stack
 BIN := $(VENV)/bin
-# exports the local stack's connection settings (written by `make stack-up`)
+# exports the local stack's connection settings (written by `make stack-up`): TXN_OFFSETS_DATABASE_URL
+# is the run role (what jobs run as), TXN_OFFSETS_OWNER_DATABASE_URL the database's owner
 WITH_ENV := set -a; . $(STACK_DIR)/env; set +a;
+# the benchmarks and chaos administer the store (schemas, tables, grants): they connect as its owner
+# (the tests do so by themselves: tests/fix_services.py)
+AS_OWNER := $(WITH_ENV) export TXN_OFFSETS_DATABASE_URL="$$TXN_OFFSETS_OWNER_DATABASE_URL";
 PYTEST_ARGS ?=
 DEMO_ARGS ?=
 BENCH_ARGS ?=
@@ -24,11 +28,12 @@ BENCH_SIZE ?= full
 CHAOS_ARGS ?=
 LINT_PATHS := $(wildcard txn_offsets migrations setup.py tests examples benchmarks chaos)
 
-.PHONY: help install stack-up stack-down stack-status lint test test-unit demo chaos bench clean
+.PHONY: help install dist stack-up stack-down stack-status lint test test-unit demo chaos bench clean
 
 help:
 	@echo "make demo        bring the local stack up and run the demo job (DEMO_ARGS=--connect: on Spark Connect)"
 	@echo "make test        install, bring the stack up, lint, run the tests (not the slow ones)"
+	@echo "make dist        build the wheel and the sdist into dist/ (pip install dist/txn_offsets-*.whl)"
 	@echo "make lint        ruff + mypy --strict"
 	@echo "make stack-up    start PostgreSQL + Kafka on loopback (idempotent); settings in $(STACK_DIR)/env"
 	@echo "                 POOLER=pgbouncer: and PgBouncer in front of PostgreSQL (TXN_OFFSETS_POOLED_DATABASE_URL)"
@@ -47,6 +52,11 @@ $(BIN)/.installed: pyproject.toml
 
 install: $(BIN)/.installed
 
+# what a user installs into a virtualenv of their own (README: Install): the wheel and the sdist
+dist: install
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+
 stack-up: install
 	$(BIN)/txn-offsets dev up --stack-dir $(STACK_DIR) $(if $(POOLER),--pooler $(POOLER)) $(if $(TLS),--tls) $(if $(REPLICA),--replica)
 
@@ -63,9 +73,9 @@ lint: install
 
 # the tests run once through PgBouncer too (tests/integration/store/test_pgbouncer.py): POOLER=pgbouncer;
 # and over TLS + SASL_SSL (tests/integration/test_tls_sasl.py): TLS=1
-# two workers: the Spark-bound tests one after another on one, the others file by file on the other
-# (tests/conftest.py); TEST_WORKERS= runs them all in this process, in order
-TEST_WORKERS ?= -n 2 --dist loadgroup
+# two workers, a test file at a time, the files that take minutes handed out first (tests/conftest.py);
+# TEST_WORKERS= runs them all in this process
+TEST_WORKERS ?= -n 2 --dist loadfile
 # lint and the stack's start run side by side (Kafka's JVM and initdb wait on their disks while
 # mypy works); either failing fails the target
 test: install
@@ -80,11 +90,11 @@ demo: install stack-up
 	$(WITH_ENV) $(BIN)/python -m examples.demo $(DEMO_ARGS)
 
 chaos: install stack-up
-	$(WITH_ENV) $(BIN)/python -m chaos $(CHAOS_ARGS)
+	$(AS_OWNER) $(BIN)/python -m chaos $(CHAOS_ARGS)
 	$(WITH_ENV) $(BIN)/pytest tests/integration/commit/test_commit_model.py -m slow -q
 
 bench: install stack-up
-	$(WITH_ENV) BENCH_SIZE=$(BENCH_SIZE) $(BIN)/python -m benchmarks.bench $(BENCH_ARGS)
+	$(AS_OWNER) BENCH_SIZE=$(BENCH_SIZE) $(BIN)/python -m benchmarks.bench $(BENCH_ARGS)
 
 clean: stack-down
-	rm -rf $(STACK_DIR) $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(STACK_DIR) $(VENV) dist .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,12 +1,14 @@
 """The demo behind ``make demo``: a million page views, counted per 1-minute window and page,
 exactly once, then verified against the data that was produced.
 
-Steps: migrate the offsets schema and the examples' tables; create a fresh 8-partition topic;
-produce the page views in Kafka transactions (every 10th aborted: those must never be counted);
-run ``windowed_counts`` to completion on local Spark with a progress display (``--connect``: as a
-Spark Connect client of a local Connect server, on the DataFrame execution path); print the busiest
-windows; compare every (window, page) total and the stored offsets with the oracle. The last line
-is ``demo: messages=<N> batches=<B> seconds=<S> verified=ok`` (or ``verified=FAILED ...``, exit 1).
+Steps: migrate the offsets schema and the examples' tables as the database's owner and grant them
+to the role the job runs as (:func:`examples.migrate.prepare`: the local stack's run role); create a
+fresh 8-partition topic; produce the page views in Kafka transactions (every 10th aborted: those
+must never be counted); run ``windowed_counts`` to completion on local Spark with a progress display
+(``--connect``: as a Spark Connect client of a local Connect server, on the DataFrame execution
+path); print the busiest windows; compare every (window, page) total and the stored offsets with the
+oracle. The last line is ``demo: messages=<N> batches=<B> seconds=<S> verified=ok`` (or
+``verified=FAILED ...``, exit 1).
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ from examples.windowed_counts import WRITER
 from txn_offsets import BatchReport, Limits, StartPolicy, from_env, local_session, run_job
 from txn_offsets.kafka.metadata import watermarks
 from txn_offsets.spark.session import connect_client
-from txn_offsets.store import migrate
 from txn_offsets.store.database import engine_for
 from txn_offsets.store.offset_rows import load_offsets
 
@@ -80,9 +81,8 @@ def main() -> int:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     started = time.monotonic()
-    db, kafka = from_env()
-    migrate.upgrade(db)
-    examples_migrate.upgrade(db)
+    db, kafka = from_env()  # the role the job runs as: the local stack's run role
+    examples_migrate.prepare(db)
     suffix = uuid.uuid4().hex[:8]
     topic, job = f"pageviews-{suffix}", f"demo-{suffix}"
     admin = AdminClient(kafka.client_config())

@@ -1,38 +1,43 @@
 """Test configuration: fixtures live in tests/fix_*.py; markers are added by path.
 
-``make test`` runs the suite on two pytest-xdist workers (``--dist loadgroup``): every test that
-drives Spark (under integration/spark/, or asking for a Spark session, or the chaos and bench smokes
-that run jobs in processes of their own) is in ONE group, so one worker runs them one after another
-as before, while the other worker takes the rest file by file (a file is a group: its tests keep
-their order and module fixtures). Each test has its own schema, job and topics (uuid names)."""
+``make test`` runs the suite on two pytest-xdist workers (``--dist loadfile``): a test file is one
+unit (its tests run in order on one worker, its module fixtures are built once), and the files that
+take minutes (the chaos and bench smokes, the Structured Streaming kill test, the standalone
+cluster...) are handed out first, so neither worker is left with one of them at the end while the
+other waits. Each worker has its own Spark session; each test has its own schema, job and topics
+(uuid names), so tests on the two workers never share state."""
 
 from __future__ import annotations
 
 import pytest
 
-pytest_plugins = ["tests.fix_services", "tests.fix_spark"]
+pytest_plugins = ["tests.fix_services", "tests.fix_spark", "tests.fix_wheel"]
 
 _BY_DIR = {"unit": "unit", "integration": "integration", "spark": "spark", "chaos": "slow"}
-#: the tests outside integration/spark/ that run Spark jobs in processes of their own, and those that
-#: delete and re-create topics under load (a Spark test's re-created topic then waited on Kafka's
-#: controller long enough to read a log that was not re-created yet)
-_SPARK_BOUND_FILES = {
+#: the files that take a minute or more, longest first (``make test --durations`` lists them): they
+#: are scheduled before the rest, so the short files fill the end of both workers' runs
+_LONG_FILES = (
+    "test_readme.py",  # a wheel installed into a fresh venv, a private stack, the README's jobs
     "test_chaos_smoke.py",
-    "test_bench_leftovers.py",
+    "test_bench_smoke.py",
+    "test_streaming_kills.py",
+    "test_standalone_cluster.py",
     "test_pgbouncer_concurrency.py",
-    "test_admin_clients.py",
-    "test_recreated_topics.py",
-    "test_metadata_scale.py",
-}
-_SPARK_FIXTURES = {"spark", "connect_spark"}
+    "test_import_sss.py",
+    "test_streaming.py",
+    "test_connect.py",
+    "test_demo_smoke.py",
+    "test_signals.py",
+    "test_fenced_by.py",
+    "test_crash_restart.py",
+    "test_tls_sasl.py",
+    "test_wheel_install.py",  # the wheel test_readme.py built (or builds: one install per run)
+)
 
 
-def _group(item: pytest.Item) -> str:
-    parts = item.path.parts
-    fixtures = set(getattr(item, "fixturenames", ()))
-    if "spark" in parts or fixtures & _SPARK_FIXTURES or item.path.name in _SPARK_BOUND_FILES:
-        return "spark"
-    return item.path.as_posix()
+def _first(item: pytest.Item) -> int:
+    name = item.path.name
+    return _LONG_FILES.index(name) if name in _LONG_FILES else len(_LONG_FILES)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -43,4 +48,4 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 item.add_marker(getattr(pytest.mark, marker))
         if "spark" in parts:
             item.add_marker(pytest.mark.integration)
-        item.add_marker(pytest.mark.xdist_group(_group(item)))
+    items.sort(key=_first)  # stable: the order inside a file, and of the other files, stays

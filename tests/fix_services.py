@@ -1,11 +1,18 @@
 """Real PostgreSQL and Kafka for the tests.
 
 Where the services come from, first match wins:
-1. ``--database-url`` / ``--kafka-bootstrap`` options, or TXN_OFFSETS_DATABASE_URL /
-   TXN_OFFSETS_KAFKA_BOOTSTRAP in the environment (``make test`` exports the local stack's);
+1. ``--database-url`` / ``--kafka-bootstrap`` options, or TXN_OFFSETS_OWNER_DATABASE_URL (else
+   TXN_OFFSETS_DATABASE_URL) / TXN_OFFSETS_KAFKA_BOOTSTRAP in the environment (``make test`` exports
+   the local stack's);
 2. testcontainers, when a Docker engine answers;
 3. the embedded local stack (``txn_offsets.devstack``), started for the session.
 Integration tests never skip: if no service can be had, the session errors loudly.
+
+The tests administer the store (they migrate schemas, create tables and roles): they connect as the
+database's owner. The local stack's env file names the run role TXN_OFFSETS_DATABASE_URL (what a
+user's job runs as) and the owner TXN_OFFSETS_OWNER_DATABASE_URL, so :func:`pytest_configure` points
+TXN_OFFSETS_DATABASE_URL at the owner for the session: subprocesses that inherit the environment
+(jobs, the chaos and benchmark drivers) connect as the owner too.
 """
 
 from __future__ import annotations
@@ -61,6 +68,17 @@ def run_module(
         timeout=timeout,
         check=False,
     )
+
+
+OWNER_URL_ENV = "TXN_OFFSETS_OWNER_DATABASE_URL"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The session runs as the store's owner (the module's docstring): TXN_OFFSETS_DATABASE_URL is
+    TXN_OFFSETS_OWNER_DATABASE_URL when the environment names one."""
+    owner = os.environ.get(OWNER_URL_ENV)
+    if owner:
+        os.environ["TXN_OFFSETS_DATABASE_URL"] = owner
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -127,7 +145,7 @@ def _kafka_container() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def services(request: pytest.FixtureRequest) -> Iterator[Services]:
     opt = request.config.getoption
-    db = opt("--database-url") or os.environ.get("TXN_OFFSETS_DATABASE_URL")
+    db = opt("--database-url") or os.environ.get(OWNER_URL_ENV) or os.environ.get("TXN_OFFSETS_DATABASE_URL")
     kafka = opt("--kafka-bootstrap") or os.environ.get("TXN_OFFSETS_KAFKA_BOOTSTRAP")
     admin = opt("--admin-database-url") or os.environ.get("TXN_OFFSETS_ADMIN_DATABASE_URL") or db
     if db and kafka and admin:
@@ -144,7 +162,7 @@ def services(request: pytest.FixtureRequest) -> Iterator[Services]:
     stack.up()  # raises StackError with a fix if it cannot: the session fails, nothing skips
     env = stack.env()
     yield Services(
-        env["TXN_OFFSETS_DATABASE_URL"],
+        env[OWNER_URL_ENV],
         env["TXN_OFFSETS_ADMIN_DATABASE_URL"],
         env["TXN_OFFSETS_KAFKA_BOOTSTRAP"],
         "embedded",

@@ -81,6 +81,9 @@ def _refuse_unencoded_at(raw: str) -> None:
         )
 
 
+_POSTGRES_SCHEMES = ("postgresql", "postgres")
+
+
 def _parse_database_url(url: str | URL | Secret) -> URL:
     raw = url.get() if isinstance(url, Secret) else url
     if isinstance(raw, str):
@@ -92,16 +95,19 @@ def _parse_database_url(url: str | URL | Secret) -> URL:
             "database_url",
             "cannot parse it; expected postgresql+psycopg://user:password@host:port/dbname",
         ) from None
-    if parsed.get_backend_name() != "postgresql":
+    # postgres:// is what many platforms' DATABASE_URL holds (libpq takes both schemes); SQLAlchemy
+    # knows only postgresql. Both, without a driver or with psycopg's, become postgresql+psycopg
+    backend, _, driver = parsed.drivername.partition("+")
+    if backend not in _POSTGRES_SCHEMES:
         raise ConfigError(
             "database_url",
-            f"{parsed.get_backend_name()!r} URLs are not supported: txn_offsets needs PostgreSQL "
-            f"(postgresql+psycopg://user:password@host:port/dbname)",
+            f"{backend!r} URLs are not supported: txn_offsets needs PostgreSQL "
+            f"(postgresql+psycopg://user:password@host:port/dbname; postgres:// and postgresql:// too)",
         )
-    if parsed.get_driver_name() not in ("psycopg", "postgresql", ""):
+    if driver not in ("psycopg", ""):
         raise ConfigError(
             "database_url",
-            f"driver {parsed.get_driver_name()!r} is not supported; use postgresql+psycopg://",
+            f"driver {driver!r} is not supported; use postgresql+psycopg:// (or postgres://)",
         )
     # plain postgresql:// would select psycopg2 in SQLAlchemy; we ship psycopg 3
     return parsed.set(drivername="postgresql+psycopg")

@@ -1,5 +1,5 @@
 """The chaos smoke subset inside `make test`: F1 x2 (the driver killed -9 mid-batch), F2 (executor
-faults at every point of a task's transaction) and F11 (bad configuration) over >= 40,500 messages,
+faults at every point of a task's transaction) and F11 (bad configuration) over >= 18,000 messages,
 with the real job in its own processes; it passes only if nothing was lost or duplicated and every
 invariant held (``make chaos`` runs the full suite). F3 (PostgreSQL backends terminated, a restart),
 F5 (a zombie run), F12/F12b (a topic re-created), F13 (a frozen claim holder), F15/F16 (a failover,
@@ -28,7 +28,7 @@ from txn_offsets.store import migrate
 from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import start_run
 
-SMOKE_MESSAGES = 45_000
+SMOKE_MESSAGES = 20_000
 SMOKE_KILLS = 2
 
 

@@ -286,7 +286,7 @@ def test_cli_and_serve_take_the_properties_file(
         with httpx.Client(timeout=20) as client:
             body = client.get(f"{match.group(1)}/offsets/{job}")
             assert body.status_code == 200, body.text
-            partitions = body.json()["jobs"]["partitions"]
+            partitions = body.json()["partitions"]
             assert [(p["partition"], p["offset"], p["lag"]) for p in partitions] == [(0, 5, 5), (1, 5, 5)]
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -1,24 +1,23 @@
-"""The package as users install it: a wheel, not the editable checkout.
+"""The package as users install it: the wheel ``make dist`` builds, in a fresh virtualenv.
 
-The wheel is built from a copy of its sources alone (pyproject.toml, setup.py, README.md,
-txn_offsets/ and the top-level migrations/, which the build puts inside the package), so nothing
-else of the repository can be reached; it is installed with ``pip install --no-deps --target DIR``
-and run with ``python -S`` (no site-packages .pth files, so the editable install's path hook never
-runs) on PYTHONPATH=DIR plus the repository venv's site-packages for the dependencies.
-`db upgrade`, `db check` and `db current` must work against the stack's PostgreSQL from that install.
+tests/fix_wheel.py builds the wheel and the sdist with ``python -m build`` from a copy of the
+package's sources alone and installs the wheel with ``pip install`` and its real dependencies into
+a ``python -m venv`` outside the checkout (about a minute, once per test run). From there, in a
+directory that is not the checkout, ``txn-offsets db upgrade``, ``db check`` and ``db current``
+must work against the stack's PostgreSQL, with the package, its migrations and every dependency
+taken from that virtualenv. tests/integration/spark/test_readme.py runs the README's job with it.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
-import sys
-import sysconfig
+import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
 
+from tests.fix_wheel import Installed
 from tests.integration.helpers import Cli
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.store import migrate
@@ -26,82 +25,67 @@ from txn_offsets.store import migrate
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _build_and_install(tmp_path: Path) -> Path:
-    src = tmp_path / "src"
-    src.mkdir()
-    for name in ("pyproject.toml", "setup.py", "README.md"):
-        shutil.copy2(REPO / name, src / name)
-    for folder in ("txn_offsets", "migrations"):
-        shutil.copytree(REPO / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    wheels = tmp_path / "wheels"
-    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(wheels), str(src)], check=True, timeout=180)
-    (wheel,) = wheels.glob("txn_offsets-*.whl")
-    target = tmp_path / "target"
-    subprocess.run(
-        [*pip, "install", "--no-deps", "--no-compile", "--target", str(target), str(wheel)],
-        check=True,
-        timeout=120,
-    )
-    return target
+def _run(cwd: Path, *argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False)
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _build_and_install(tmp_path_factory.mktemp("wheel"))
-
-
-def _run(installed: Path, cwd: Path, *argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    site_packages = sysconfig.get_paths()["purelib"]
-    return subprocess.run(
-        [sys.executable, "-S", *argv],
-        cwd=cwd,
-        env={**env, "PYTHONPATH": os.pathsep.join([str(installed), site_packages])},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+def test_the_dist_files_hold_the_package_and_its_migrations(installed_wheel: Installed) -> None:
+    with zipfile.ZipFile(installed_wheel.wheel) as whl:
+        names = set(whl.namelist())
+    assert {"txn_offsets/__init__.py", "txn_offsets/migrations/env.py", "txn_offsets/py.typed"} <= names
+    assert any(n.startswith("txn_offsets/migrations/versions/0001") for n in names), sorted(names)
+    with tarfile.open(installed_wheel.sdist) as sdist:
+        members = {m.name.split("/", 1)[1] for m in sdist.getmembers() if "/" in m.name}
+    assert {
+        "pyproject.toml",
+        "setup.py",
+        "README.md",
+        "migrations/env.py",
+        "txn_offsets/__init__.py",
+    } <= members
 
 
 def test_wheel_install_runs_db_upgrade_check_current(
-    installed: Path, tmp_path: Path, database_url: str, pg_schema: str
+    installed_wheel: Installed, tmp_path: Path, database_url: str, pg_schema: str
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TXN_OFFSETS_", "PYTHON"))}
+    env = installed_wheel.environ()
     env["TXN_OFFSETS_DATABASE_URL"] = database_url
     cwd = tmp_path / "elsewhere"  # not the repository: its txn_offsets/ is not importable from here
     cwd.mkdir()
+    python = str(installed_wheel.bin / "python")
 
     probe = _run(
-        installed,
         cwd,
+        python,
         "-c",
-        "import sys, txn_offsets, txn_offsets.store.migrate as m; "
-        "print(txn_offsets.__file__); print(m.MIGRATIONS_DIR); print('\\n'.join(sys.path))",
+        "import sys, sqlalchemy, pyspark, txn_offsets, txn_offsets.store.migrate as m; "
+        "print(txn_offsets.__file__); print(m.MIGRATIONS_DIR); print(pyspark.__file__); "
+        "print(sqlalchemy.__file__); print('\\n'.join(sys.path))",
         env=env,
     )
     assert probe.returncode == 0, probe.stderr
-    module_file, migrations_dir, *path = probe.stdout.splitlines()
-    assert Path(module_file).is_relative_to(installed)
-    assert Path(migrations_dir).is_relative_to(installed / "txn_offsets")
+    module_file, migrations_dir, pyspark_file, sqlalchemy_file, *path = probe.stdout.splitlines()
+    for found in (module_file, migrations_dir, pyspark_file, sqlalchemy_file):
+        assert Path(found).is_relative_to(installed_wheel.venv), found  # nothing from the checkout's venv
+    assert Path(migrations_dir).parent == Path(module_file).parent
     assert not any(p and Path(p).resolve() == REPO for p in path), path
 
-    cli = ["-m", "txn_offsets.cli"]
+    cli = [str(installed_wheel.bin / "txn-offsets")]
     s = ["--schema", pg_schema]
     head = migrate.head()
-    before = _run(installed, cwd, *cli, "db", "current", *s, env=env)
+    before = _run(cwd, *cli, "db", "current", *s, env=env)
     assert (before.returncode, before.stderr) == (0, ""), before.stderr
     assert before.stdout == f"schema {pg_schema!r}: revision None (not created)\n"
 
-    up = _run(installed, cwd, *cli, "db", "upgrade", *s, env=env)
+    up = _run(cwd, *cli, "db", "upgrade", *s, env=env)
     assert (up.returncode, up.stderr) == (0, ""), up.stderr
     assert up.stdout == f"schema {pg_schema!r} is at revision {head}\n"
 
-    checked = _run(installed, cwd, *cli, "db", "check", *s, env=env)
+    checked = _run(cwd, *cli, "db", "check", *s, env=env)
     assert (checked.returncode, checked.stderr) == (0, ""), checked.stderr
     assert checked.stdout == f"schema {pg_schema!r} is at head and matches the models\n"
 
-    now = _run(installed, cwd, *cli, "db", "current", *s, env=env)
+    now = _run(cwd, *cli, "db", "current", *s, env=env)
     assert (now.returncode, now.stdout) == (0, f"schema {pg_schema!r}: revision {head} (head)\n"), now.stderr
 
 

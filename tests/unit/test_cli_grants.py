@@ -21,7 +21,7 @@ def test_grants_for_a_role(capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.parametrize("argv", [["db", "grants"], ["db", "grants", "--role", "bad role;"]])
 def test_grants_need_a_valid_role(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(argv) == 1
+    assert main(argv) == 64  # a missing or malformed argument: a usage error
     err = capsys.readouterr().err
     assert err.startswith("txn-offsets: error:") and "role" in err
     assert len(err.strip().splitlines()) == 1

@@ -52,6 +52,7 @@ def _written(stack: Stack, password: str) -> dict[str, str]:
         "kafka_controller_port": 49093,
         "kafka_sasl_port": 49094,
         "pg_app_password": password,
+        "pg_run_password": f"run-{password}",
         "pg_admin_password": "admin-pw",
         "kafka_scram_password": "scram-pw",
     }
@@ -59,10 +60,12 @@ def _written(stack: Stack, password: str) -> dict[str, str]:
     cluster = SimpleNamespace(port=45432)  # _write_env reads only its port
     stack._write_env(state, cluster, node)  # type: ignore[arg-type]
     app = f"postgresql+psycopg://{postgres.APP_USER}:{password}@127.0.0.1:45432/{postgres.APP_DB}"
+    run = f"postgresql+psycopg://{postgres.RUN_USER}:run-{password}@127.0.0.1:45432/{postgres.APP_DB}"
     admin = f"postgresql+psycopg://{postgres.ADMIN_USER}:admin-pw@127.0.0.1:45432/{postgres.APP_DB}"
     tls = stack.dir / "tls"
     return {
-        "TXN_OFFSETS_DATABASE_URL": app,
+        "TXN_OFFSETS_DATABASE_URL": run,
+        "TXN_OFFSETS_OWNER_DATABASE_URL": app,
         "TXN_OFFSETS_ADMIN_DATABASE_URL": admin,
         "TXN_OFFSETS_KAFKA_BOOTSTRAP": "127.0.0.1:49092",
         "TXN_OFFSETS_STACK_DIR": str(stack.dir),

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from txn_offsets.admin.lag import partition_lags
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.errors import ConfigError
+from txn_offsets.errors import ConfigError, ServiceUnavailable
 from txn_offsets.redaction import Secret
 from txn_offsets.service.app import is_loopback
 from txn_offsets.service.collector import StoreCollector
@@ -175,6 +175,26 @@ def test_health_states_from_the_checks() -> None:
     finally:
         health.stop()
     assert health.probe("live")[0] == 503  # stopped: not alive
+
+
+def test_a_failed_kafka_check_says_why(caplog: pytest.LogCaptureFixture) -> None:
+    """Our error's detail (the cause librdkafka gave) in the log line and for the scrapes; only the
+    class in the probe's details."""
+
+    def kafka() -> None:
+        raise ServiceUnavailable("Kafka", "k1.example:9092", "connection refused by k1.example:9092")
+
+    health = monitor(lambda: "0005", kafka)
+    health.start()
+    try:
+        wait_for(lambda: health.kafka_down() is not None)
+        assert health.kafka_down() == "connection refused by k1.example:9092"
+        details = health.probe("ready", details=True)[1]["details"]
+        assert isinstance(details, dict) and details["kafka"]["error"] == "ServiceUnavailable"
+    finally:
+        health.stop()
+    said = [r.getMessage() for r in caplog.records if r.name == "txn_offsets.service.health"]
+    assert said == ["health: kafka unavailable (connection refused by k1.example:9092)"]
 
 
 def test_a_stuck_check_goes_stale_then_fails_liveness() -> None:

@@ -82,6 +82,9 @@ class ImportPlan(MovePlan):
     # topic -> why its offsets are positions in the topic id stored with them (incarnation_evidence)
     evidence: Mapping[str, str] = field(default_factory=dict)
     overruled: tuple[str, ...] = ()  # a failed time check the operator's word overrode
+    # every step's partition already held its offset, stored under the topic id the plan found
+    # (the same incarnation): the import would change nothing
+    unchanged: bool = False
 
     @property
     def existing(self) -> list[ImportStep]:
@@ -165,7 +168,8 @@ def plan_import(
             state = lock_job(conn, store.settings, job, for_update=False)
         except UnknownJob:
             state = None
-        stored = offset_rows.load_offsets(conn, store.settings, job)
+        rows = offset_rows.load_rows(conn, store.settings, job)
+    stored = {tp: row.off for tp, row in rows.items()}
     held = collections.Counter(t for t, _ in offsets)
     chosen = select_topics(held, source=source, job=job, named=topics, own={t for t, _ in stored})
     not_imported = {t: n for t, n in sorted(held.items()) if t not in chosen}
@@ -202,6 +206,7 @@ def plan_import(
         ImportStep(t, p, stored.get((t, p)), off, *marks[(t, p)]) for (t, p), off in sorted(offsets.items())
     )
     unlisted = tuple(sorted((t, p) for t in infos for p in infos[t].partitions if (t, p) not in offsets))
+    topic_ids = {t: info.topic_id for t, info in infos.items()}
     return ImportPlan(
         job=job,
         generation=None if state is None else state.generation,
@@ -209,12 +214,26 @@ def plan_import(
         live_run=state.run_id if state is not None and state.live else None,
         heartbeat_age_s=0.0 if state is None else state.heartbeat_age_s,
         source=source,
-        topic_ids={t: info.topic_id for t, info in infos.items()},
+        topic_ids=topic_ids,
         unlisted=unlisted,
         not_imported=not_imported,
         forced=forced,
         evidence=evidence,
         overruled=overruled,
+        unchanged=_unchanged(steps, rows, topic_ids),
+    )
+
+
+def _unchanged(
+    steps: Collection[ImportStep],
+    rows: Mapping[TopicPartition, offset_rows.StoredOffset],
+    topic_ids: Mapping[str, str],
+) -> bool:
+    """Whether every step's partition holds its offset already, under the same topic id: an
+    offset stored without an id, or under another incarnation's, is a change (the import records
+    the incarnation)."""
+    return bool(steps) and all(
+        rows.get((s.topic, s.partition)) == offset_rows.StoredOffset(s.new, topic_ids[s.topic]) for s in steps
     )
 
 
@@ -240,20 +259,25 @@ def apply_import(
 ) -> int:
     """Write `plan` in one transaction; returns the job's new generation. Refuses (changing
     nothing) when the job has offsets for the imported partitions or a live run, unless `force`,
-    and when the offsets moved since the plan was made."""
+    and when the offsets moved since the plan was made. A plan that changes nothing
+    (``plan.unchanged``, checked again under the lock) writes nothing and returns the generation
+    as it is: no --force, no audit row, no fencing."""
     who = actor or offset_rows.default_actor()
     why = f"import from {plan.source}" + (f": {reason.strip()}" if reason and reason.strip() else "")
     t = store.tables
     with store.begin() as conn:
         conn.execute(pg_insert(t.jobs).values(job=plan.job).on_conflict_do_nothing())
         state = lock_job(conn, store.settings, plan.job)  # FOR UPDATE: claims in flight finish first
-        current = offset_rows.load_offsets(conn, store.settings, plan.job)
+        rows = offset_rows.load_rows(conn, store.settings, plan.job)
+        current = {tp: row.off for tp, row in rows.items()}
         stale = plan.moved_since(current)
         if stale is not None:
             raise ConfigError(
                 "import",
                 f"{stale.topic}[{stale.partition}] moved since the plan was made; run the import again",
             )
+        if _unchanged(plan.steps, rows, plan.topic_ids):
+            return state.generation
         if state.live and not force:
             raise JobAlreadyRunning(plan.job, state.run_id or "?", state.generation, state.heartbeat_age_s)
         if current and not force:

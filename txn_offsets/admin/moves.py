@@ -18,7 +18,10 @@ from dataclasses import dataclass
 
 from txn_offsets.ranges import TopicPartition
 
-__all__ = ["ALLOW_OUTSIDE_LOG", "Move", "MovePlan", "forced_reason", "in_log", "outside_log"]
+__all__ = ["ALLOW_OUTSIDE_LOG", "MAX_OFFSET", "Move", "MovePlan", "forced_reason", "in_log", "outside_log"]
+
+#: The largest offset a row can hold (PostgreSQL's bigint; Kafka's offsets are int64 too).
+MAX_OFFSET = 2**63 - 1
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from txn_offsets.admin.moves import ALLOW_OUTSIDE_LOG, Move, MovePlan, forced_reason, in_log, outside_log
+from txn_offsets.admin.moves import (
+    ALLOW_OUTSIDE_LOG,
+    MAX_OFFSET,
+    Move,
+    MovePlan,
+    forced_reason,
+    in_log,
+    outside_log,
+)
 from txn_offsets.config import KafkaSettings
 from txn_offsets.errors import ConfigError, JobAlreadyRunning, TopicMissing
 from txn_offsets.kafka import metadata
@@ -29,11 +37,17 @@ from txn_offsets.store import offset_rows
 from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import lock_job, validate_job
 
-__all__ = ["ResetPlan", "ResetTarget", "TargetKind", "apply_reset", "plan_reset"]
+__all__ = ["OffsetOutOfRange", "ResetPlan", "ResetTarget", "TargetKind", "apply_reset", "plan_reset"]
 
 logger = logging.getLogger(__name__)
 
 TargetKind = Literal["earliest", "latest", "datetime", "offset", "shift"]
+
+
+class OffsetOutOfRange(ConfigError):
+    """A shift that would put an offset where none can be, below 0 or past the largest offset
+    (:data:`~txn_offsets.admin.moves.MAX_OFFSET`): the asked arithmetic is wrong, whatever the
+    log holds. Raised by the plan, so a dry run refuses it too and no such offset is ever shown."""
 
 
 @dataclass(frozen=True)
@@ -157,8 +171,11 @@ def _targets(
             )
         for key in keys:
             new = stored[key] + _value(target)
-            if new < 0 and target.allow_outside_log:
-                raise ConfigError("--shift-by", f"{key[0]}[{key[1]}] would move to {new}; offsets are >= 0")
+            if not 0 <= new <= MAX_OFFSET and target.allow_outside_log:  # else clamped to the log
+                raise OffsetOutOfRange(
+                    "--shift-by",
+                    f"{key[0]}[{key[1]}] at {stored[key]} would move to {new}; offsets are 0..{MAX_OFFSET}",
+                )
             out[key] = new
         return out
     if target.kind == "datetime" and target.at is not None:

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 from txn_offsets.admin import grants
 from txn_offsets.cli import exits, options
 from txn_offsets.errors import ConfigError
 from txn_offsets.redaction import Secret
 from txn_offsets.store import migrate
-from txn_offsets.store.roles import job_role_grants, owner_statement, role_refusal, role_statements
+from txn_offsets.store.roles import job_role_grants, owner_statement, role_statements
 from txn_offsets.store.runs import validate_job
 
 PASSWORD_ENV = "TXN_OFFSETS_ROLE_PASSWORD"  # noqa: S105 - the variable's name, not a password
@@ -21,26 +20,51 @@ PASSWORD_ENV = "TXN_OFFSETS_ROLE_PASSWORD"  # noqa: S105 - the variable's name, 
 __all__ = ["register"]
 
 
-def _refused(role: str) -> bool:
-    """A usage error (one line, code 64) when `role` is no role of its own: PUBLIC, a reserved
-    word, a predefined pg_* role. Checked before anything is printed or connected."""
-    problem = role_refusal(role)
-    if problem is None:
-        return False
-    print(f"txn-offsets: error: argument --role: {problem} (see `txn-offsets db --help`)", file=sys.stderr)
-    return True
+#: What each action takes beyond --schema; anything else given to it is a usage error.
+_TAKES = {
+    "upgrade": {"revision"},
+    "downgrade": {"revision"},
+    "current": set(),
+    "check": set(),
+    "grants": {"role", "job", "table", "apply"},
+    "role": {"role", "apply"},
+}
+
+
+def _checked(args: argparse.Namespace) -> None:
+    """Usage errors (code 64) found after parsing, before anything is printed or connected: an
+    option the action does not take, a missing revision or role."""
+    for name in ("role", "job", "table", "apply", "revision"):
+        if getattr(args, name) and name not in _TAKES[args.action]:
+            flag = "revision" if name == "revision" else f"--{name}"
+            takers = " and ".join(f"`db {a}`" for a, takes in _TAKES.items() if name in takes)
+            raise exits.UsageError(flag, f"goes with {takers}, not `db {args.action}`")
+    if args.action == "downgrade" and not args.revision:
+        raise exits.UsageError("revision", "give the revision to go down to (`base` removes every table)")
+    if args.action in ("grants", "role") and not args.role:
+        what = "the role the jobs run as" if args.action == "grants" else "the role to create or update"
+        raise exits.UsageError("--role", f"name {what}")
+
+
+def _statements(args: argparse.Namespace) -> list[str]:
+    """The statements of `args.action`, built from validated names: a malformed --role, --table,
+    --job or --schema, or a role that is no role of its own (PUBLIC, a reserved word, a predefined
+    pg_* role), is a usage error (code 64), found before anything is printed or connected."""
+    try:
+        if args.action == "role":
+            return role_statements(args.role)
+        schema = args.schema or "txn_offsets"
+        stmts = job_role_grants(schema, args.role, args.table)
+        if args.job is not None:
+            validate_job(args.job)
+            stmts.append(owner_statement(schema, args.job, args.role))
+        return stmts
+    except ConfigError as exc:
+        raise exits.UsageError.of(exc) from None
 
 
 def _grants(args: argparse.Namespace) -> int:
-    if not args.role:
-        raise ConfigError("--role", "name the role the jobs run as")
-    if _refused(args.role):
-        return exits.USAGE
-    schema = args.schema or "txn_offsets"
-    stmts = job_role_grants(schema, args.role, args.table)  # validates before anything runs
-    if args.job is not None:
-        validate_job(args.job)
-        stmts.append(owner_statement(schema, args.job, args.role))
+    stmts = _statements(args)
     if not args.apply:
         print("\n".join(f"{stmt};" for stmt in stmts))
         return 0
@@ -55,11 +79,7 @@ def _grants(args: argparse.Namespace) -> int:
 
 
 def _role(args: argparse.Namespace) -> int:
-    if not args.role:
-        raise ConfigError("--role", "name the role to create or update for a job")
-    if _refused(args.role):
-        return exits.USAGE
-    stmts = role_statements(args.role)
+    stmts = _statements(args)
     if not args.apply:
         print("\n".join(f"{stmt};" for stmt in stmts))
         print(
@@ -76,6 +96,7 @@ def _role(args: argparse.Namespace) -> int:
 
 
 def _db_cmd(args: argparse.Namespace) -> int:
+    _checked(args)
     if args.action == "grants":
         return _grants(args)
     if args.action == "role":
@@ -84,8 +105,6 @@ def _db_cmd(args: argparse.Namespace) -> int:
     if args.action == "upgrade":
         print(f"schema {db.schema!r} is at revision {migrate.upgrade(db, args.revision or 'head')}")
     elif args.action == "downgrade":
-        if not args.revision:
-            raise ConfigError("revision", "give the revision to go down to (`base` removes every table)")
         print(f"schema {db.schema!r} is at revision {migrate.downgrade(db, args.revision)}")
     elif args.action == "current":
         rev = migrate.current(db)
@@ -103,7 +122,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "db", parents=[options.store_options()], help="create, migrate and check the offset store's tables"
     )
     db.add_argument("action", choices=["upgrade", "downgrade", "current", "check", "grants", "role"])
-    db.add_argument("--role", help="grants, role: the role a job runs as (no DDL, no DELETE)")
+    db.add_argument(
+        "--role",
+        help="grants, role: the role a job runs as (no DDL; its one DELETE is of its own jobs' expired "
+        "lineage, the commits rows its runs prune)",
+    )
     db.add_argument("--job", help="grants: make ROLE the owner of this job (row-level security)")
     db.add_argument(
         "--table",

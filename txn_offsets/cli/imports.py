@@ -13,14 +13,12 @@ so ``--from-table`` without ``--topic-id``/``--current-topic-incarnation`` is a 
 from __future__ import annotations
 
 import argparse
-import sys
 
 from txn_offsets.admin import sources
 from txn_offsets.admin.imports import apply_import, plan_import
 from txn_offsets.admin.sources import CURRENT_INCARNATION, TOPIC_ID, Incarnation
 from txn_offsets.cli import exits, options, output
 from txn_offsets.config import KafkaSettings, database_from_env
-from txn_offsets.errors import ConfigError
 from txn_offsets.store.handle import Store
 
 __all__ = ["register"]
@@ -34,50 +32,46 @@ def _topic_id(text: str) -> tuple[str, str]:
     return topic.strip(), topic_id.strip()
 
 
-def _usage(message: str) -> int:
-    """A usage error found after parsing: one line, as argparse's own (cli.main.Parser), code 64."""
-    print(f"txn-offsets: error: {message} (see `txn-offsets offsets import --help`)", file=sys.stderr)
-    return exits.USAGE
-
-
-def _operator_word(args: argparse.Namespace) -> tuple[dict[str, str], str | None]:
-    """The --topic-id values by topic, or a usage error: a topic named twice with two ids, or a
-    legacy table with neither flag (a table cannot show which incarnation its offsets are from)."""
+def _checked_options(args: argparse.Namespace) -> dict[str, str]:
+    """The --topic-id values by topic; a usage error (code 64) for a topic named twice with two
+    ids, a legacy table with neither flag (a table cannot show which incarnation its offsets are
+    from), and the source options given to the wrong source. Checked before anything is read."""
     named: dict[str, str] = {}
     for topic, topic_id in args.topic_id or ():
         if named.setdefault(topic, topic_id) != topic_id:
-            return named, f"{TOPIC_ID}: {topic} is named twice, with {named[topic]} and {topic_id}"
+            raise exits.UsageError(TOPIC_ID, f"{topic} is named twice, with {named[topic]} and {topic_id}")
+    if args.checkpoint_batch is not None and not args.from_spark_checkpoint:
+        raise exits.UsageError("--checkpoint-batch", "goes with --from-spark-checkpoint")
+    for flag, value in (("--table-columns", args.table_columns), ("--table-filter", args.table_filter)):
+        if value is not None and not args.from_table:
+            raise exits.UsageError(flag, "goes with --from-table")
+    column, eq, _ = (args.table_filter or "").partition("=")
+    if args.table_filter is not None and not (eq and column):
+        raise exits.UsageError("--table-filter", f"{args.table_filter!r}: give COLUMN=VALUE")
     if args.from_table and not named and not args.current_topic_incarnation:
-        return named, (
-            f"--from-table: a table does not say which incarnation of its topics the offsets were "
+        raise exits.UsageError(
+            "--from-table",
+            f"a table does not say which incarnation of its topics the offsets were "
             f"taken in (a topic deleted and re-created since has a new topic id, its offsets "
             f"starting again at 0): add {TOPIC_ID} TOPIC=ID for each topic (checked against Kafka's "
-            f"current id), or {CURRENT_INCARNATION} if they were taken in the current topics"
+            f"current id), or {CURRENT_INCARNATION} if they were taken in the current topics",
         )
-    return named, None
+    return named
 
 
 def _source(args: argparse.Namespace, store: Store, kafka: KafkaSettings) -> sources.Source:
     if args.from_spark_checkpoint:
         return sources.from_checkpoint(args.from_spark_checkpoint, batch=args.checkpoint_batch)
-    if args.checkpoint_batch is not None:
-        raise ConfigError("--checkpoint-batch", "goes with --from-spark-checkpoint")
     if args.from_consumer_group:
         return sources.from_consumer_group(kafka, args.from_consumer_group)
     columns = args.table_columns.split(",") if args.table_columns else None
-    where = None
-    if args.table_filter:
-        column, eq, value = args.table_filter.partition("=")
-        if not eq or not column:
-            raise ConfigError("--table-filter", f"{args.table_filter!r}: give COLUMN=VALUE")
-        where = (column, value)
+    column, _, value = (args.table_filter or "").partition("=")
+    where = (column, value) if args.table_filter else None
     return sources.from_table(store, args.from_table, columns=columns, where=where)
 
 
 def _import(args: argparse.Namespace) -> int:
-    topic_ids, wrong = _operator_word(args)
-    if wrong is not None:
-        return _usage(wrong)
+    topic_ids = _checked_options(args)
     db = database_from_env(schema=args.schema)
     kafka = options.kafka(args)
     with options.opened(db) as store, output.progress("import", total=3) as bar:
@@ -106,6 +100,12 @@ def _import(args: argparse.Namespace) -> int:
             print(f"incarnation of {topic}: {found}")
         for note in plan.notes():
             print(f"note: {note}")
+        if plan.unchanged:  # nothing to write: no --force, no audit row, no new generation
+            print(
+                f"job {plan.job!r} already has exactly these offsets, of the same topic incarnation(s): "
+                f"nothing to import, nothing changed"
+            )
+            return 0
         if not output.confirm_move(plan, action="import", dry_run=args.dry_run, force=args.force):
             return 0
         generation = apply_import(store, plan, reason=args.reason, force=args.force)

@@ -10,7 +10,6 @@ from dataclasses import asdict
 from txn_offsets.admin.retire import retire_job
 from txn_offsets.admin.views import list_jobs
 from txn_offsets.cli import options, output
-from txn_offsets.errors import ConfigError
 
 __all__ = ["register"]
 
@@ -40,8 +39,7 @@ def _jobs(args: argparse.Namespace) -> int:
 
 
 def _retire(args: argparse.Namespace) -> int:
-    if not (args.reason and args.reason.strip()):
-        raise ConfigError("--reason", "say why the job is retired (it is written to the audit table)")
+    options.require_reason(args, "the job is retired")
     db = options.database(args)
     with options.opened(db) as store:
         done = retire_job(store, args.job, reason=args.reason, force=args.force, drop_rows=args.drop_rows)

@@ -12,11 +12,10 @@ import argparse
 import dataclasses
 import sys
 from dataclasses import asdict
-from datetime import datetime
 
 from txn_offsets.admin.lag import PartitionLag, offset_lag
 from txn_offsets.admin.lineage import explain, partition_history
-from txn_offsets.admin.reset import ResetTarget, apply_reset, plan_reset
+from txn_offsets.admin.reset import OffsetOutOfRange, ResetTarget, apply_reset, plan_reset
 from txn_offsets.admin.views import audit_log, show_offsets
 from txn_offsets.cli import exits, imports, options, output, prune
 from txn_offsets.errors import ConfigError
@@ -47,18 +46,16 @@ def _target(args: argparse.Namespace) -> ResetTarget:
         return ResetTarget("offset", value=args.to_offset)
     if args.shift_by is not None:
         return ResetTarget("shift", value=args.shift_by)
-    try:
-        at = datetime.fromisoformat(args.to_datetime)
-    except ValueError:
-        raise ConfigError("--to-datetime", f"{args.to_datetime!r} is not an ISO 8601 datetime") from None
-    return ResetTarget("datetime", at=at)
+    return ResetTarget("datetime", at=args.to_datetime)
 
 
 def _reset(args: argparse.Namespace) -> int:
+    if not args.dry_run:
+        options.require_reason(args, "the offsets move")
+    if args.partition and args.topic is None:
+        raise exits.UsageError("--partition", "needs --topic")
     db = options.database(args)
     target = dataclasses.replace(_target(args), allow_outside_log=args.allow_outside_log)
-    if not args.dry_run and not (args.reason and args.reason.strip()):
-        raise ConfigError("--reason", "say why the offsets move (it is written to the audit table)")
     try:  # with --allow-outside-log, Kafka (when known) still says what was forced
         kafka = options.kafka(args)
     except ConfigError:
@@ -66,9 +63,12 @@ def _reset(args: argparse.Namespace) -> int:
             raise
         kafka = None
     with options.opened(db) as store:
-        plan = plan_reset(
-            store, args.job, target, topic=args.topic, partitions=args.partition or (), kafka=kafka
-        )
+        try:
+            plan = plan_reset(
+                store, args.job, target, topic=args.topic, partitions=args.partition or (), kafka=kafka
+            )
+        except OffsetOutOfRange as exc:  # the shift's arithmetic: a wrong argument, in a dry run too
+            raise exits.UsageError.of(exc) from None
         output.print_moves(f"reset plan for job {plan.job!r} (generation {plan.generation}):", plan.steps)
         for note in plan.notes():
             print(f"note: {note}")
@@ -234,7 +234,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     to = reset.add_mutually_exclusive_group(required=True)
     to.add_argument("--to-earliest", action="store_true", help="the log start offset (asks Kafka)")
     to.add_argument("--to-latest", action="store_true", help="the end offset, as readers see it (asks Kafka)")
-    to.add_argument("--to-datetime", metavar="ISO8601", help="first offset at/after this time (asks Kafka)")
+    to.add_argument(
+        "--to-datetime",
+        type=options.aware_datetime,
+        metavar="ISO8601",
+        help="first offset at/after this time, with its timezone (asks Kafka)",
+    )
     to.add_argument("--to-offset", type=options.integer(), metavar="N")
     to.add_argument(
         "--shift-by",

@@ -11,8 +11,10 @@ import math
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 
-from txn_offsets.cli import output
+from txn_offsets.admin.moves import MAX_OFFSET
+from txn_offsets.cli import exits, output
 from txn_offsets.config import DatabaseSettings, KafkaSettings, database_from_env, kafka_from_env
 from txn_offsets.store.handle import Store
 
@@ -21,18 +23,20 @@ __all__ = [
     "INT_MAX",
     "add_format",
     "add_kafka_bootstrap",
+    "aware_datetime",
     "database",
     "duration",
     "integer",
     "kafka",
     "opened",
     "positive_seconds",
+    "require_reason",
     "seconds",
     "store_options",
 ]
 
 #: The largest value of PostgreSQL's bigint (offsets) and integer (partitions) columns.
-BIGINT_MAX = 2**63 - 1
+BIGINT_MAX = MAX_OFFSET
 INT_MAX = 2**31 - 1
 
 
@@ -51,6 +55,21 @@ def integer(low: int | None = 0, high: int | None = BIGINT_MAX) -> Callable[[str
         return value
 
     return parse
+
+
+def aware_datetime(text: str) -> datetime:
+    """An argparse ``type``: an ISO 8601 datetime with its timezone (``2024-05-01T12:00:00Z``)."""
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an ISO 8601 datetime (e.g. 2024-05-01T12:00:00Z)"
+        ) from None
+    if value.tzinfo is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has no timezone: give one, e.g. 2024-05-01T12:00:00Z or ...+02:00"
+        )
+    return value
 
 
 def seconds(text: str) -> float:
@@ -90,6 +109,13 @@ def duration(text: str) -> float:
     if value > MAX_DURATION_S:
         raise argparse.ArgumentTypeError(f"{text!r} is longer than 100 years")
     return value
+
+
+def require_reason(args: argparse.Namespace, why: str) -> None:
+    """A usage error (code 64) unless ``--reason`` has some text: it is written to the audit table
+    (`why`: what the reason is to explain, e.g. "the offsets move")."""
+    if not (args.reason and args.reason.strip()):
+        raise exits.UsageError("--reason", f"say why {why} (it is written to the audit table)")
 
 
 def store_options() -> argparse.ArgumentParser:

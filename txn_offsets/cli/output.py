@@ -126,12 +126,12 @@ def confirm_move(plan: MovePlan, *, action: str, dry_run: bool, force: bool) -> 
     """After a printed plan: say whether a live run holds the lease; False for a dry run (nothing
     is changed); JobAlreadyRunning when a live run holds it and `force` was not given."""
     if plan.live_run is not None:
-        need = "would need" if dry_run else "needs"
         run = printable(str(plan.live_run))
-        print(
-            f"note: live run {run} holds the lease (heartbeat {plan.heartbeat_age_s:.1f}s ago); "
-            f"the {action} {need} --force, which fences it"
-        )
+        if force:
+            then = f"--force: the {action} would fence it" if dry_run else f"--force: the {action} fences it"
+        else:
+            then = f"the {action} {'would need' if dry_run else 'needs'} --force, which fences it"
+        print(f"note: live run {run} holds the lease (heartbeat {plan.heartbeat_age_s:.1f}s ago); {then}")
     if dry_run:
         print("dry run: nothing changed")
         return False

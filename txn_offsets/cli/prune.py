@@ -8,14 +8,12 @@ from dataclasses import asdict
 
 from txn_offsets.admin.prune import prune_lineage, retired_jobs
 from txn_offsets.cli import options, output
-from txn_offsets.errors import ConfigError
 
 __all__ = ["register"]
 
 
 def _prune(args: argparse.Namespace) -> int:
-    if not (args.reason and args.reason.strip()):
-        raise ConfigError("--reason", "say why the lineage is pruned (it is written to the audit table)")
+    options.require_reason(args, "the lineage is pruned")
     db = options.database(args)
     rule = f"newest {args.keep} per partition kept" if args.keep else None
     if rule is None:

@@ -3,7 +3,12 @@ in front of PostgreSQL (``up(pooler="pgbouncer")``: transaction pooling, a pool 
 streaming replica beside it (``up(replica=True)``: :mod:`.replica`).
 
 ``up`` is idempotent (a running service is only checked), ``down`` stops exactly the processes whose
-pids ``up`` recorded. Connection settings go to ``<stack>/env`` (mode 0600) as ``KEY='value'`` lines
+pids ``up`` recorded, ``status`` only reports (a stale pid file is named, never removed).
+PostgreSQL gets two login roles besides its superuser: the database's owner ``txn_offsets``
+(TXN_OFFSETS_OWNER_DATABASE_URL: migrations, grants, result tables) and the run role ``job_runner``
+(TXN_OFFSETS_DATABASE_URL, what jobs run as: no DDL, no row-level security bypass, and no grants until
+the owner runs ``txn-offsets db grants --role job_runner --apply``).
+Connection settings go to ``<stack>/env`` (mode 0600) as ``KEY='value'`` lines
 (single-quoted: ``set -a; . .stack/env; set +a`` gives the values as written; :func:`read_env_file`); the
 pooled URL (TXN_OFFSETS_POOLED_DATABASE_URL) is there while the stack's PgBouncer runs, the
 replica's (TXN_OFFSETS_REPLICA_DATABASE_URL) and the multi-host one over both servers
@@ -20,7 +25,8 @@ import os
 import re
 import secrets
 import shlex
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from txn_offsets.devstack import kafka, pgbouncer, postgres, tls
@@ -47,6 +53,8 @@ class StackStatus:
     kafka_sasl_port: int | None = None  # None: the stack was never started with TLS
     replica_pid: int | None = None
     replica_port: int | None = None  # None: the stack was never started with a replica
+    # service -> its pid file, which names a process that is gone (status leaves it as found)
+    stale: Mapping[str, Path] = field(default_factory=dict)
 
 
 def shell_quote(value: str) -> str:
@@ -141,7 +149,7 @@ class Stack:
                 taken = {v for k, v in state.items() if k.endswith("_port")}
                 state[key] = next(p for p in iter(pick_free_port, None) if p not in taken)
                 changed = True
-        for key in ("pg_admin_password", "pg_app_password", "kafka_scram_password"):
+        for key in ("pg_admin_password", "pg_app_password", "pg_run_password", "kafka_scram_password"):
             if key not in state:
                 state[key] = secrets.token_urlsafe(24)
                 changed = True
@@ -194,7 +202,8 @@ class Stack:
         kafka.java_binary()  # fail fast with a clear message before downloading anything
         libs = kafka.ensure_libs()
         cluster = self._pg(state)
-        postgres.start(cluster, str(state["pg_admin_password"]), str(state["pg_app_password"]))
+        passwords = [str(state[key]) for key in ("pg_admin_password", "pg_app_password", "pg_run_password")]
+        postgres.start(cluster, *passwords)
         if replica:
             (self.dir / "replica").mkdir(exist_ok=True)
             standby.start(cluster, self._replica(state), str(state["pg_admin_password"]))
@@ -216,11 +225,14 @@ class Stack:
     def _write_env(
         self, state: dict[str, object], cluster: postgres.PgCluster, node: kafka.KafkaNode
     ) -> None:
+        server = f"127.0.0.1:{cluster.port}/{postgres.APP_DB}"
         app = f"postgresql+psycopg://{postgres.APP_USER}:{state['pg_app_password']}@127.0.0.1:{cluster.port}"
-        admin = f"postgresql+psycopg://{postgres.ADMIN_USER}:{state['pg_admin_password']}@127.0.0.1:{cluster.port}"
+        run = f"postgresql+psycopg://{postgres.RUN_USER}:{state['pg_run_password']}@{server}"
+        admin = f"postgresql+psycopg://{postgres.ADMIN_USER}:{state['pg_admin_password']}@{server}"
         lines = [
-            f"TXN_OFFSETS_DATABASE_URL={app}/{postgres.APP_DB}",
-            f"TXN_OFFSETS_ADMIN_DATABASE_URL={admin}/{postgres.APP_DB}",
+            f"TXN_OFFSETS_DATABASE_URL={run}",  # what jobs run as: the run role
+            f"TXN_OFFSETS_OWNER_DATABASE_URL={app}/{postgres.APP_DB}",  # db upgrade, grants, the tests
+            f"TXN_OFFSETS_ADMIN_DATABASE_URL={admin}",
             f"TXN_OFFSETS_KAFKA_BOOTSTRAP={node.bootstrap}",
             f"TXN_OFFSETS_STACK_DIR={self.dir}",
         ]
@@ -256,21 +268,32 @@ class Stack:
         return stopped
 
     def status(self) -> StackStatus:
+        """How the stack stands; changes nothing (a stale pid file is reported in `stale`, kept)."""
         state = self._state()
         node = self._kafka(state)
         cluster = self._pg(state)
         bouncer = self._bouncer(state, cluster) if "pgbouncer_port" in state else None
+        replica = self._replica(state) if "replica_port" in state else None
+        stale: dict[str, Path] = {}
+
+        def pid(service: str, pid_file: Path, marker: Path) -> int | None:
+            found = read_pid(pid_file, service, str(marker), keep_stale=True)
+            if found is None and pid_file.exists():
+                stale[service] = pid_file
+            return found
+
         return StackStatus(
-            postgres_pid=read_pid(cluster.pid_file, "postgres", str(cluster.data_dir)),
-            kafka_pid=read_pid(node.pid_file, "kafka", str(node.config)),
+            postgres_pid=pid("postgres", cluster.pid_file, cluster.data_dir),
+            kafka_pid=pid("kafka", node.pid_file, node.config),
             postgres_port=int(str(state["pg_port"])),
             kafka_port=node.port,
             env_file=self.env_file,
-            pgbouncer_pid=pgbouncer.running_pid(bouncer) if bouncer else None,
+            pgbouncer_pid=pid("pgbouncer", bouncer.pid_file, bouncer.config) if bouncer else None,
             pgbouncer_port=bouncer.port if bouncer else None,
             kafka_sasl_port=int(str(state["kafka_sasl_port"])) if "kafka_sasl_port" in state else None,
-            replica_pid=standby.running_pid(self._replica(state)) if "replica_port" in state else None,
-            replica_port=int(str(state["replica_port"])) if "replica_port" in state else None,
+            replica_pid=pid("replica", replica.pid_file, replica.data_dir) if replica else None,
+            replica_port=replica.port if replica else None,
+            stale=stale,
         )
 
     def env(self) -> dict[str, str]:

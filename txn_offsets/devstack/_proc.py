@@ -49,8 +49,9 @@ def cmdline(pid: int) -> str:
         return ""
 
 
-def read_pid(pid_file: Path, service: str, marker: str) -> int | None:
-    """The pid of our running process, or None; a stale pid file (dead process) is removed.
+def read_pid(pid_file: Path, service: str, marker: str, *, keep_stale: bool = False) -> int | None:
+    """The pid of our running process, or None; a stale pid file (dead process) is removed, unless
+    `keep_stale` (``dev status`` only reports: it changes nothing).
 
     `marker` is a string our process's command line must contain; a live process without it means
     the pid was reused by something else, and we refuse to guess.
@@ -65,6 +66,8 @@ def read_pid(pid_file: Path, service: str, marker: str) -> int | None:
             service, f"pid file {pid_file} is unreadable", f"remove {pid_file} and run `make stack-up` again"
         ) from None
     if not pid_alive(pid):
+        if keep_stale:
+            return None
         logger.warning("removing stale pid file %s (process %d is gone)", pid_file, pid)
         pid_file.unlink()
         return None

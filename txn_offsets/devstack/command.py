@@ -80,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
             services.append(("replica", st.replica_pid, st.replica_port))
         for name, pid, port in services:
             state = f"running (pid {pid})" if pid else "stopped"
-            print(f"{name:9} {state:22} 127.0.0.1:{port}")
+            stale = f" (stale pid file {st.stale[name]}: its process is gone)" if name in st.stale else ""
+            print(f"{name:9} {state:22} 127.0.0.1:{port}{stale}")
         return 0 if all(pid for _, pid, _ in services) else 3
     return 0

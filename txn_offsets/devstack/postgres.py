@@ -20,12 +20,17 @@ from psycopg import sql
 
 from txn_offsets.devstack._proc import read_pid, require_port_free, stop_pid
 from txn_offsets.errors import StackError
+from txn_offsets.store.roles import ROLE_ATTRIBUTES
 
 logger = logging.getLogger(__name__)
 
 SERVICE = "postgres"
 ADMIN_USER = "txn_offsets_admin"
+# the database's owner: it migrates the store and grants (TXN_OFFSETS_OWNER_DATABASE_URL)
 APP_USER = "txn_offsets"
+# a login run role that jobs run as (TXN_OFFSETS_DATABASE_URL); granted nothing here: the owner's
+# `txn-offsets db grants --role job_runner --apply` does, once the store is migrated
+RUN_USER = "job_runner"
 APP_DB = "txn_offsets"
 _CONF_BEGIN = "# --- txn-offsets devstack (managed, rewritten on every start) ---"
 
@@ -237,8 +242,11 @@ def _postmaster_pid(cluster: PgCluster) -> int | None:
         return None
 
 
-def start(cluster: PgCluster, admin_password: str, app_password: str) -> None:
-    """Initialise (first time), start and wait for the cluster; create the project's role and database."""
+def start(
+    cluster: PgCluster, admin_password: str, app_password: str, run_password: str | None = None
+) -> None:
+    """Initialise (first time), start and wait for the cluster; create the project's roles (the
+    database's owner, and the run role when given its password) and database."""
     marker = str(cluster.data_dir)
     running = read_pid(cluster.pid_file, SERVICE, marker)
     if running is None:
@@ -267,7 +275,8 @@ def start(cluster: PgCluster, admin_password: str, app_password: str) -> None:
         cluster.pid_file.write_text(f"{pid}\n")
         logger.info("postgres started (pid %d, port %d)", pid, cluster.port)
     _wait_ready(cluster, admin_password)
-    _ensure_app_role(cluster, admin_password, app_password)
+    passwords = {APP_USER: app_password} | ({RUN_USER: run_password} if run_password is not None else {})
+    _ensure_roles(cluster, admin_password, passwords)
 
 
 def admin_conninfo(cluster: PgCluster, password: str, dbname: str = "postgres") -> dict[str, object]:
@@ -295,26 +304,35 @@ def _wait_ready(cluster: PgCluster, admin_password: str, timeout_s: float = 60) 
     raise StackError(SERVICE, f"not ready after {timeout_s:.0f}s: {last}", f"read {cluster.log_file}")
 
 
-def _ensure_app_role(cluster: PgCluster, admin_password: str, app_password: str) -> None:
-    """The app role and database. A role whose password works is left alone: the same password set
+#: each role's attributes: the owner may create the database; the run role is a job's role
+#: (txn_offsets.store.roles.ROLE_ATTRIBUTES: no superuser, no DDL beyond its grants, no RLS bypass)
+_ROLE_ATTRIBUTES = {APP_USER: "LOGIN CREATEDB", RUN_USER: ROLE_ATTRIBUTES}
+
+
+def _ensure_roles(cluster: PgCluster, admin_password: str, passwords: dict[str, str]) -> None:
+    """The roles and the database. A role whose password works is left alone: the same password set
     again is a new SCRAM verifier (new salt), and a PgBouncer holding the old one in its userlist
     could no longer log in (a plain ``dev up`` after ``--pooler pgbouncer`` broke pooling)."""
     info = admin_conninfo(cluster, admin_password)
     with psycopg.connect(**info, autocommit=True) as conn:  # type: ignore[arg-type]
-        exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (APP_USER,)).fetchone()
-        try:
-            psycopg.connect(**{**admin_conninfo(cluster, app_password), "user": APP_USER}).close()  # type: ignore[arg-type]
-            works = True
-        except psycopg.OperationalError:
-            works = False
-        if not exists or not works:
-            verb = "ALTER" if exists else "CREATE"
-            # Role passwords cannot be bound parameters; sql.Literal quotes it client-side.
-            conn.execute(
-                sql.SQL("{} ROLE {} LOGIN CREATEDB PASSWORD {}").format(
-                    sql.SQL(verb), sql.Identifier(APP_USER), sql.Literal(app_password)
+        for role, password in passwords.items():
+            exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
+            try:
+                psycopg.connect(**{**admin_conninfo(cluster, password), "user": role}).close()  # type: ignore[arg-type]
+                works = True
+            except psycopg.OperationalError:
+                works = False
+            if not exists or not works:
+                verb = "ALTER" if exists else "CREATE"
+                # Role passwords cannot be bound parameters; sql.Literal quotes it client-side.
+                conn.execute(
+                    sql.SQL("{} ROLE {} {} PASSWORD {}").format(
+                        sql.SQL(verb),
+                        sql.Identifier(role),
+                        sql.SQL(_ROLE_ATTRIBUTES[role]),
+                        sql.Literal(password),
+                    )
                 )
-            )
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (APP_DB,)).fetchone():
             conn.execute(
                 sql.SQL("CREATE DATABASE {} OWNER {}").format(

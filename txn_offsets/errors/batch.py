@@ -4,6 +4,8 @@ has an ``outcome``; the transient ones are retried by ``run_job`` from the store
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal
 
 from txn_offsets.errors.base import Transient, TxnOffsetsError
@@ -17,12 +19,15 @@ __all__ = [
     "CommitNotApplied",
     "DataLoss",
     "DataLossKind",
+    "FenceCause",
     "Fenced",
+    "FencedBy",
     "KafkaReadError",
     "OffsetConflict",
     "OffsetsRolledBack",
     "RecordRejected",
     "RecordsNotConsumed",
+    "RunCommitted",
     "StreamDiverged",
     "TopicChanged",
     "TransactionAborted",
@@ -124,19 +129,134 @@ class OffsetsRolledBack(Transient):
         )
 
 
+#: what took a job from a fenced run: a newer run, or an audited offsets reset, import or retire
+FenceCause = Literal["run", "reset", "import", "retire"]
+_CAUSES = {
+    "run": "a newer run",
+    "reset": "an offsets reset",
+    "import": "an offsets import",
+    "retire": "jobs retire",
+}
+_SHOWN_PARTITIONS = 3  # partitions a fenced run's message names where its commits end
+
+
+@dataclass(frozen=True)
+class FencedBy:
+    """What took the job from a fenced run, as the store recorded it: the start of a newer run
+    (``who`` its run id, host:pid:id) or an audited reset, import or retire (``who`` the actor,
+    user@host; ``reason`` the audit's)."""
+
+    cause: FenceCause
+    generation: int  # the generation it made: the fenced run's + 1
+    who: str | None = None
+    at: datetime | None = None
+    reason: str | None = None
+    host: str | None = None  # a newer run's host (its run id may be gone: the run ended)
+
+    def describe(self) -> str:
+        what = _CAUSES[self.cause]
+        if self.cause == "run":
+            run = f", run {self.who}" if self.who else (f", on host {self.host}" if self.host else "")
+            when = f", started at {_when(self.at)}" if self.at else ""
+            return f"{what} of this job (generation {self.generation}{run}{when})"
+        who = f" by {self.who}" if self.who else ""
+        when = f" at {_when(self.at)}" if self.at else ""
+        why = f", reason {_short(self.reason)}" if self.reason else ""
+        return f"{what} (generation {self.generation}){who}{when}{why}"
+
+
+@dataclass(frozen=True)
+class RunCommitted:
+    """What a fenced run had committed before the fence: ``batches`` it completed (epochs, in the
+    low-latency mode), ``ranges`` it committed in all (None: unknown, the lineage is off) of which
+    ``in_flight`` belong to the batch it was running, and per partition the offset its commits
+    reached (``through``: (topic, partition, offset), in partition order)."""
+
+    run_id: str
+    batches: int
+    ranges: int | None = None
+    in_flight: int = 0
+    through: tuple[tuple[str, int, int], ...] = ()
+
+    def describe(self) -> str:
+        if self.batches == 0 and not self.ranges:
+            return f"This run ({self.run_id}) had committed nothing before it."
+        batches = f"{self.batches} batch{'es' if self.batches != 1 else ''}"
+        if self.in_flight:
+            batches += f" and {self.in_flight} range(s) of batch {self.batches + 1}, which was in flight"
+        if self.ranges is None:
+            counted = (
+                " (ranges of the batch in flight that committed first are not counted: the lineage is off)"
+            )
+        else:
+            counted = f" ({self.ranges} range(s){self._through()})"
+        rest = f"the rest of batch {self.batches + 1} was not" if self.in_flight else "nothing after them was"
+        return (
+            f"Before it, this run ({self.run_id}) committed {batches}{counted}: those stay committed, "
+            f"counted once; {rest} written."
+        )
+
+    def _through(self) -> str:
+        if not self.through:
+            return ""
+        shown = ", ".join(f"{t}[{p}]@{o}" for t, p, o in self.through[:_SHOWN_PARTITIONS])
+        more = len(self.through) - _SHOWN_PARTITIONS
+        return f", through {shown}" + (f" and {more} more partition(s)" if more > 0 else "")
+
+
 class Fenced(TxnOffsetsError):
-    """A newer run of the same job exists; this (older) run must stop without writing."""
+    """The job's generation moved past this run's: a newer run started, or an offsets reset, an
+    import or a jobs retire took the job. This run stops; what it committed stays committed.
+
+    ``by`` (what fenced it) and ``committed`` (what this run had committed) are read from the store
+    by the run's loop when the run stops (``store.fences``); None where they were not (a task's
+    report, a store that did not answer)."""
 
     outcome = "fenced"
 
-    def __init__(self, job: str, generation: int, current: int) -> None:
+    def __init__(
+        self,
+        job: str,
+        generation: int,
+        current: int,
+        *,
+        by: FencedBy | None = None,
+        committed: RunCommitted | None = None,
+    ) -> None:
         self.job = job
         self.generation = generation
         self.current = current
+        self.by = by
+        self.committed = committed
+        if by is None:
+            what = (
+                f"by generation {current} (a newer run, an offsets reset, an offsets import or jobs "
+                f"retire: `txn-offsets offsets history --job {job!r}` and `txn-offsets jobs list` say which)"
+            )
+        else:
+            now = f" (the job is at generation {current} now)" if current != by.generation else ""
+            what = f"by {by.describe()}{now}"
+        if committed is None:
+            done = (
+                "What this run committed before it stays committed (`txn-offsets offsets history` "
+                "lists it); nothing after it was written."
+            )
+        else:
+            done = committed.describe()
         super().__init__(
-            f"run generation {generation} of job {job!r} was fenced by generation {current}: "
-            f"a newer run of this job started. This run stops; nothing of it was written."
+            f"run generation {generation} of job {job!r} was fenced {what}. {done} This run stops; "
+            f"the next run starts from the stored offsets."
         )
+
+
+def _when(at: datetime) -> str:
+    return at.isoformat(sep=" ", timespec="seconds")
+
+
+def _short(text: str, limit: int = 80) -> str:
+    """An operator's free text in a one-line message: one line, at most `limit` characters, quoted."""
+    line = " ".join(text.split())
+    return repr(line if len(line) <= limit else line[: limit - 3] + "...")
 
 
 class DataLoss(TxnOffsetsError):

@@ -93,12 +93,37 @@ class UnknownJob(TxnOffsetsError):
 class JobAlreadyRunning(TxnOffsetsError):
     """A live run holds the job's lease."""
 
-    def __init__(self, job: str, run_id: str, generation: int, heartbeat_age_s: float) -> None:
+    def __init__(
+        self,
+        job: str,
+        run_id: str,
+        generation: int,
+        heartbeat_age_s: float,
+        *,
+        lease_left_s: float | None = None,
+        lease_s: float | None = None,
+        holder: str = "",
+    ) -> None:
         self.job = job
         self.run_id = run_id
         self.generation = generation
         self.heartbeat_age_s = heartbeat_age_s
+        self.lease_left_s = lease_left_s  # until the lease expires unless renewed (None: unknown)
+        self.lease_s = lease_s  # the holder's lease length (run_job's lease_s)
+        self.holder = (
+            holder  # what this host knows of the holder, e.g. "its process 4121 is running on this host"
+        )
+        expires = ""
+        if lease_left_s is not None:
+            length = f"lease_s={lease_s:g}, " if lease_s is not None else ""
+            expires = (
+                f"; its lease expires in {max(lease_left_s, 0.0):.1f}s unless renewed "
+                f"({length}set by run_job's lease_s)"
+            )
+        seen = f"; {holder}" if holder else ""
         super().__init__(
             f"job {job!r} is held by live run {run_id} (generation {generation}, last heartbeat "
-            f"{heartbeat_age_s:.1f}s ago). Stop it first, or pass force=True / --force to fence it."
+            f"{heartbeat_age_s:.1f}s ago{expires}{seen}). Stop that run (SIGTERM ends it between "
+            f"batches and frees the lease), wait for the lease to expire, or pass force=True / "
+            f"--force to fence it now."
         )

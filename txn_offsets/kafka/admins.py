@@ -31,9 +31,9 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from txn_offsets.config import KafkaSettings
-from txn_offsets.errors import ServiceUnavailable
-from txn_offsets.kafka import auth
-from txn_offsets.kafka.clients import client_config, serve_logs
+from txn_offsets.errors import TxnOffsetsError
+from txn_offsets.kafka.causes import Witness
+from txn_offsets.kafka.clients import client_config, serve_logs, witness_for
 
 __all__ = [
     "FIRST_CONTACT_S",
@@ -49,6 +49,7 @@ __all__ = [
     "in_flight",
     "issued",
     "reap",
+    "unreachable",
 ]
 
 FIRST_CONTACT_S = 4.0
@@ -74,6 +75,7 @@ class _Retired:
 @dataclass
 class _State:
     admins: dict[str, AdminClient] = field(default_factory=dict)
+    witnesses: dict[str, Witness] = field(default_factory=dict)  # of the admins, by the same keys
     contacted: set[str] = field(default_factory=set)  # keys whose bootstrap servers answered
     in_flight: dict[int, list[Future[Any]]] = field(default_factory=dict)  # id(client) -> futures
     retired: list[_Retired] = field(default_factory=list)
@@ -123,14 +125,11 @@ def admin_client(kafka: KafkaSettings, role: str = "metadata") -> AdminClient:
     with _state.lock:
         admin = _state.admins.get(key)
         if admin is None:
-            # SASL/TLS refusals through error_cb; and a look-up of a topic never creates it (an
-            # admin client is a producer to librdkafka: it would ask the broker to create it)
-            config = {
-                **kafka.client_config(),
-                "error_cb": auth.error_cb(key),
-                "allow.auto.create.topics": False,
-            }
-            admin = _state.admins[key] = AdminClient(client_config(config))
+            # a look-up of a topic never creates it (an admin client is a producer to librdkafka:
+            # it would ask the broker to create it)
+            config = {**kafka.client_config(), "allow.auto.create.topics": False}
+            witness = _state.witnesses[key] = witness_for(config)  # why it got no answer
+            admin = _state.admins[key] = AdminClient(client_config(config, witness))
     serve_logs(admin)
     return admin
 
@@ -143,12 +142,13 @@ def forget_admin_client(kafka: KafkaSettings, roles: Sequence[str] = ROLES) -> N
     with _state.lock:
         for role in roles:
             admin = _state.admins.pop(client_key(kafka, role), None)
+            _state.witnesses.pop(client_key(kafka, role), None)
             _state.contacted.discard(client_key(kafka, role))
             if admin is not None:
                 _state.retired.append(_Retired(admin, time.monotonic()))
                 gone.append(admin)
     for client in gone:
-        serve_logs(client)  # its lines say why (refused, TLS, SASL): logged once, de-duplicated
+        serve_logs(client)  # its lines say why (refused, TLS, SASL): to its Witness and the log
     reap()  # older ones (these are kept for RETIRED_GRACE_S at least)
 
 
@@ -177,10 +177,57 @@ def first_contact_s(kafka: KafkaSettings) -> float:
     return FIRST_CONTACT_S if setup_ms is None else float(setup_ms) / 1000.0
 
 
+# a failure seen this long after the first try is no blip: librdkafka has reconnected (its
+# reconnect.backoff.ms starts at 100 ms) and been told the same again
+SETTLED_S = 1.0
+_SLICE_S = 0.1
+
+
+def _first_answer(admin: AdminClient, key: str, fut: Future[Any], bound: float, servers: list[str]) -> Any:
+    """The first contact's answer, waited for up to `bound` (+0.5 s); a TimeoutError sooner once
+    every bootstrap server has failed for :data:`SETTLED_S` in a way that names why (refused, a name
+    that does not resolve, another protocol, a refused login): the same wait would end the same."""
+    started = time.monotonic()
+    deadline = started + bound + 0.5
+    while True:
+        try:
+            return fut.result(timeout=max(0.0, min(_SLICE_S, deadline - time.monotonic())))
+        except TimeoutError:
+            now = time.monotonic()
+            if now >= deadline:
+                raise
+            serve_logs(admin)  # its queued lines and errors: to its witness
+            with _state.lock:
+                witness = _state.witnesses.get(key)
+            if (
+                now - started >= SETTLED_S
+                and witness is not None
+                and witness.failed_all(servers, now - started)
+            ):
+                raise
+
+
+def unreachable(
+    kafka: KafkaSettings, role: str, within_s: float, fallback: str, *, refusals: bool = False
+) -> TxnOffsetsError:
+    """The error for a call on the `role` client that Kafka did not answer; the clients of `kafka`
+    are retired. It names what librdkafka saw in the last `within_s` seconds (connection refused, a
+    host that does not resolve, a failed TLS handshake, a listener of another protocol, a refused
+    login; with `refusals`, for a first contact, a refused login or certificate is a ConfigError
+    naming the setting: :meth:`.causes.Witness.why`), else says `fallback`."""
+    with _state.lock:
+        witness = _state.witnesses.get(client_key(kafka, role))
+    forget_admin_client(kafka)  # serves the client's queued lines to its witness
+    if witness is None:
+        witness = witness_for(kafka.client_config())
+    return witness.why(within_s, fallback, refusals=refusals)
+
+
 def connected_admin(kafka: KafkaSettings, timeout_s: float, role: str = "metadata") -> AdminClient:
     """The cached client, after its bootstrap servers answered once: the first call on a new
     client asks for the cluster's brokers bounded by :func:`first_contact_s` (at most
-    `timeout_s`), so a Kafka that answers nothing is ServiceUnavailable in seconds."""
+    `timeout_s`), so a Kafka that answers nothing is ServiceUnavailable in seconds, naming why
+    when librdkafka said (:func:`unreachable`)."""
     admin = admin_client(kafka, role)
     key = client_key(kafka, role)
     if key in _state.contacted:
@@ -189,20 +236,16 @@ def connected_admin(kafka: KafkaSettings, timeout_s: float, role: str = "metadat
     try:
         fut = admin.describe_cluster(request_timeout=bound)
         issued(admin, [fut])
-        fut.result(timeout=bound + 0.5)
+        _first_answer(admin, key, fut, bound, kafka.bootstrap_servers.split(","))
     except KafkaException as exc:
         err = exc.args[0] if exc.args else None
         if not isinstance(err, KafkaError) or err.code() in NO_ANSWER:
-            forget_admin_client(kafka)
-            auth.raise_if_refused(kafka, key)  # a refused login or certificate: named
             timed_out = isinstance(err, KafkaError) and err.code() == KafkaError._TIMED_OUT
             said = "" if timed_out else describe_error(exc)
             detail = f"no answer in {bound:g}s" + (f" ({said})" if said else "")
-            raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, detail) from None
+            raise unreachable(kafka, role, bound + 1.0, detail, refusals=True) from None
     except TimeoutError:
-        forget_admin_client(kafka)
-        auth.raise_if_refused(kafka, key)
-        raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, f"no answer in {bound:g}s") from None
+        raise unreachable(kafka, role, bound + 1.0, f"no answer in {bound:g}s", refusals=True) from None
     with _state.lock:
         if _state.admins.get(key) is admin:
             _state.contacted.add(key)

@@ -1,14 +1,16 @@
-"""What every Kafka client the library creates shares: librdkafka's own log through Python logging.
+"""What every Kafka client the library creates shares: librdkafka's own log through Python logging,
+and a :class:`~txn_offsets.kafka.causes.Witness` of its failed connections.
 
 Left alone, librdkafka writes each of its log lines to stderr itself: with Kafka down, a command
 printed ~190 ``%3|...|FAIL|`` lines before its one-line error, and ``serve`` as many in 10 s.
-:func:`client_config` gives every Producer, Consumer and AdminClient the ``logger`` hook of
-confluent-kafka: the lines go to the logger ``txn_offsets.kafka.librdkafka`` at WARNING at most
-(librdkafka's errors are conditions the library reports itself, as one error naming the
-bootstrap servers), and only librdkafka's warnings and errors are produced at all
-(``log_level`` 4). A :class:`Deduplicate` filter passes the first line of each kind and drops the
-same kind for :data:`WINDOW_S` seconds (a reconnect loop repeats one line every few ms), then
-passes it again with the number of lines it dropped.
+:func:`client_config` gives every Producer, Consumer and AdminClient a Witness as its ``logger``
+and ``error_cb``: the lines go to the logger ``txn_offsets.kafka.librdkafka`` - a failed
+connection at INFO (the error that follows names its cause: :mod:`txn_offsets.kafka.causes`;
+``-v`` shows the lines), librdkafka's warnings at WARNING at most, its info lines at DEBUG - and
+librdkafka makes lines up to info (``log_level`` 6: a listener of another protocol closing the
+connection is only an info line). A :class:`Deduplicate` filter passes the first line of each kind
+and drops the same kind for :data:`WINDOW_S` seconds (a reconnect loop repeats one line every few
+ms), then passes it again with the number of lines it dropped.
 
 A consumer's or producer's lines are served by its ``poll``; an AdminClient's by
 :func:`serve_logs` (the metadata module calls it).
@@ -25,12 +27,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from txn_offsets.config import check_kafka_tls
+from txn_offsets.kafka.causes import Witness
 
-__all__ = ["LOGGER_NAME", "WINDOW_S", "Deduplicate", "client_config", "serve_logs"]
+__all__ = ["LOGGER_NAME", "WINDOW_S", "Deduplicate", "client_config", "serve_logs", "witness_for"]
 
 LOGGER_NAME = "txn_offsets.kafka.librdkafka"
 WINDOW_S = 60.0
-_LOG_LEVEL = 4  # librdkafka's syslog levels: 3 error, 4 warning; 6 info and 7 debug stay unmade
+_LOG_LEVEL = 6  # librdkafka's syslog levels: 3 error, 4 warning, 6 info; 7 (debug) stays unmade
 
 # what differs between two lines of the same kind: the client's name, timings, counts
 _VARYING = re.compile(r"rdkafka#\w+-\d+|\(after \d+ms|\d+ identical error\(s\) suppressed|\d+ms")
@@ -72,14 +75,21 @@ _logger = logging.getLogger(LOGGER_NAME)
 _logger.addFilter(Deduplicate())
 
 
-def client_config(base: Mapping[str, Any]) -> dict[str, Any]:
-    """`base` plus the shared logging hook (the caller's own ``logger`` / ``log_level`` win).
+def client_config(base: Mapping[str, Any], witness: Witness | None = None) -> dict[str, Any]:
+    """`base` plus a Witness as ``logger`` and ``error_cb`` (`witness`, for a caller that asks it
+    why the client got no answer; else a new one) and ``log_level`` (`base`'s own values win).
 
     Brokers beyond loopback without verified TLS (SSL / SASL_SSL with certificate and name checks)
     are warned about once per process, or refused (ConfigError) under ``TXN_OFFSETS_REQUIRE_TLS=1``:
     :func:`txn_offsets.config.check_kafka_tls`."""
     check_kafka_tls(base)
-    return {"logger": _logger, "log_level": _LOG_LEVEL, **base}
+    seen = witness if witness is not None else witness_for(base)
+    return {"logger": seen, "error_cb": seen.error, "log_level": _LOG_LEVEL, **base}
+
+
+def witness_for(base: Mapping[str, Any]) -> Witness:
+    """A new Witness for a client made of `base`, handing its lines to the shared logger."""
+    return Witness(base, _logger)
 
 
 def serve_logs(client: Any) -> None:

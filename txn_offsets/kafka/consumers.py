@@ -24,7 +24,8 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException
 
 from txn_offsets.config import KafkaSettings
-from txn_offsets.kafka.clients import client_config
+from txn_offsets.kafka.causes import Witness
+from txn_offsets.kafka.clients import client_config, witness_for
 
 __all__ = ["METADATA_TIMEOUT_S", "ConsumerPool", "consumer_config", "pool"]
 
@@ -83,6 +84,7 @@ class ConsumerPool:
     def __init__(self) -> None:
         self._idle: dict[str, Consumer] = {}
         self._known: dict[int, set[str]] = {}  # id(consumer) -> topics it has metadata for
+        self._witnesses: dict[int, Witness] = {}  # id(consumer) -> its failed connections
         self._lock = threading.Lock()
 
     @staticmethod
@@ -95,7 +97,11 @@ class ConsumerPool:
         with self._lock:
             consumer = self._idle.pop(self._key(kafka, small), None)
         if consumer is None:
-            consumer = Consumer(client_config(consumer_config(kafka, small=small)))
+            config = consumer_config(kafka, small=small)
+            witness = witness_for(config)
+            consumer = Consumer(client_config(config, witness))
+            with self._lock:
+                self._witnesses[id(consumer)] = witness
         with self._lock:
             known = self._known.setdefault(id(consumer), set())
         for topic in sorted(set(topics) - known):
@@ -113,6 +119,13 @@ class ConsumerPool:
         with self._lock:
             return frozenset(self._known.get(id(consumer), ()))
 
+    def failures(self, consumer: Consumer, within_s: float) -> str:
+        """Why `consumer` (one this pool handed out) could not talk to its brokers in the last
+        `within_s` seconds, as librdkafka told (:mod:`txn_offsets.kafka.causes`); "" if it did not."""
+        with self._lock:
+            witness = self._witnesses.get(id(consumer))
+        return "" if witness is None else witness.said(within_s)
+
     def give_back(self, kafka: KafkaSettings, consumer: Consumer, *, small: bool = False) -> None:
         consumer.unassign()
         with self._lock:
@@ -125,6 +138,7 @@ class ConsumerPool:
         """Close `consumer` and forget it (its state is unknown, or it is one too many)."""
         with self._lock:
             self._known.pop(id(consumer), None)
+            self._witnesses.pop(id(consumer), None)
         consumer.close()
 
     def close_all(self) -> None:

@@ -23,7 +23,7 @@ from confluent_kafka.admin._listoffsets import OffsetSpec
 from confluent_kafka.cimpl import _AdminClientImpl
 
 from txn_offsets.config import KafkaSettings
-from txn_offsets.errors import ConfigError, ServiceUnavailable, TopicMissing
+from txn_offsets.errors import ConfigError, ServiceUnavailable, TopicMissing, TxnOffsetsError
 from txn_offsets.kafka import described, leaders
 from txn_offsets.kafka.admins import (
     NO_ANSWER,
@@ -32,6 +32,7 @@ from txn_offsets.kafka.admins import (
     describe_error,
     forget_admin_client,
     issued,
+    unreachable,
 )
 from txn_offsets.kafka.described import TopicInfo
 from txn_offsets.ranges import TopicPartition as TP
@@ -59,21 +60,22 @@ _STALE = {
 }
 
 
-def _forget_unless_answered(kafka: KafkaSettings, exc: BaseException) -> None:
-    """A fresh client next time when Kafka did not answer; not for an answer (no leader for a topic
-    being re-created, say): the cached client is fine, and retiring clients for answers made one
-    per plan while a topic was re-created."""
+def _failed(kafka: KafkaSettings, role: str, exc: BaseException, within_s: float) -> TxnOffsetsError:
+    """The error for a failed request. When Kafka did not answer, a fresh client next time and the
+    error names why (:func:`~txn_offsets.kafka.admins.unreachable`); not for an answer (no leader
+    for a topic being re-created, say): the cached client is fine, and retiring clients for answers
+    made one per plan while a topic was re-created."""
     err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
     if not isinstance(err, KafkaError) or err.code() in NO_ANSWER:
-        forget_admin_client(kafka)
+        return unreachable(kafka, role, within_s, describe_error(exc))
+    return ServiceUnavailable("Kafka", kafka.bootstrap_servers, describe_error(exc))
 
 
 def _topics_metadata(kafka: KafkaSettings, timeout_s: float, topic: str | None = None) -> Any:
     try:
         return connected_admin(kafka, timeout_s).list_topics(topic=topic, timeout=timeout_s)
     except KafkaException as exc:
-        _forget_unless_answered(kafka, exc)
-        raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, describe_error(exc)) from None
+        raise _failed(kafka, "metadata", exc, timeout_s + 1) from None
 
 
 def partitions_for(kafka: KafkaSettings, topic: str, *, timeout_s: float = 10.0) -> list[int]:
@@ -95,6 +97,7 @@ def _result(
     what: str,
     topic: str,
     *,
+    role: str = "metadata",
     stale: Callable[[], None] | None = None,
 ) -> Any:
     """One admin future's answer: an unknown topic or partition is a ConfigError naming `what`;
@@ -108,13 +111,9 @@ def _result(
             stale()
         if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
             raise TopicMissing(topic, f"{what} does not exist on {kafka.bootstrap_servers}") from None
-        _forget_unless_answered(kafka, exc)
-        raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, describe_error(exc)) from None
+        raise _failed(kafka, role, exc, timeout_s + 6) from None
     except TimeoutError:
-        forget_admin_client(kafka)
-        raise ServiceUnavailable(
-            "Kafka", kafka.bootstrap_servers, f"no answer about {what} in {timeout_s}s"
-        ) from None
+        raise unreachable(kafka, role, timeout_s + 6, f"no answer about {what} in {timeout_s}s") from None
 
 
 def describe_topics(
@@ -275,7 +274,8 @@ def _list_offsets_once(
         out: dict[TP, int] = {}
         for fut, topic in futures:
             refresh = functools.partial(leaders.forget_leaders, key, topic)
-            answer = _result(kafka, fut, timeout_s, f"the offsets of {topic!r}", topic, stale=refresh)
+            what = f"the offsets of {topic!r}"
+            answer = _result(kafka, fut, timeout_s, what, topic, role="offsets", stale=refresh)
             for tp, info in answer.items():
                 if isinstance(info, KafkaError):  # as _result reports a failed future
                     what = f"{tp.topic}[{tp.partition}]"

@@ -30,12 +30,19 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTP
 
 from txn_offsets.config import KafkaSettings
 from txn_offsets.errors import ConfigError, ServiceUnavailable
-from txn_offsets.kafka.admins import admin_client, connected_admin, forget_admin_client, issued
+from txn_offsets.kafka.admins import (
+    NO_ANSWER,
+    admin_client,
+    connected_admin,
+    forget_admin_client,
+    issued,
+    unreachable,
+)
 from txn_offsets.ranges import TopicPartition
 
 __all__ = ["GroupMirror", "group_offsets", "mirror_generation", "mirror_metadata", "validate_group"]
@@ -325,13 +332,14 @@ def group_offsets(kafka: KafkaSettings, group: str, *, timeout_s: float = 10.0) 
     try:
         result = futures[group].result(timeout=timeout_s + 5)
     except KafkaException as exc:
-        raise ServiceUnavailable(
-            "Kafka", kafka.bootstrap_servers, f"offsets of group {group!r}: {_describe(exc)}"
-        ) from None
+        said = f"offsets of group {group!r}: {_describe(exc)}"
+        err = exc.args[0] if exc.args else None
+        if isinstance(err, KafkaError) and err.code() in NO_ANSWER:  # why, if librdkafka said
+            raise unreachable(kafka, "groups", timeout_s + 6, said) from None
+        raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, said) from None
     except (FutureTimeout, TimeoutError):
-        raise ServiceUnavailable(
-            "Kafka", kafka.bootstrap_servers, f"no offsets of group {group!r} in {timeout_s}s"
-        ) from None
+        said = f"no offsets of group {group!r} in {timeout_s}s"
+        raise unreachable(kafka, "groups", timeout_s + 6, said) from None
     return {
         (tp.topic, tp.partition): int(tp.offset)
         for tp in result.topic_partitions

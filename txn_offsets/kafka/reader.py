@@ -166,14 +166,8 @@ def read_range(
                 last_progress = time.monotonic()
                 polled_at = position
             elif time.monotonic() - last_progress > stall_timeout_s:
-                raise KafkaReadError(
-                    topic,
-                    partition,
-                    rng.start,
-                    until,
-                    f"no progress for {stall_timeout_s:.0f}s at offset {position} (is the broker at "
-                    f"{kafka.bootstrap_servers} reachable? was the range planned past the end offset?)",
-                )
+                detail = _stalled(kafka, consumer, stall_timeout_s, position)
+                raise KafkaReadError(topic, partition, rng.start, until, detail)
         clean = True
     finally:
         if clean:
@@ -269,10 +263,7 @@ def read_ranges(
                 moved, last_progress = now, time.monotonic()
             elif time.monotonic() - last_progress > stall_timeout_s:
                 rng = next(iter(todo.values()))
-                detail = (
-                    f"no progress for {stall_timeout_s:.0f}s at offset {position[rng.key]} (is the broker at "
-                    f"{kafka.bootstrap_servers} reachable? was the range planned past the end offset?)"
-                )
+                detail = _stalled(kafka, consumer, stall_timeout_s, position[rng.key])
                 raise KafkaReadError(rng.topic, rng.partition, rng.start, rng.until, detail)
         consumer.resume(resume)
         clean = True
@@ -282,6 +273,14 @@ def read_ranges(
         else:  # an error: the consumer's state is unknown
             pool.discard(consumer)
     return out
+
+
+def _stalled(kafka: KafkaSettings, consumer: Consumer, stall_timeout_s: float, position: int) -> str:
+    """A read that did not move: why, if librdkafka said (connection refused, ...), else what to check."""
+    why = pool.failures(consumer, stall_timeout_s) or (
+        f"is the broker at {kafka.bootstrap_servers} reachable? was the range planned past the end offset?"
+    )
+    return f"no progress for {stall_timeout_s:.0f}s at offset {position} ({why})"
 
 
 def _read_error(rng: OffsetRange, position: int, err: KafkaError) -> KafkaReadError:

@@ -1,8 +1,9 @@
 """The HTTP app of ``txn-offsets serve`` (Starlette, served by uvicorn): read-only views of the store.
 
 * ``/metrics``: Prometheus exposition by prometheus-client (text or OpenMetrics, as the scraper asks)
-* ``/offsets``: JSON, every job with its status (``/offsets/{job}``: one job; unknown or retired
-  job: 404); retired jobs are only named (``retired_jobs``), as they give no series in /metrics
+* ``/offsets``: JSON, every job with its status under ``jobs`` (``/offsets/{job}``: that job's
+  object itself; unknown or retired job: 404); retired jobs are only named (``retired_jobs``), as
+  they give no series in /metrics
 * ``/healthz``: liveness, ``/readyz``: readiness, both from the background checks of
   :class:`~txn_offsets.service.health.HealthMonitor` (what each means is documented there)
 
@@ -156,23 +157,20 @@ def create_app(service: Service) -> Starlette:
             for j in snap.jobs
             if wanted is None or j.job == wanted
         ]
-        if wanted is not None and not jobs and wanted in snap.retired:
-            return _error(
-                404, f"job {wanted!r} is retired (`txn-offsets jobs list --all`); a new run brings it back"
-            )
         if wanted is not None and not jobs:
-            return _error(404, f"unknown job {wanted!r} (see /offsets for the jobs of this store)")
+            retired = f"job {wanted!r} is retired (`txn-offsets jobs list --all`); a new run brings it back"
+            unknown = f"unknown job {wanted!r} (see /offsets for the jobs of this store)"
+            return _error(404, retired if wanted in snap.retired else unknown)
         kafka = snap.kafka
-        return JSONResponse(
-            {
-                "schema": service.store.schema,
-                "isolation_level": service.kafka.kafka.isolation_level,
-                "kafka_error": None if kafka is None else kafka.error,
-                "kafka_facts_at": None if kafka is None else kafka.fetched_at,
-                "jobs": jobs if wanted is None else jobs[0],
-                **({"retired_jobs": list(snap.retired)} if wanted is None else {}),
-            }
-        )
+        view = {
+            "schema": service.store.schema,
+            "isolation_level": service.kafka.kafka.isolation_level,
+            "kafka_error": None if kafka is None else kafka.error,
+            "kafka_facts_at": None if kafka is None else kafka.fetched_at,
+        }
+        if wanted is not None:  # one resource: the job's own object, with what it was seen through
+            return JSONResponse({**jobs[0], **view})
+        return JSONResponse({**view, "jobs": jobs, "retired_jobs": list(snap.retired)})
 
     def probe(kind: Literal["live", "ready"]) -> Callable[[Request], Awaitable[Response]]:
         async def answer(request: Request) -> Response:

@@ -37,7 +37,7 @@ from typing import Literal
 import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.errors import SchemaMissing
+from txn_offsets.errors import SchemaMissing, ServiceUnavailable, TxnOffsetsError
 from txn_offsets.store.handle import Store
 
 __all__ = ["DEPENDENCIES", "HealthMonitor"]
@@ -55,6 +55,7 @@ class _State:
     ok_at: float | None = None  # monotonic end of the last successful one
     ok: bool = False  # the outcome of the last finished check
     error: str | None = None  # its error class, when it failed
+    said: str | None = None  # what our error said (unreachable: why, if librdkafka told), else the class
     value: str | None = None  # what it read (PostgreSQL: the schema's revision)
 
 
@@ -62,6 +63,14 @@ def _error_class(exc: BaseException) -> str:
     code = exc.args[0] if exc.args else None
     name = getattr(code, "name", None)  # a KafkaError: its code name (_TRANSPORT, _TIMED_OUT...)
     return f"{type(exc).__name__}({name()})" if callable(name) else type(exc).__name__
+
+
+def _said(exc: BaseException) -> str:
+    """A failed check in one line: our error's (an unreachable service: its detail, which names
+    librdkafka's cause when it gave one), else the class."""
+    if isinstance(exc, ServiceUnavailable):
+        return exc.detail
+    return str(exc) if isinstance(exc, TxnOffsetsError) else _error_class(exc)
 
 
 def _postgres_check(store: Store) -> str | None:
@@ -77,6 +86,8 @@ def _postgres_check(store: Store) -> str | None:
 
 
 def _kafka_check(kafka: KafkaSettings, timeout_s: float) -> None:
+    from confluent_kafka import KafkaException
+
     from txn_offsets.kafka import admins
 
     try:
@@ -84,6 +95,11 @@ def _kafka_check(kafka: KafkaSettings, timeout_s: float) -> None:
         fut = admin.describe_cluster(request_timeout=timeout_s)
         admins.issued(admin, [fut])
         fut.result(timeout=timeout_s + 1.0)
+    except (KafkaException, TimeoutError) as exc:  # a fresh client next time, and why, if librdkafka said
+        said = (
+            admins.describe_error(exc) if isinstance(exc, KafkaException) else f"no answer in {timeout_s:g}s"
+        )
+        raise admins.unreachable(kafka, "metadata", timeout_s + 2.0, said) from None
     except Exception:
         admins.forget_admin_client(kafka)  # a fresh client next time, not one retrying forever
         raise
@@ -176,23 +192,26 @@ class HealthMonitor:
     def _loop(self, name: str, check: Check) -> None:
         while not self._stop.is_set():
             started = time.monotonic()
+            said: str | None = None
             try:
                 value, error = check(), None
             except Exception as exc:  # any failure is "unavailable", and the checks go on
                 value, error = None, _error_class(exc)
-            self._record(name, value, error)
+                said = _said(exc)
+            self._record(name, value, error, said)
             self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
 
-    def _record(self, name: str, value: str | None, error: str | None) -> None:
+    def _record(self, name: str, value: str | None, error: str | None, said: str | None = None) -> None:
         now = time.monotonic()
         with self._lock:
             state = self._states[name]
             was_ok, first = state.ok, state.checked_at is None
             state.checked_at, state.ok, state.error, state.value = now, error is None, error, value
+            state.said = said
             if error is None:
                 state.ok_at = now
         if error is not None and (was_ok or first):
-            logger.warning("health: %s unavailable (%s)", name, error)
+            logger.warning("health: %s unavailable (%s)", name, said or error)
         elif error is None and not was_ok and not first:
             logger.warning("health: %s available again", name)
 
@@ -207,10 +226,11 @@ class HealthMonitor:
             return all(s.checked_at is not None for s in self._states.values())
 
     def kafka_down(self) -> str | None:
-        """The error class of Kafka's last check when it failed (None: ok, or not checked yet)."""
+        """Why Kafka's last check failed - our one line (naming librdkafka's cause when it gave
+        one), else the error class - None: ok, or not checked yet."""
         with self._lock:
             state = self._states["kafka"]
-            return state.error if state.checked_at is not None and not state.ok else None
+            return (state.said or state.error) if state.checked_at is not None and not state.ok else None
 
     def live(self) -> bool:
         now = time.monotonic()

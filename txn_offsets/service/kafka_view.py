@@ -172,17 +172,14 @@ class KafkaView:
             try:
                 desc = fut.result(timeout=self.timeout_s + 5)
             except TimeoutError:
-                admins.forget_admin_client(self.kafka)
-                raise ServiceUnavailable(
-                    "Kafka", self.kafka.bootstrap_servers, f"no answer in {self.timeout_s:g}s"
-                ) from None
+                said = f"no answer in {self.timeout_s:g}s"
+                raise admins.unreachable(self.kafka, "metadata", self.timeout_s + 6, said) from None
             except KafkaException as exc:
                 err = exc.args[0] if exc.args else None
                 if not isinstance(err, KafkaError) or err.code() in admins.NO_ANSWER:
-                    admins.forget_admin_client(self.kafka)  # nobody answered: a fresh client next time
-                    raise ServiceUnavailable(
-                        "Kafka", self.kafka.bootstrap_servers, admins.describe_error(exc)
-                    ) from None
+                    # nobody answered: a fresh client next time, and the error says why
+                    said = admins.describe_error(exc)
+                    raise admins.unreachable(self.kafka, "metadata", self.timeout_s + 6, said) from None
                 problems[topic] = _reason(err)
                 continue
             partitions[topic] = tuple(sorted(p.id for p in desc.partitions))

@@ -20,7 +20,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.errors import ConfigError, TopicChanged, Transient
+from txn_offsets.errors import ConfigError, Fenced, TopicChanged, Transient
 from txn_offsets.kafka import described
 from txn_offsets.spark.publish import BatchPublisher
 from txn_offsets.spark.retry import TransientRetries
@@ -30,6 +30,7 @@ from txn_offsets.spark.spec import JobSpec, job_run
 from txn_offsets.spark.summary import BatchReport, JobSummary
 from txn_offsets.spark.tasks import TaskReport
 from txn_offsets.store.budget import ConnectionBudget
+from txn_offsets.store.fences import explain_fence
 from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import Run
 
@@ -114,6 +115,14 @@ def run_loop(
         try:
             with steps(store, run) as step:
                 _repeat(step, summary, publisher, pace=pace, stop=stop, then=then)
+        except Fenced as exc:
+            # what fenced the run (a newer run, a reset, an import, a retire) and what it had
+            # committed, read from the store: an operator must not take "fenced" for "nothing
+            # written" and replay what this run counted
+            publisher.run_failed(exc)  # the mirror stops at once, before the store is asked
+            running_s = time.monotonic() - started
+            fenced = explain_fence(store, run, exc, batches=summary.batches, running_s=running_s)
+            raise fenced.with_traceback(exc.__traceback__) from None
         except BaseException as exc:
             publisher.run_failed(exc)
             raise

@@ -37,7 +37,7 @@ import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import ConfigError, Fenced, JobAlreadyRunning, ServiceUnavailable, UnknownJob
-from txn_offsets.store import roles
+from txn_offsets.store import holders, roles
 from txn_offsets.store.database import sqlstate
 from txn_offsets.store.handle import Store
 from txn_offsets.store.schema import tables_for
@@ -48,6 +48,7 @@ __all__ = [
     "Run",
     "StartRequest",
     "StartTicket",
+    "already_running",
     "end_run",
     "end_runs",
     "fenced",
@@ -91,6 +92,8 @@ class JobState:
     live: bool
     heartbeat_age_s: float
     first_plan_at: datetime | None = None
+    lease_left_s: float | None = None  # until the lease expires unless renewed (None: no lease)
+    lease_s: float | None = None  # the lease's length, as its run set it
 
 
 def validate_job(job: str) -> str:
@@ -126,6 +129,8 @@ def lock_job(
         sa.and_(jobs.c.run_id.is_not(None), jobs.c.lease_until > sa.func.now()).label("live"),
         age.label("age"),
         jobs.c.first_plan_at,
+        sa.extract("epoch", jobs.c.lease_until - sa.func.now()).label("lease_left"),
+        jobs.c.lease_s,
     ).where(jobs.c.job == job)
     if for_update:
         stmt = stmt.with_for_update()
@@ -144,6 +149,8 @@ def lock_job(
         bool(row.live),
         float(row.age),
         row.first_plan_at,
+        None if row.lease_left is None else float(row.lease_left),
+        row.lease_s,
     )
 
 
@@ -193,7 +200,8 @@ def start_run(
 ) -> Run:
     """Start a run of `job`: bump the generation (fencing older runs) and take the lease.
 
-    Refuses with JobAlreadyRunning while another run's lease is live, unless `force`.
+    Refuses with JobAlreadyRunning while another run's lease is live, unless `force` - or unless
+    its holder ran on this host and is provably gone (store.holders): then it takes the job over.
 
     The run id is the start's token. A connection that breaks during the start (a failover, a lost
     COMMIT) is tried again with the same run id (up to 5 attempts, ~5 s), and the job row, read
@@ -334,10 +342,28 @@ def _start_in(
         if ticket.locked is not None and state.generation != ticket.locked:
             raise Fenced(state.job, ticket.locked + 1, state.generation)  # another run started meanwhile
         if state.live and not request.force:
-            if skip_locked:
-                continue  # alone, it is refused with JobAlreadyRunning
-            raise JobAlreadyRunning(state.job, state.run_id or "?", state.generation, float(state.age))
-        if state.live:
+            # The holder may be provably dead: a process of this host, boot and pid namespace that
+            # no longer runs (killed, crashed). Then this start takes the job over at once instead
+            # of waiting out its lease. Exactly-once does not rest on this judgement: a takeover is
+            # a start like force=True, whose generation bump fences anything the dead run left
+            # running (a task still committing: the bump waits for its claim, and every later claim
+            # or heartbeat of the old generation raises Fenced). A holder that may be alive, or runs
+            # on another host, is never taken over: it is refused until its lease expires.
+            verdict = holders.judge(state.run_host, state.run_process)
+            if verdict.state != "gone":
+                if skip_locked:
+                    continue  # alone, it is refused with JobAlreadyRunning
+                raise already_running(state, verdict)
+            logger.warning(
+                "job %r: run %r still held the lease (generation %r, lease left %.1fs), but %s: "
+                "taking the job over now (the new generation fences anything it left running)",
+                state.job,
+                state.run_id,
+                state.generation,
+                float(state.lease_left_s),
+                verdict.why,
+            )
+        elif state.live:
             logger.warning(
                 "job %r: forcing a new run, fencing live run %r (generation %r)",
                 state.job,
@@ -352,10 +378,27 @@ def _start_in(
             "run_ids": [r.ticket.run_id for r in bump],
             "leases": [float(r.lease_s) for r in bump],
             "host": socket.gethostname(),
+            "process": holders.this_process(),
         }
         for job, generation in conn.execute(_bump(db.schema), values).all():
             runs[job] = Run(job, int(generation), want[job].ticket.run_id)
     return runs
+
+
+def already_running(
+    state: Any, verdict: holders.Verdict = holders.UNKNOWN, held: str = "?"
+) -> JobAlreadyRunning:
+    """The refusal of a move (a start, a reset, an import, a retire) by the live run of a job row (a
+    JobState, or :func:`_locking`'s): when its lease expires, its length, what this host knows of it."""
+    return JobAlreadyRunning(
+        state.job,
+        state.run_id or held,
+        state.generation,
+        float(state.heartbeat_age_s),
+        lease_left_s=None if state.lease_left_s is None else float(state.lease_left_s),
+        lease_s=None if state.lease_s is None else float(state.lease_s),
+        holder=verdict.why if verdict.state == "alive" else "",
+    )
 
 
 def _lock(conn: sa.Connection, db: DatabaseSettings, jobs: list[str], *, skip_locked: bool) -> list[Any]:
@@ -370,9 +413,7 @@ def _lock(conn: sa.Connection, db: DatabaseSettings, jobs: list[str], *, skip_lo
         if sqlstate(exc) != "55P03":  # lock_not_available
             raise
         state = lock_job(conn, db, jobs[0], for_update=False)
-        raise JobAlreadyRunning(
-            jobs[0], state.run_id or "(a transaction in flight)", state.generation, state.heartbeat_age_s
-        ) from None
+        raise already_running(state, held="(a transaction in flight)") from None
 
 
 def renew_lease(conn: sa.Connection, db: DatabaseSettings, run: Run) -> JobState:
@@ -532,7 +573,8 @@ def _locking(schema: str, skip_locked: bool) -> sa.TextClause:
     job order, `skip_locked` passing over those another transaction holds; the lease and the
     heartbeat's age judged by the database clock."""
     sql = f"""SELECT job, generation, run_id, (run_id IS NOT NULL AND lease_until > now()) AS live,
-    coalesce(extract(epoch FROM now() - heartbeat_at), 0.0) AS age
+    coalesce(extract(epoch FROM now() - heartbeat_at), 0.0) AS heartbeat_age_s, run_host, run_process,
+    lease_s, coalesce(extract(epoch FROM lease_until - now()), 0.0) AS lease_left_s
 FROM {_table(schema)} WHERE job = ANY(CAST(:jobs AS text[]))
 ORDER BY job FOR UPDATE{" SKIP LOCKED" if skip_locked else ""}"""  # noqa: S608 - identifiers from a validated schema name, values bound
     return sa.text(sql)
@@ -542,8 +584,9 @@ ORDER BY job FOR UPDATE{" SKIP LOCKED" if skip_locked else ""}"""  # noqa: S608 
 def _bump(schema: str) -> sa.TextClause:
     """The start's UPDATE for each locked job: the next generation, its run id and lease."""
     sql = f"""UPDATE {_table(schema)} j
-SET generation = j.generation + 1, run_id = w.run_id, run_host = :host, lease_s = w.lease,
-    started_at = now(), heartbeat_at = now(), lease_until = now() + make_interval(0, 0, 0, 0, 0, 0, w.lease)
+SET generation = j.generation + 1, run_id = w.run_id, run_host = :host, run_process = :process,
+    lease_s = w.lease, started_at = now(), heartbeat_at = now(),
+    lease_until = now() + make_interval(0, 0, 0, 0, 0, 0, w.lease)
 FROM unnest(CAST(:jobs AS text[]), CAST(:run_ids AS text[]), CAST(:leases AS double precision[]))
     AS w(job, run_id, lease)
 WHERE j.job = w.job

@@ -134,6 +134,8 @@ def tables_for(schema: str = DEFAULT_SCHEMA) -> Tables:
         sa.Column("generation", sa.BigInteger, nullable=False, server_default=sa.text("0")),
         sa.Column("run_id", sa.Text, nullable=True),
         sa.Column("run_host", sa.Text, nullable=True),
+        # the lease holder's process (store.holders): a restart on its host may prove it dead
+        sa.Column("run_process", sa.Text, nullable=True),
         sa.Column("lease_s", sa.Double, nullable=True),
         sa.Column("started_at", _TS, nullable=True),
         sa.Column("heartbeat_at", _TS, nullable=True),

@@ -304,7 +304,7 @@ def test_a_table_import_needs_a_topic_id_or_the_current_incarnation_flag(
 
     code, out, err = run_cli(*base)
     assert (code, out) == (USAGE, "") and err.count("\n") == 1, err
-    assert err.startswith("txn-offsets: error: --from-table: a table does not say which incarnation")
+    assert err.startswith("txn-offsets: error: argument --from-table: a table does not say which incarnation")
     assert "add --topic-id TOPIC=ID for each topic" in err and "or --current-topic-incarnation" in err
     for wrong in (
         ["--topic-id", topic],  # no id

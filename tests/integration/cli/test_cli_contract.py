@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from tests.integration.helpers import Cli, offsets_of, seed
 from txn_offsets.config import DatabaseSettings
-from txn_offsets.errors import ConfigError
+from txn_offsets.errors import SchemaMissing
 from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import start_run
 
@@ -29,12 +29,14 @@ def test_version(run_cli: Cli) -> None:
 
 def test_debug_and_verbose_after_the_command(run_cli: Cli, db: DatabaseSettings) -> None:
     s = ["--schema", db.schema]
-    code, _, err = run_cli("db", "downgrade", *s)
+    code, _, err = run_cli("db", "downgrade", *s, "--debug")  # a usage error stays one line
+    assert code == USAGE and err.count("\n") == 1 and "give the revision" in err
+    code, _, err = run_cli("db", "check", *s)
     assert code == 1 and err.count("\n") == 1
-    with pytest.raises(ConfigError, match="give the revision"):  # --debug: the traceback
-        run_cli("db", "downgrade", *s, "--debug")
-    with pytest.raises(ConfigError):
-        run_cli("db", "--debug", "downgrade", *s)
+    with pytest.raises(SchemaMissing):  # --debug: the traceback
+        run_cli("db", "check", *s, "--debug")
+    with pytest.raises(SchemaMissing):
+        run_cli("db", "--debug", "check", *s)
     assert run_cli("db", "current", *s, "-v")[0] == 0
     assert run_cli("db", "current", "--verbose", *s)[0] == 0
 

@@ -3,9 +3,12 @@ stale pid files and busy ports give errors that say what to do."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,9 +46,19 @@ def test_up_twice_then_down(private_stack: Stack) -> None:
     assert first.postgres_pid and first.kafka_pid
     env = private_stack.env()
     kafka_round_trip(env["TXN_OFFSETS_KAFKA_BOOTSTRAP"])
-    url = env["TXN_OFFSETS_DATABASE_URL"].replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(url) as conn:
-        assert conn.execute("SELECT current_user").fetchone() == ("txn_offsets",)
+    for variable, role in (
+        ("TXN_OFFSETS_DATABASE_URL", "job_runner"),
+        ("TXN_OFFSETS_OWNER_DATABASE_URL", "txn_offsets"),
+    ):
+        url = env[variable].replace("postgresql+psycopg://", "postgresql://")
+        with psycopg.connect(url) as conn:  # the run role jobs run as; the database's owner
+            assert conn.execute("SELECT current_user").fetchone() == (role,)
+    with psycopg.connect(env["TXN_OFFSETS_ADMIN_DATABASE_URL"].replace("+psycopg", "")) as conn:
+        attributes = conn.execute(
+            "SELECT rolsuper, rolcreatedb, rolcreaterole, rolbypassrls FROM pg_roles "
+            "WHERE rolname = 'job_runner'"
+        ).fetchone()
+        assert attributes == (False, False, False, False)  # a job's role: no DDL beyond its grants, no bypass
     pooled = env["TXN_OFFSETS_POOLED_DATABASE_URL"].replace("postgresql+psycopg://", "postgresql://")
     with psycopg.connect(pooled) as conn:  # through PgBouncer, after the second up
         assert conn.execute("SELECT current_user").fetchone() == ("txn_offsets",)
@@ -58,14 +71,45 @@ def test_up_twice_then_down(private_stack: Stack) -> None:
     assert (status.postgres_pid, status.kafka_pid) == (None, None)
 
 
-def test_stale_pid_files(private_stack: Stack) -> None:
-    private_stack.dir.mkdir(parents=True)
+def _dead_pid() -> int:
     dead = pick_free_port()  # any number that is not a live pid is fine; find one
     while pid_alive(dead):
         dead += 1
-    (private_stack.dir / "kafka.pid").write_text(f"{dead}\n")
-    # a dead pid is cleaned up by itself and the stack starts
-    assert private_stack.status().kafka_pid is None
+    return dead
+
+
+def test_status_reports_a_stale_pid_file_and_leaves_it(private_stack: Stack) -> None:
+    """`dev status` only reports: a pid file whose process is gone is named stale, and kept (it
+    used to be deleted, with a WARNING log line and no word of it in the status)."""
+    private_stack.status()  # the stack's state.json, as a stack that was up once has it
+    pid_file = private_stack.dir / "kafka.pid"
+    pid_file.write_text(f"{_dead_pid()}\n")
+    state = json.loads((private_stack.dir / "state.json").read_text())
+    cli = Path(sys.executable).parent / "txn-offsets"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TXN_OFFSETS_")}
+    done = subprocess.run(
+        [str(cli), "dev", "status", "--stack-dir", str(private_stack.dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (3, ""), done.stderr
+    assert done.stdout.splitlines() == [
+        f"postgres  {'stopped':22} 127.0.0.1:{state['pg_port']}",
+        f"kafka     {'stopped':22} 127.0.0.1:{state['kafka_port']} "
+        f"(stale pid file {pid_file}: its process is gone)",
+    ]
+    assert pid_file.exists()
+    assert private_stack.status().stale == {"kafka": pid_file} and pid_file.exists()
+
+
+def test_stale_pid_files(private_stack: Stack) -> None:
+    private_stack.status()  # the stack's state.json, as a stack that was up once has it
+    (private_stack.dir / "kafka.pid").write_text(f"{_dead_pid()}\n")
+    # a dead pid is cleaned up by the commands that act (down here, up alike)
+    assert private_stack.down() == []
     assert not (private_stack.dir / "kafka.pid").exists()
     # a live pid that is not ours is never signalled: clear error naming the file to remove
     (private_stack.dir / "kafka.pid").write_text(f"{os.getpid()}\n")

@@ -52,7 +52,7 @@ def test_a_retired_client_is_kept_while_used_and_destroyed_after(monkeypatch: py
     nobody = KafkaSettings("127.0.0.1:9")  # discard port: nothing answers
     held = admins.admin_client(nobody)
     first = id(held)
-    with pytest.raises(ServiceUnavailable, match=r"no answer in 0\.5s"):
+    with pytest.raises(ServiceUnavailable, match=r"cannot reach Kafka at 127\.0\.0\.1:9: "):
         admins.connected_admin(nobody, timeout_s=5)  # retires it (Kafka did not answer)
     fresh = admins.admin_client(nobody)
     assert fresh is not held and first in _retired_ids()  # the next call gets a fresh client

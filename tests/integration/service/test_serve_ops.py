@@ -93,6 +93,50 @@ def test_retired_jobs_give_no_series(
         assert one.status_code == 404 and "retired" in one.json()["error"]
 
 
+def test_one_job_is_its_own_object(
+    engine: sa.Engine,
+    migrated: DatabaseSettings,
+    job_name: str,
+    database_url: str,
+    kafka_bootstrap: str,
+    topic_factory: Callable[..., str],
+) -> None:
+    """/offsets/{job} is the job's object, as it is in /offsets's list, with the view's context
+    beside its fields (before: the object under the plural "jobs" key)."""
+    topic = topic_factory(partitions=1)
+    produce_counts(kafka_bootstrap, topic, {0: 6})
+    run = start_run(Store(engine, migrated), job_name)
+    seed(engine, migrated, job_name, {(topic, 0): 2})
+    with serving(_env(database_url, kafka_bootstrap), migrated.schema) as url:
+        listed = httpx.get(f"{url}/offsets", timeout=30).json()
+        one = httpx.get(f"{url}/offsets/{job_name}", timeout=30)
+    assert one.status_code == 200 and one.headers["content-type"] == "application/json"
+    body = one.json()
+    assert "jobs" not in body and "retired_jobs" not in body
+    assert (body["job"], body["generation"], body["state"], body["total_lag"]) == (
+        job_name,
+        run.generation,
+        "live",
+        4,
+    )
+    assert [(p["topic"], p["partition"], p["offset"], p["lag"]) for p in body["partitions"]] == [
+        (topic, 0, 2, 4)
+    ]
+    context = ("schema", "isolation_level", "kafka_error", "kafka_facts_at")
+    assert {k: body[k] for k in context if k != "kafka_facts_at"} == {
+        "schema": migrated.schema,
+        "isolation_level": "read_committed",
+        "kafka_error": None,
+    }
+    (listed_job,) = [j for j in listed["jobs"] if j["job"] == job_name]
+    assert {k: v for k, v in body.items() if k not in context} == {
+        **listed_job,
+        "heartbeat_age_s": body["heartbeat_age_s"],  # read a moment later
+        "partitions": body["partitions"],
+    }
+    assert set(listed) == {*context, "jobs", "retired_jobs"}
+
+
 def test_status_thresholds_from_the_command_line(
     engine: sa.Engine,
     migrated: DatabaseSettings,
@@ -109,7 +153,7 @@ def test_status_thresholds_from_the_command_line(
     env = _env(database_url, kafka_bootstrap)
 
     def status(url: str) -> str:
-        return str(httpx.get(f"{url}/offsets/{job_name}", timeout=30).json()["jobs"]["status"])
+        return str(httpx.get(f"{url}/offsets/{job_name}", timeout=30).json()["status"])
 
     with serving(env, migrated.schema) as url:
         assert status(url) == "OK"  # the default: 10 minutes before STALLED

@@ -190,7 +190,7 @@ def test_offsets_json(make_client: Callable[..., TestClient], seeded: tuple[str,
         (topic, 1, 3, 0),
     ]
     one = client.get(f"/offsets/{job_name}")
-    assert one.status_code == 200 and one.json()["jobs"]["job"] == job_name
+    assert one.status_code == 200 and one.json()["job"] == job_name
     missing = client.get("/offsets/ghost")
     assert missing.status_code == 404 and missing.json() == {
         "error": "unknown job 'ghost' (see /offsets for the jobs of this store)"

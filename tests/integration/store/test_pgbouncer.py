@@ -330,7 +330,7 @@ def test_serve_answers_offsets(
             for _ in range(8):  # more than psycopg's prepare threshold (5) on each connection
                 body = client.get(f"{match.group(1)}/offsets/{job_name}")
                 assert body.status_code == 200, body.text
-                partitions = body.json()["jobs"]["partitions"]
+                partitions = body.json()["partitions"]
                 assert [(p["partition"], p["offset"], p["lag"]) for p in partitions] == [
                     (p, 5, 5) for p in range(4)
                 ]

@@ -35,8 +35,10 @@ OPTIONS = LowLatency(epoch_s=20, commit_interval_ms=10, check_interval_ms=100)
 
 
 def fenced_message(job: str) -> str:
-    """Fenced's message for this test's first run (generation 1) and the newer one."""
-    return re.escape(f"run generation 1 of job {job!r} was fenced by generation 2")
+    """Fenced's message for this test's first run (generation 1), fenced by the newer one."""
+    return re.escape(
+        f"run generation 1 of job {job!r} was fenced by a newer run of this job (generation 2, run "
+    )
 
 
 def mark_group(admin: AdminClient, group: str, topic: str, partitions: int) -> None:
