@@ -75,7 +75,7 @@ lint: install
 # and over TLS + SASL_SSL (tests/integration/test_tls_sasl.py): TLS=1
 # two workers, a test file at a time, the files that take minutes handed out first (tests/conftest.py);
 # TEST_WORKERS= runs them all in this process
-TEST_WORKERS ?= -n 2 --dist loadfile
+TEST_WORKERS ?= -n 2 --dist loadfile --no-loadscope-reorder
 # lint and the stack's start run side by side (Kafka's JVM and initdb wait on their disks while
 # mypy works); either failing fails the target
 test: install

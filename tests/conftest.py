@@ -1,6 +1,7 @@
 """Test configuration: fixtures live in tests/fix_*.py; markers are added by path.
 
-``make test`` runs the suite on two pytest-xdist workers (``--dist loadfile``): a test file is one
+``make test`` runs the suite on two pytest-xdist workers (``--dist loadfile --no-loadscope-reorder``,
+in the order collected here, not xdist's by number of tests): a test file is one
 unit (its tests run in order on one worker, its module fixtures are built once), and the files that
 take minutes (the chaos and bench smokes, the Structured Streaming kill test, the standalone
 cluster...) are handed out first, so neither worker is left with one of them at the end while the

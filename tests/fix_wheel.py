@@ -81,7 +81,10 @@ def build_and_install(base: Path) -> Installed:
     venv = base / "venv"
     # the base interpreter, not this checkout's venv: a fresh virtualenv as `python3 -m venv` makes it
     subprocess.run([sys._base_executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    pip = [str(venv / "bin" / "pip"), "--disable-pip-version-check", "-q", "install", f"{wheel}[connect]"]
+    # --no-compile: pip would byte-compile every module of every dependency (pyspark's thousands)
+    # first; Python compiles what it imports anyway, and nothing else of the install differs
+    pip = [str(venv / "bin" / "pip"), "--disable-pip-version-check", "-q", "install", "--no-compile"]
+    pip.append(f"{wheel}[connect]")
     done = subprocess.run(pip, capture_output=True, text=True, timeout=900, check=False, cwd=base)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return Installed(venv, wheel, sdist)

@@ -14,7 +14,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from tests.conftest import _LONG_FILES
+from tests.conftest import _LONG_FILES, pytest_collection_modifyitems
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -25,9 +25,16 @@ def _test_workers() -> list[str]:
     return shlex.split(match.group(1))
 
 
-def test_each_file_runs_whole_on_one_worker(tmp_path: Path) -> None:
-    for name in ("test_a.py", "test_b.py", "test_c.py"):
-        body = "".join(f"def test_{i}():\n    assert True\n\n" for i in range(12))
+def test_each_file_runs_whole_on_one_worker_in_the_collected_order(tmp_path: Path) -> None:
+    """test_a.py (one test, collected first, as the long files are) starts before the 24 tests of
+    the two bigger files are done: xdist's default orders files by their number of tests, which
+    left make test's one-test chaos and bench smokes to the end of the run."""
+    log = tmp_path / "started.log"
+    for name, tests in (("test_a.py", 1), ("test_b.py", 12), ("test_c.py", 12)):
+        body = "".join(
+            f"def test_{i}():\n    with open({str(log)!r}, 'a') as f:\n        f.write({name!r} + '\\n')\n\n"
+            for i in range(tests)
+        )
         (tmp_path / name).write_text(body)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     done = subprocess.run(
@@ -44,23 +51,29 @@ def test_each_file_runs_whole_on_one_worker(tmp_path: Path) -> None:
         workers[file].add(worker)
     assert sorted(workers) == ["test_a.py", "test_b.py", "test_c.py"], done.stdout
     assert all(len(w) == 1 for w in workers.values()), dict(workers)
+    started = log.read_text().splitlines()
+    assert len(started) == 25 and started.index("test_a.py") < 12, started
 
 
-def test_the_long_files_are_collected_first() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q", "tests"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+class _Item:
+    """What tests/conftest.py's collection hook reads of a test: its path; it adds markers."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.markers: list[str] = []
+
+    def add_marker(self, marker: object) -> None:
+        self.markers.append(getattr(marker, "name", str(marker)))
+
+
+def test_the_long_files_are_handed_out_first_and_exist() -> None:
+    tests = REPO / "tests"
+    found = {name: sorted(tests.rglob(name)) for name in _LONG_FILES}
+    assert all(len(paths) == 1 for paths in found.values()), "a long file was renamed or doubled: " + str(
+        {n: p for n, p in found.items() if len(p) != 1}
     )
-    assert done.returncode == 0, done.stderr[-2000:]
-    files: list[str] = []
-    for line in done.stdout.splitlines():
-        name = line.split("::", 1)[0].rsplit("/", 1)[-1]
-        if "::" in line and (not files or files[-1] != name):
-            files.append(name)
-    long_ones = [f for f in _LONG_FILES if f in files]
-    assert long_ones == list(_LONG_FILES), "a long file was renamed: update tests/conftest.py"
-    assert files[: len(long_ones)] == long_ones
+    short = [tests / "unit" / "test_a.py", tests / "integration" / "store" / "test_b.py"]
+    items = [_Item(p) for p in [*short, *reversed([found[n][0] for n in _LONG_FILES]), short[0]]]
+    pytest_collection_modifyitems(items)  # type: ignore[arg-type]
+    assert [i.path.name for i in items] == [*_LONG_FILES, "test_a.py", "test_b.py", "test_a.py"]
+    assert "unit" in items[-1].markers and "integration" in items[-2].markers

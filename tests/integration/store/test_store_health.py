@@ -240,7 +240,9 @@ def test_the_table_measurement_waits_for_an_old_transaction_and_reports_the_olde
             conn.execute(sa.text("BEGIN ISOLATION LEVEL REPEATABLE READ"))
             conn.execute(sa.text("SELECT 1"))
             opened.set()
-            time.sleep(3.0)
+            # held long enough that the measurement, however slow its own set-up on a loaded machine
+            # (CI once waited 0.5 s of a 3 s hold: its schema took 2.5 s), meets it older than a second
+            time.sleep(6.0)
             conn.execute(sa.text("COMMIT"))
         released.set()
 
@@ -249,7 +251,7 @@ def test_the_table_measurement_waits_for_an_old_transaction_and_reports_the_olde
     assert opened.wait(30)  # however slow the connection on a loaded machine
     time.sleep(1.5)  # older than a second when the measurement starts
     result = measure_offsets_table(migrated, checkpoints=(20, 40))
-    holder.join(10)
+    holder.join(15)
     held.dispose()
     assert released.is_set() and result["waited_s"] >= 1.0, result
     assert result["oldest_transaction_max_s"] >= 0.0 and result["checkpoints"][-1]["batches"] == 40
