@@ -50,13 +50,13 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from txn_offsets.admin.moves import ALLOW_OUTSIDE_LOG, Move, MovePlan, forced_reason, in_log, outside_log
 from txn_offsets.admin.sources import Incarnation, incarnation_evidence
 from txn_offsets.config import KafkaSettings
-from txn_offsets.errors import ConfigError, JobAlreadyRunning, UnknownJob
+from txn_offsets.errors import ConfigError, UnknownJob
 from txn_offsets.kafka import metadata
 from txn_offsets.ranges import TopicPartition
 from txn_offsets.store import offset_rows
 from txn_offsets.store.audit import check_offsets
 from txn_offsets.store.handle import Store
-from txn_offsets.store.runs import lock_job, validate_job
+from txn_offsets.store.runs import already_running, lock_job, validate_job
 
 __all__ = ["ImportPlan", "ImportStep", "apply_import", "plan_import", "select_topics"]
 
@@ -213,6 +213,8 @@ def plan_import(
         steps=steps,
         live_run=state.run_id if state is not None and state.live else None,
         heartbeat_age_s=0.0 if state is None else state.heartbeat_age_s,
+        lease_left_s=state.lease_left_s if state is not None and state.live else None,
+        lease_s=state.lease_s if state is not None and state.live else None,
         source=source,
         topic_ids=topic_ids,
         unlisted=unlisted,
@@ -279,7 +281,7 @@ def apply_import(
         if _unchanged(plan.steps, rows, plan.topic_ids):
             return state.generation
         if state.live and not force:
-            raise JobAlreadyRunning(plan.job, state.run_id or "?", state.generation, state.heartbeat_age_s)
+            raise already_running(state)
         if current and not force:
             first = next(iter(sorted(current.items())))
             raise ConfigError(

@@ -14,7 +14,7 @@ with DataLoss (or skips, audited).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from txn_offsets.ranges import TopicPartition
 
@@ -43,6 +43,9 @@ class MovePlan:
     steps: tuple[Move, ...]
     live_run: str | None  # the run holding the lease when the plan was made
     heartbeat_age_s: float
+    # when the live run's lease expires unless renewed, and its length (None: no live run, unknown)
+    lease_left_s: float | None = field(default=None, kw_only=True)
+    lease_s: float | None = field(default=None, kw_only=True)
 
     def moved_since(self, current: Mapping[TopicPartition, int]) -> Move | None:
         """The first step whose partition no longer holds the offset the plan saw (`current`: the

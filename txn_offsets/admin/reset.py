@@ -30,12 +30,12 @@ from txn_offsets.admin.moves import (
     outside_log,
 )
 from txn_offsets.config import KafkaSettings
-from txn_offsets.errors import ConfigError, JobAlreadyRunning, TopicMissing
+from txn_offsets.errors import ConfigError, TopicMissing
 from txn_offsets.kafka import metadata
 from txn_offsets.ranges import TopicPartition
 from txn_offsets.store import offset_rows
 from txn_offsets.store.handle import Store
-from txn_offsets.store.runs import lock_job, validate_job
+from txn_offsets.store.runs import already_running, lock_job, validate_job
 
 __all__ = ["OffsetOutOfRange", "ResetPlan", "ResetTarget", "TargetKind", "apply_reset", "plan_reset"]
 
@@ -258,7 +258,16 @@ def plan_reset(
     steps = tuple(Move(t, p, stored.get((t, p)), new[(t, p)]) for t, p in keys)
     live = state.run_id if state.live else None
     return ResetPlan(
-        job, state.generation, steps, live, state.heartbeat_age_s, tuple(clamped), tuple(forced), ids
+        job,
+        state.generation,
+        steps,
+        live,
+        state.heartbeat_age_s,
+        tuple(clamped),
+        tuple(forced),
+        ids,
+        lease_left_s=state.lease_left_s if live else None,
+        lease_s=state.lease_s if live else None,
     )
 
 
@@ -303,7 +312,7 @@ def apply_reset(
     with store.begin() as conn:
         state = lock_job(conn, store.settings, plan.job)  # FOR UPDATE: claims in flight finish first
         if state.live and not force:
-            raise JobAlreadyRunning(plan.job, state.run_id or "?", state.generation, state.heartbeat_age_s)
+            raise already_running(state)
         current = offset_rows.load_offsets(conn, store.settings, plan.job)
         step = plan.moved_since(current)
         if step is not None:

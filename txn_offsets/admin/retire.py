@@ -20,10 +20,10 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from txn_offsets.admin.views import is_retired
-from txn_offsets.errors import ConfigError, JobAlreadyRunning
+from txn_offsets.errors import ConfigError
 from txn_offsets.store.audit import OffsetChange, check_audit, default_actor, write_audit
 from txn_offsets.store.handle import Store
-from txn_offsets.store.runs import lock_job, validate_job
+from txn_offsets.store.runs import already_running, lock_job, validate_job
 
 __all__ = ["Retired", "retire_job"]
 
@@ -60,7 +60,7 @@ def retire_job(
     with store.begin() as conn:
         state = lock_job(conn, store.settings, job)
         if state.live and not force:
-            raise JobAlreadyRunning(job, state.run_id or "?", state.generation, state.heartbeat_age_s)
+            raise already_running(state)
         rows = conn.execute(
             sa.select(o.c.topic, o.c.part, o.c.off).where(o.c.job == job).order_by(o.c.topic, o.c.part)
         ).all()

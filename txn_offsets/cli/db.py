@@ -41,6 +41,15 @@ def _checked(args: argparse.Namespace) -> None:
             raise exits.UsageError(flag, f"goes with {takers}, not `db {args.action}`")
     if args.action == "downgrade" and not args.revision:
         raise exits.UsageError("revision", "give the revision to go down to (`base` removes every table)")
+    if (
+        args.action in ("upgrade", "downgrade")
+        and args.revision
+        and not migrate.known_revision(args.revision)
+    ):
+        raise exits.UsageError(
+            "revision",
+            f"{args.revision!r} names no single revision of the migrations (the newest is {migrate.head()})",
+        )
     if args.action in ("grants", "role") and not args.role:
         what = "the role the jobs run as" if args.action == "grants" else "the role to create or update"
         raise exits.UsageError("--role", f"name {what}")

@@ -131,10 +131,19 @@ def confirm_move(plan: MovePlan, *, action: str, dry_run: bool, force: bool) -> 
             then = f"--force: the {action} would fence it" if dry_run else f"--force: the {action} fences it"
         else:
             then = f"the {action} {'would need' if dry_run else 'needs'} --force, which fences it"
-        print(f"note: live run {run} holds the lease (heartbeat {plan.heartbeat_age_s:.1f}s ago); {then}")
+        expires = "" if plan.lease_left_s is None else f", expires in {max(plan.lease_left_s, 0.0):.1f}s"
+        seen = f"heartbeat {plan.heartbeat_age_s:.1f}s ago{expires}"
+        print(f"note: live run {run} holds the lease ({seen}); {then}")
     if dry_run:
         print("dry run: nothing changed")
         return False
     if plan.live_run is not None and not force:
-        raise JobAlreadyRunning(plan.job, plan.live_run, plan.generation or 0, plan.heartbeat_age_s)
+        raise JobAlreadyRunning(
+            plan.job,
+            plan.live_run,
+            plan.generation or 0,
+            plan.heartbeat_age_s,
+            lease_left_s=plan.lease_left_s,
+            lease_s=plan.lease_s,
+        )
     return True

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 import threading
 from collections.abc import Callable, Sequence
 from importlib import resources
@@ -39,6 +40,7 @@ __all__ = [
     "describe_diffs",
     "downgrade",
     "head",
+    "known_revision",
     "scripts",
     "upgrade",
 ]
@@ -103,6 +105,18 @@ def head(db: DatabaseSettings | None = None) -> str:
     if rev is None:
         raise MigrationError("current", schema, f"no migration revisions in {MIGRATIONS_DIR / 'versions'}")
     return rev
+
+
+def known_revision(revision: str) -> bool:
+    """Whether `revision` can name a revision of the migrations: a revision id (or a unique prefix
+    of one) that exists; ``head``, ``heads``, ``base`` and relative forms (``-1``, ``head-1``,
+    ``0003+1``) pass here and are alembic's to judge."""
+    if revision in ("head", "heads", "base") or not re.fullmatch(r"[0-9A-Za-z_]+", revision):
+        return True
+    try:
+        return ScriptDirectory(str(scripts("current", "-"))).get_revision(revision) is not None
+    except CommandError:  # unknown, or a prefix of several
+        return False
 
 
 def _run(

@@ -73,7 +73,12 @@ ROWS = [
     row("dev status", f"dev|status|--stack-dir|{MISSING_DIR}", ERROR, "no stack in"),
     # db
     row("db upgrade", f"db|upgrade|--role|r|--schema|{S}", USAGE, "argument --role: goes with `db grants`"),
-    row("db upgrade", f"db|upgrade|nosuchrev|--schema|{S}", ERROR, "'nosuchrev'"),
+    row(
+        "db upgrade",
+        f"db|upgrade|nosuchrev|--schema|{S}",
+        USAGE,
+        "argument revision: 'nosuchrev' names no single revision",
+    ),
     row("db downgrade", f"db|downgrade|--schema|{S}", USAGE, "argument revision: give the revision"),
     row("db current", f"db|current|head|--schema|{S}", USAGE, "argument revision: goes with `db upgrade`"),
     row("db check", f"db|check|--schema|{NONE}", ERROR, "missing or out of date"),

@@ -6,6 +6,7 @@ that says so (exit 0, no --force, no audit row, no new generation, no run fenced
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable
 
@@ -75,6 +76,26 @@ def test_a_forced_reset_says_it_fences_the_live_run(
     assert code == 0, err
     assert "--force: the reset fences it" in out and "needs --force" not in out
     assert offsets_of(engine, migrated, live.job) == {(topic, 0): 4}
+
+
+def test_a_reset_refused_by_a_live_run_says_when_its_lease_expires(
+    run_cli: Cli,
+    engine: sa.Engine,
+    migrated: DatabaseSettings,
+    live_job: Callable[[int, int], tuple[str, Run]],
+) -> None:
+    """Without --force the move is refused in one line that says when the holder's lease expires
+    (start_run's default lease: 60 s) and what sets it, as a refused run_job start does."""
+    topic, live = live_job(10, 10)
+    reset = ["offsets", "reset", "--job", live.job, "--to-offset", "4", "--schema", migrated.schema]
+    code, out, err = run_cli(*reset, "--dry-run")
+    assert code == 0, err
+    assert re.search(r"holds the lease \(heartbeat \d+\.\ds ago, expires in \d+\.\ds\)", out), out
+    code, out, err = run_cli(*reset, "--reason", "replay")
+    assert code != 0 and err.count("\n") == 1, err
+    assert f"held by live run {live.run_id}" in err
+    assert re.search(r"its lease expires in \d+\.\ds unless renewed \(lease_s=60, ", err), err
+    assert offsets_of(engine, migrated, live.job) == {(topic, 0): 10}
 
 
 def test_a_shift_past_the_range_is_clamped_or_refused_never_planned(

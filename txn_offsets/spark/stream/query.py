@@ -99,6 +99,7 @@ def open_stream(
     max_tasks: int | None = None,
 ) -> TxnStream:
     """Start a run of `job` and register the ``txn_offsets`` streaming source for it in `spark`."""
+    _needs_pyarrow()
     if not isinstance(checkpoint_root, str) or not checkpoint_root.strip():
         raise ConfigError(
             "checkpoint_root", "give a directory (any Hadoop path) for the stream's checkpoints"
@@ -124,6 +125,21 @@ def open_stream(
     stream = TxnStream(spark, config, lifecycle, checkpoint_root.rstrip("/"))
     stream.register()
     return stream
+
+
+def _needs_pyarrow() -> None:
+    """Spark's Python data sources hand their rows over as Arrow batches: without pyarrow the
+    query's Python worker dies on import and Spark reports only "Python worker failed to connect
+    back" after its timeout. Refused here, before a run starts."""
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise ConfigError(
+            "pyarrow",
+            "open_stream needs pyarrow (Spark's Python data sources exchange Arrow batches): install "
+            "txn_offsets with its connect extra (README: Install), e.g. pip install "
+            "'dist/txn_offsets-0.1.0-py3-none-any.whl[connect]'",
+        ) from None
 
 
 class TxnStream(RunQuery):
