@@ -22,7 +22,7 @@ def test_open_stream_without_pyarrow_names_the_extra(monkeypatch: pytest.MonkeyP
             job="j",
             kafka=KafkaSettings("127.0.0.1:1"),
             database=DatabaseSettings("postgresql+psycopg://u@127.0.0.1:1/d"),
-            checkpoint_root="/tmp/x",
+            checkpoint_root="checkpoints",
             topics=["t"],
         )
     assert raised.value.setting == "pyarrow"
