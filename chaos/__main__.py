@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--smoke",
         action="store_true",
-        help="the smoke subset of make test (F1, F2, F11)",
+        help="the smoke subset of make test (F1, F2 at its five forced points, F11)",
     )
     p.add_argument(
         "--work-dir",
@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         kills=args.runs,
         work_dir=work,
         keep=args.keep,
+        drawn_faults=not args.smoke,
     )
     for line in report.details():
         print(line)

@@ -82,9 +82,10 @@ def run_suite(
     kills: int,
     work_dir: Path,
     keep: bool = False,
+    drawn_faults: bool = True,
 ) -> Report:
     report = Report(seed=seed)
-    ctx = Context(services, seed, work_dir, keep=keep)
+    ctx = Context(services, seed, work_dir, keep=keep, drawn_faults=drawn_faults)
     try:
         for name, n in budget(names, messages).items():
             t0 = time.monotonic()

@@ -54,6 +54,8 @@ class Context:
     seed: int
     work_dir: Path
     keep: bool = False
+    # False in make test's smoke: F2 fires only its five forced faults (one per point), none drawn
+    drawn_faults: bool = True
     rng: random.Random = field(init=False)
     engine: sa.Engine = field(init=False)
     admin_engine: sa.Engine = field(init=False)

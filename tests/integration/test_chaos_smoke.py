@@ -1,5 +1,5 @@
-"""The chaos smoke subset inside `make test`: F1 x2 (the driver killed -9 mid-batch), F2 (executor
-faults at every point of a task's transaction) and F11 (bad configuration) over >= 18,000 messages,
+"""The chaos smoke subset inside `make test`: F1 (the driver killed -9 mid-batch), F2 (executor
+faults at every point of a task's transaction, once each) and F11 (bad configuration) over >= 18,000 messages,
 with the real job in its own processes; it passes only if nothing was lost or duplicated and every
 invariant held (``make chaos`` runs the full suite). F3 (PostgreSQL backends terminated, a restart),
 F5 (a zombie run), F12/F12b (a topic re-created), F13 (a frozen claim holder), F15/F16 (a failover,
@@ -29,7 +29,7 @@ from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import start_run
 
 SMOKE_MESSAGES = 20_000
-SMOKE_KILLS = 2
+SMOKE_KILLS = 1  # the full suite kills the driver 50 times; each kill here is a driver JVM more
 
 
 def _stack_dir(services: Services) -> Path | None:
@@ -48,6 +48,7 @@ def test_chaos_smoke(services: Services, tmp_path: Path) -> None:
         messages=SMOKE_MESSAGES,
         kills=SMOKE_KILLS,
         work_dir=tmp_path,
+        drawn_faults=False,  # F2 fires its five forced faults, one per point of a task's transaction
     )
     details = "\n".join([*report.details(), report.summary()])
     assert [s.name for s in report.scenarios] == list(SMOKE), details
@@ -57,7 +58,7 @@ def test_chaos_smoke(services: Services, tmp_path: Path) -> None:
     assert report.messages >= SMOKE_MESSAGES * 9 // 10, details
     by_name = {s.name: s for s in report.scenarios}
     assert by_name["F1"].faults == SMOKE_KILLS, details
-    assert by_name["F2"].faults >= 5, details  # every fault point of a task's transaction fired
+    assert by_name["F2"].faults == 5, details  # every fault point of a task's transaction, once
     assert by_name["F11"].faults >= 9, details
 
 
