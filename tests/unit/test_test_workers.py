@@ -7,6 +7,7 @@ Makefile's own ``TEST_WORKERS`` and check where each test ran."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -14,7 +15,12 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from tests.conftest import _LONG_FILES, pytest_collection_modifyitems
+from tests.conftest import (
+    _LONG_FILES,
+    TEST_JVM_OPTIONS,
+    _with_test_jvm_options,
+    pytest_collection_modifyitems,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -77,3 +83,12 @@ def test_the_long_files_are_handed_out_first_and_exist() -> None:
     pytest_collection_modifyitems(items)  # type: ignore[arg-type]
     assert [i.path.name for i in items] == [*_LONG_FILES, "test_a.py", "test_b.py", "test_a.py"]
     assert "unit" in items[-1].markers and "integration" in items[-2].markers
+
+
+def test_every_jvm_the_tests_start_compiles_with_c1_only() -> None:
+    """Set once when pytest loads the conftest, inherited by every JVM a test starts (pyspark's
+    spark-submit, subprocess jobs, Connect servers, private stacks); a user's own options stay."""
+    assert TEST_JVM_OPTIONS in os.environ["JAVA_TOOL_OPTIONS"].split()
+    assert _with_test_jvm_options("") == TEST_JVM_OPTIONS
+    assert _with_test_jvm_options("-Xss2m") == f"-Xss2m {TEST_JVM_OPTIONS}"
+    assert _with_test_jvm_options(f"-Xss2m {TEST_JVM_OPTIONS}") == f"-Xss2m {TEST_JVM_OPTIONS}"
