@@ -6,6 +6,7 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 STACK_DIR ?= .stack
+LAB_DIR ?= .lab
 BIN := $(VENV)/bin
 # exports the local stack's connection settings (written by `make stack-up`): TXN_OFFSETS_DATABASE_URL
 # is the run role (what jobs run as), TXN_OFFSETS_OWNER_DATABASE_URL the database's owner
@@ -28,7 +29,7 @@ BENCH_SIZE ?= full
 CHAOS_ARGS ?=
 LINT_PATHS := $(wildcard txn_offsets migrations setup.py tests examples benchmarks chaos)
 
-.PHONY: help install dist stack-up stack-down stack-status lint test test-unit demo chaos bench clean
+.PHONY: help install dist stack-up stack-down stack-status lint test test-unit demo chaos bench clean job-env lab-up lab-down lab-status test-lab
 
 help:
 	@echo "make demo        bring the local stack up and run the demo job (DEMO_ARGS=--connect: on Spark Connect)"
@@ -42,6 +43,12 @@ help:
 	@echo "make stack-down  stop exactly the processes stack-up started"
 	@echo "make chaos       the full fault-injection suite (slow)"
 	@echo "make bench       txn_offsets vs Structured Streaming, at-least-once and the read/write limits (BENCH_SIZE=smoke|full)"
+	@echo "make lab-up      (root) the lab: kafka-1..3, pg-1 + replica pg-2 + PgBouncer, Spark master + 2 workers, a driver,"
+	@echo "                 each host a network namespace on 10.47.45.0/24; settings in $(LAB_DIR)/env (LAB_NODE_PYTHON: the workers' Python)"
+	@echo "make lab-down    kill every lab process, remove its namespaces and names; fails naming anything left"
+	@echo "make lab-status  each lab host and service: up or not"
+	@echo "make test-lab    the tests that need the whole lab (pytest -m lab; they bring up and remove their own)"
+	@echo "make job-env     dist/job-env.tar.gz: the packed environment spark-submit ships (LAB_NODE_PYTHON: the nodes' Python)"
 
 $(BIN)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "txn_offsets needs Python >= 3.11; set PYTHON=python3.11 (or newer)")'
@@ -56,6 +63,26 @@ install: $(BIN)/.installed
 dist: install
 	rm -rf dist
 	$(BIN)/python -m build --outdir dist .
+
+# the packed job environment for spark-submit --archives (docs/operations.md#the-packed-job-environment):
+# rebuilt only when the wheel's sources or the node Python ($LAB_NODE_PYTHON, default /usr/bin/python3) changed
+job-env: install
+	$(BIN)/python -m txn_offsets.devstack.lab.jobenv --out dist/job-env.tar.gz
+
+# the lab (docs/operations.md#the-lab): root, its own namespaces (txo-*) and files ($(LAB_DIR), rebuilt by lab-up)
+lab-up: install
+	$(BIN)/python -m txn_offsets.devstack.lab up --lab-dir $(LAB_DIR)
+
+lab-down:
+	@if [ -x $(BIN)/python ]; then $(BIN)/python -m txn_offsets.devstack.lab down --lab-dir $(LAB_DIR); \
+	elif ip netns list 2>/dev/null | grep -q '^txo-'; then echo "lab namespaces exist but $(BIN)/python is missing: run make install, then make lab-down"; exit 1; \
+	else echo "lab down: nothing to remove"; fi
+
+lab-status: install
+	$(BIN)/python -m txn_offsets.devstack.lab status --lab-dir $(LAB_DIR)
+
+test-lab: install
+	$(BIN)/pytest -m lab -s tests/lab tests/integration/devstack/test_jobenv_build.py tests/integration/devstack/test_jobenv_submit.py $(PYTEST_ARGS)
 
 stack-up: install
 	$(BIN)/txn-offsets dev up --stack-dir $(STACK_DIR) $(if $(POOLER),--pooler $(POOLER)) $(if $(TLS),--tls) $(if $(REPLICA),--replica)
@@ -81,7 +108,7 @@ TEST_WORKERS ?= -n 2 --dist loadfile --no-loadscope-reorder
 test: install
 	$(MAKE) stack-up POOLER=pgbouncer TLS=1 & up=$$!; lint=0; $(MAKE) lint || lint=$$?; \
 		wait $$up || exit $$?; exit $$lint
-	$(WITH_ENV) $(BIN)/pytest -m "not slow" --durations=40 $(TEST_WORKERS) $(PYTEST_ARGS)
+	$(WITH_ENV) $(BIN)/pytest -m "not slow and not lab" --durations=40 $(TEST_WORKERS) $(PYTEST_ARGS)
 
 test-unit: install
 	$(BIN)/pytest -m unit $(PYTEST_ARGS)
@@ -96,5 +123,5 @@ chaos: install stack-up
 bench: install stack-up
 	$(AS_OWNER) BENCH_SIZE=$(BENCH_SIZE) $(BIN)/python -m benchmarks.bench $(BENCH_ARGS)
 
-clean: stack-down
-	rm -rf $(STACK_DIR) $(VENV) dist .pytest_cache .mypy_cache .ruff_cache .hypothesis
+clean: stack-down lab-down
+	rm -rf $(STACK_DIR) $(LAB_DIR) $(VENV) dist .pytest_cache .mypy_cache .ruff_cache .hypothesis

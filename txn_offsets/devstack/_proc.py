@@ -95,12 +95,12 @@ def pick_free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
-def require_port_free(service: str, port: int, setting: str) -> None:
+def require_port_free(service: str, port: int, setting: str, host: str = "127.0.0.1") -> None:
     """Raise a clear error if something already listens on the port we are about to use."""
-    if not port_free(port):
+    if not port_free(port, host):
         raise StackError(
             service,
-            f"port 127.0.0.1:{port} is already in use by another process",
+            f"port {host}:{port} is already in use by another process",
             f"stop that process (see `ss -ltnp 'sport = :{port}'`) or choose another port with {setting}",
         )
 

@@ -1,5 +1,8 @@
 """A Spark standalone cluster on loopback (one master, N workers) started with the pyspark
-distribution's `spark-class`: for tests and for trying the cluster path without a real cluster."""
+distribution's `spark-class`: for tests and for trying the cluster path without a real cluster.
+
+The daemons' environment and command lines (:func:`daemon_env`, :func:`master_argv`,
+:func:`worker_argv`) serve the lab's master and workers on hosts of their own too."""
 
 from __future__ import annotations
 
@@ -25,6 +28,34 @@ def spark_home() -> Path:
     import pyspark
 
     return Path(pyspark.__file__).resolve().parent
+
+
+def daemon_env(local_ip: str, python: str, home: Path | None = None) -> dict[str, str]:
+    """What a master or worker daemon needs besides the caller's environment: the distribution
+    (`home`, default :func:`spark_home`), java, its address, the executors' Python, no daemonizing."""
+    java = find_java()
+    return {
+        "SPARK_HOME": str(home or spark_home()),
+        "JAVA_HOME": os.environ.get("JAVA_HOME", str(Path(java).resolve().parent.parent)),
+        "SPARK_LOCAL_IP": local_ip,
+        "SPARK_MASTER_HOST": local_ip,
+        "PYSPARK_PYTHON": python,
+        "SPARK_NO_DAEMONIZE": "1",
+    }
+
+
+def master_argv(host: str, port: int, webui_port: int) -> list[str]:
+    """spark-class's arguments for a master on host:port."""
+    return ["org.apache.spark.deploy.master.Master", "--host", host, "--port", str(port),
+            "--webui-port", str(webui_port)]  # fmt: skip
+
+
+def worker_argv(
+    master_url: str, host: str, *, cores: int, memory: str, webui_port: int, work_dir: Path
+) -> list[str]:
+    """spark-class's arguments for a worker on `host` offering `cores` and `memory` to the master."""
+    return ["org.apache.spark.deploy.worker.Worker", master_url, "--host", host, "--cores", str(cores),
+            "--memory", memory, "--webui-port", str(webui_port), "--work-dir", str(work_dir)]  # fmt: skip
 
 
 class StandaloneCluster:
@@ -63,18 +94,8 @@ class StandaloneCluster:
         return f"spark://127.0.0.1:{self.port}"
 
     def _env(self) -> dict[str, str]:
-        java = find_java()
-        return {
-            **os.environ,
-            "SPARK_HOME": str(spark_home()),
-            "JAVA_HOME": os.environ.get("JAVA_HOME", str(Path(java).resolve().parent.parent)),
-            "SPARK_LOCAL_IP": "127.0.0.1",
-            "SPARK_MASTER_HOST": "127.0.0.1",
-            # executors must import the same installed txn_offsets as the driver
-            "PYSPARK_PYTHON": sys.executable,
-            "SPARK_NO_DAEMONIZE": "1",
-            **self.extra_env,
-        }
+        # executors must import the same installed txn_offsets as the driver: its interpreter
+        return {**os.environ, **daemon_env("127.0.0.1", sys.executable), **self.extra_env}
 
     def _spawn(self, name: str, *args: str) -> int:
         log = (self.workdir / f"{name}.log").open("ab")
@@ -94,33 +115,12 @@ class StandaloneCluster:
 
     def __enter__(self) -> str:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self._spawn(
-            "master",
-            "org.apache.spark.deploy.master.Master",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--webui-port",
-            str(pick_free_port()),
-        )
+        self._spawn("master", *master_argv("127.0.0.1", self.port, pick_free_port()))
         self._wait(lambda: not port_free(self.port), "the master to listen")
         for i in range(self.workers):
-            self._spawn(
-                f"worker-{i}",
-                "org.apache.spark.deploy.worker.Worker",
-                self.master_url,
-                "--host",
-                self.hosts[i],
-                "--cores",
-                str(self.cores),
-                "--memory",
-                self.memory,
-                "--webui-port",
-                str(pick_free_port()),
-                "--work-dir",
-                str(self.workdir / f"work-{i}"),
-            )
+            argv = worker_argv(self.master_url, self.hosts[i], cores=self.cores, memory=self.memory,
+                               webui_port=pick_free_port(), work_dir=self.workdir / f"work-{i}")  # fmt: skip
+            self._spawn(f"worker-{i}", *argv)
         self._wait(self._workers_registered, f"{self.workers} workers to register")
         logger.info("spark standalone cluster up at %s with %d workers", self.master_url, self.workers)
         return self.master_url

@@ -1,7 +1,9 @@
-"""A single-node Apache Kafka (KRaft: broker + controller) assembled from Maven Central and run on the JVM.
+"""An Apache Kafka node (KRaft: broker + controller) assembled from Maven Central and run on the JVM.
 
-The jars are resolved once with Maven into ``~/.cache/txn-offsets/kafka-<version>/libs`` (the Maven
-repository itself is cached beside it), so later starts need no network.
+The stack runs one on loopback; the lab (:mod:`txn_offsets.devstack.lab`) three, each on its own
+address, as one static quorum (`KafkaNode.voters`, one cluster id). The jars are resolved once with
+Maven into ``~/.cache/txn-offsets/kafka-<version>/libs`` (the Maven repository itself is cached
+beside it), so later starts need no network.
 """
 
 from __future__ import annotations
@@ -68,13 +70,20 @@ _LOG4J2 = """Configuration:
 
 @dataclass(frozen=True)
 class KafkaNode:
-    """Files and ports of the local broker."""
+    """Files and ports of one broker (+ controller)."""
 
     home: Path  # <stack>/kafka
     libs: Path
     port: int
     controller_port: int
     extra_config: tuple[str, ...] = ()  # key=value lines replacing or adding to ours (the stack's TLS)
+    host: str = "127.0.0.1"  # the address it listens on and advertises
+    node_id: int = 1
+    # controller.quorum.voters of a static multi-node quorum ("1@h1:9093,2@h2:9093,..."); empty: a
+    # single node that formats itself as its own quorum (--standalone)
+    voters: str = ""
+    cluster_id: str | None = None  # the same on every node of a quorum; None: a fresh one
+    jvm_options: tuple[str, ...] = ("-Xms256m", "-Xmx1g", "-XX:+UseG1GC")
 
     @property
     def pid_file(self) -> Path:
@@ -94,7 +103,7 @@ class KafkaNode:
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
 
 def cache_dir() -> Path:
@@ -166,14 +175,16 @@ def ensure_libs() -> Path:
     return libs
 
 
-def _render_config(node: KafkaNode) -> None:
-    node.home.mkdir(parents=True, exist_ok=True)
+def config_lines(node: KafkaNode) -> list[str]:
+    """The node's server.properties, line by line: ours, with `extra_config` replacing or adding."""
     lines = [
         "process.roles=broker,controller",
-        "node.id=1",
-        f"controller.quorum.bootstrap.servers=127.0.0.1:{node.controller_port}",
-        f"listeners=PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
-        f"advertised.listeners=PLAINTEXT://127.0.0.1:{node.port}",
+        f"node.id={node.node_id}",
+        f"controller.quorum.voters={node.voters}"
+        if node.voters
+        else f"controller.quorum.bootstrap.servers={node.host}:{node.controller_port}",
+        f"listeners=PLAINTEXT://{node.host}:{node.port},CONTROLLER://{node.host}:{node.controller_port}",
+        f"advertised.listeners=PLAINTEXT://{node.host}:{node.port}",
         "controller.listener.names=CONTROLLER",
         "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
         "inter.broker.listener.name=PLAINTEXT",
@@ -193,17 +204,21 @@ def _render_config(node: KafkaNode) -> None:
     ]
     extra = dict(line.split("=", 1) for line in node.extra_config)
     lines = [f"{k}={extra.pop(k)}" if k in extra else line for line in lines for k in [line.split("=", 1)[0]]]
-    lines += [f"{k}={v}" for k, v in extra.items()] + [""]
-    node.config.write_text("\n".join(lines))
+    return lines + [f"{k}={v}" for k, v in extra.items()]
+
+
+def _render_config(node: KafkaNode) -> None:
+    node.home.mkdir(parents=True, exist_ok=True)
+    node.config.write_text("\n".join([*config_lines(node), ""]))
     (node.home / "log4j2.yaml").write_text(_LOG4J2)
 
 
-def _java_cmd(java: str, node: KafkaNode, main: str, *args: str, heap: str = "-Xmx1g") -> list[str]:
+def _java_cmd(
+    java: str, node: KafkaNode, main: str, *args: str, jvm_options: tuple[str, ...] | None = None
+) -> list[str]:
     return [
         java,
-        "-Xms256m",
-        heap,
-        "-XX:+UseG1GC",
+        *(node.jvm_options if jvm_options is None else jvm_options),
         "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={node.home / 'log4j2.yaml'}",
         "-cp",
@@ -225,7 +240,7 @@ def _java_failure(output: str) -> str:
 def _format_storage(java: str, node: KafkaNode) -> None:
     if (node.data_dir / "meta.properties").exists():
         return
-    cluster_id = _kafka_uuid()
+    cluster_id = node.cluster_id or kafka_uuid()
     done = subprocess.run(
         _java_cmd(
             java,
@@ -234,8 +249,8 @@ def _format_storage(java: str, node: KafkaNode) -> None:
             "format",
             f"--cluster-id={cluster_id}",
             f"--config={node.config}",
-            "--standalone",
-            heap="-Xmx256m",
+            *([] if node.voters else ["--standalone"]),  # a static quorum's voters are in the config
+            jvm_options=("-Xms256m", "-Xmx256m", "-XX:+UseG1GC"),
         ),
         capture_output=True,
         text=True,
@@ -250,35 +265,42 @@ def _format_storage(java: str, node: KafkaNode) -> None:
         )
 
 
-def _kafka_uuid() -> str:
-    # Kafka cluster ids are 16 random bytes in url-safe base64 without padding.
+def kafka_uuid() -> str:
+    """A fresh Kafka cluster id: 16 random bytes in url-safe base64 without padding."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
 def start(node: KafkaNode) -> None:
     """Format storage (first time), start the broker and wait for a produce/consume round trip."""
-    marker = str(node.config)
-    pid = read_pid(node.pid_file, SERVICE, marker)
+    pid = read_pid(node.pid_file, SERVICE, str(node.config))
     if pid is None:
-        java = java_binary()
-        require_port_free(SERVICE, node.port, "TXN_OFFSETS_KAFKA_PORT (or remove .stack/ports.json)")
-        require_port_free(SERVICE, node.controller_port, "TXN_OFFSETS_KAFKA_CONTROLLER_PORT")
-        _render_config(node)
-        _format_storage(java, node)
-        with node.log_file.open("ab") as log:
-            proc = subprocess.Popen(
-                _java_cmd(java, node, "kafka.Kafka", str(node.config)),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,  # survives the shell that ran `make stack-up`
-                cwd=node.home,
-            )
-        adopt(proc)
-        node.pid_file.write_text(f"{proc.pid}\n")
-        logger.info("kafka starting (pid %d, port %d)", proc.pid, node.port)
-        pid = proc.pid
+        pid = launch(node)
     wait_ready(node, pid)
+
+
+def launch(node: KafkaNode) -> int:
+    """Render the config, format storage (first time) and start the node without waiting for it
+    (a quorum's nodes must all be started before any is ready); returns its pid. It listens in the
+    calling thread's network namespace (the lab's hosts: :mod:`txn_offsets.devstack.lab.spawn`)."""
+    java = java_binary()
+    port_setting = "TXN_OFFSETS_KAFKA_PORT (or remove .stack/ports.json)"
+    require_port_free(SERVICE, node.port, port_setting, node.host)
+    require_port_free(SERVICE, node.controller_port, "TXN_OFFSETS_KAFKA_CONTROLLER_PORT", node.host)
+    _render_config(node)
+    _format_storage(java, node)
+    with node.log_file.open("ab") as log:
+        proc = subprocess.Popen(
+            _java_cmd(java, node, "kafka.Kafka", str(node.config)),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # survives the shell that ran `make stack-up`
+            cwd=node.home,
+        )
+    adopt(proc)
+    node.pid_file.write_text(f"{proc.pid}\n")
+    logger.info("kafka starting (pid %d, %s)", proc.pid, node.bootstrap)
+    return proc.pid
 
 
 def wait_ready(node: KafkaNode, pid: int, timeout_s: float = 120) -> None:
@@ -292,7 +314,7 @@ def wait_ready(node: KafkaNode, pid: int, timeout_s: float = 120) -> None:
             tail = node.log_file.read_text(errors="replace")[-1500:] if node.log_file.exists() else ""
             node.pid_file.unlink(missing_ok=True)
             raise StackError(SERVICE, f"the broker exited during start-up:\n{tail}", f"read {node.log_file}")
-        if port_free(node.port):  # not listening yet: probing now would only log connection errors
+        if port_free(node.port, node.host):  # not listening yet: probing now would only log connection errors
             time.sleep(0.5)
             continue
         try:

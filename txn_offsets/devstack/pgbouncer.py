@@ -1,10 +1,11 @@
 """PgBouncer in front of the stack's PostgreSQL (``txn-offsets dev up --pooler pgbouncer``).
 
 Debian's ``pgbouncer`` (installed from the package when missing and running as root), on a loopback
-port, transaction pooling with a small pool (``default_pool_size = 2``): the production shape that
-txn_offsets must stay exact behind. Clients authenticate with SCRAM; the auth file holds the
-roles' SCRAM secrets copied from ``pg_authid`` (the same salt and iterations, so PgBouncer logs in
-to PostgreSQL with the client's proof: no password is stored in clear). ``options`` (libpq's
+port (the lab's: on its host's address), transaction pooling with a small pool
+(``default_pool_size = 2``): the production shape that txn_offsets must stay exact behind. Clients
+authenticate with SCRAM; the auth file holds the roles' SCRAM secrets copied from ``pg_authid`` (the
+same salt and iterations, so PgBouncer logs in to PostgreSQL with the client's proof: no password
+is stored in clear). ``options`` (libpq's
 startup parameter, which txn_offsets uses for its timeouts on direct connections) is ignored, as
 PgBouncer 1.18 requires: the library then sets its timeouts in each transaction.
 """
@@ -47,7 +48,8 @@ class Bouncer:
     os_user: str | None  # None: run as ourselves (PgBouncer refuses to run as root)
     pool_mode: str = "transaction"
     pool_size: int = 2
-    admin_user: str | None = None  # may use the admin console (SHOW POOLS) from 127.0.0.1
+    admin_user: str | None = None  # may use the admin console (SHOW POOLS)
+    listen_host: str = "127.0.0.1"  # the one address it listens on
 
     @property
     def config(self) -> Path:
@@ -62,7 +64,7 @@ class Bouncer:
         return self.home / "pgbouncer.log"
 
     def url(self, user: str, password: str, dbname: str) -> str:
-        return f"postgresql+psycopg://{user}:{password}@127.0.0.1:{self.port}/{dbname}"
+        return f"postgresql+psycopg://{user}:{password}@{self.listen_host}:{self.port}/{dbname}"
 
 
 def home_for(wanted: Path, os_user: str | None) -> Path:
@@ -145,7 +147,7 @@ def _render(bouncer: Bouncer) -> str:
             f"* = host={bouncer.upstream_host} port={bouncer.upstream_port}",
             "",
             "[pgbouncer]",
-            "listen_addr = 127.0.0.1",
+            f"listen_addr = {bouncer.listen_host}",
             f"listen_port = {bouncer.port}",
             "unix_socket_dir =",
             "auth_type = scram-sha-256",
@@ -175,7 +177,7 @@ def start(bouncer: Bouncer, admin_conninfo: dict[str, object], roles: list[str])
     marker = str(bouncer.config)
     pid = read_pid(bouncer.pid_file, SERVICE, marker)
     if pid is None:
-        require_port_free(SERVICE, bouncer.port, "TXN_OFFSETS_PGBOUNCER_PORT")
+        require_port_free(SERVICE, bouncer.port, "TXN_OFFSETS_PGBOUNCER_PORT", bouncer.listen_host)
         bouncer.home.mkdir(parents=True, exist_ok=True)
         _own(bouncer, bouncer.home, 0o700)
         _write_private(bouncer, bouncer.auth_file, _auth_lines(admin_conninfo, roles))
@@ -202,7 +204,7 @@ def start(bouncer: Bouncer, admin_conninfo: dict[str, object], roles: list[str])
 
 def _wait_ready(bouncer: Bouncer, pid: int, admin_conninfo: dict[str, object], timeout_s: float = 30) -> None:
     """Until a query through PgBouncer (as the upstream's superuser, over SCRAM) is answered."""
-    info = {**admin_conninfo, "host": "127.0.0.1", "port": bouncer.port}
+    info = {**admin_conninfo, "host": bouncer.listen_host, "port": bouncer.port}
     deadline = time.monotonic() + timeout_s
     last = "not listening yet"
     while time.monotonic() < deadline:
@@ -210,7 +212,7 @@ def _wait_ready(bouncer: Bouncer, pid: int, admin_conninfo: dict[str, object], t
             tail = bouncer.log_file.read_text(errors="replace")[-1200:] if bouncer.log_file.exists() else ""
             bouncer.pid_file.unlink(missing_ok=True)
             raise StackError(SERVICE, f"pgbouncer exited while starting:\n{tail}", f"read {bouncer.log_file}")
-        if not port_free(bouncer.port):
+        if not port_free(bouncer.port, bouncer.listen_host):
             try:
                 with psycopg.connect(**info, autocommit=True) as conn:  # type: ignore[arg-type]
                     conn.execute("SELECT 1").fetchone()

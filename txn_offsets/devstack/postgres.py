@@ -1,6 +1,7 @@
 """A PostgreSQL cluster for development and tests, run from the system's server binaries: in the
-stack directory, on 127.0.0.1 only (no unix socket), scram-sha-256 for every connection; as root,
-the server runs as the `postgres` OS user (or a system user we create: it refuses to run as root).
+stack directory, on one address only (127.0.0.1; a lab host's own address), no unix socket,
+scram-sha-256 for every connection; as root, the server runs as the `postgres` OS user (or a system
+user we create: it refuses to run as root).
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ class PgCluster:
     port: int
     bin_dir: Path
     os_user: str | None  # None: run as ourselves
+    host: str = "127.0.0.1"  # the one address it listens on
+    # a network (CIDR) whose clients may also log in and replicate (scram-sha-256), besides the
+    # loopback that initdb's pg_hba.conf allows: the lab's subnet
+    clients: str | None = None
 
     def run(self, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
         """Run a server binary as the cluster's OS user."""
@@ -153,8 +158,9 @@ def reachable_by(user: str, path: Path) -> bool:
     return True
 
 
-def cluster_for(stack_dir: Path, port: int) -> PgCluster:
-    """Where this stack's cluster lives (project-local unless the server's OS user cannot reach it)."""
+def cluster_for(stack_dir: Path, port: int, host: str = "127.0.0.1", clients: str | None = None) -> PgCluster:
+    """Where this stack's cluster lives (project-local unless the server's OS user cannot reach it),
+    listening on `host`, with clients from `clients` (CIDR) allowed too."""
     bin_dir = find_bin_dir() or install_server()
     user = _service_user()
     base = stack_dir / "postgres"
@@ -171,6 +177,8 @@ def cluster_for(stack_dir: Path, port: int) -> PgCluster:
         port=port,
         bin_dir=bin_dir,
         os_user=user,
+        host=host,
+        clients=clients,
     )
 
 
@@ -221,7 +229,7 @@ def _write_conf(cluster: PgCluster) -> None:
     text += "\n".join(
         [
             _CONF_BEGIN,
-            "listen_addresses = '127.0.0.1'",
+            f"listen_addresses = '{cluster.host}'",
             f"port = {cluster.port}",
             "unix_socket_directories = ''",
             "max_connections = 300",
@@ -232,6 +240,14 @@ def _write_conf(cluster: PgCluster) -> None:
         ]
     )
     conf.write_text(text)
+    hba = cluster.data_dir / "pg_hba.conf"
+    text = hba.read_text()
+    if _CONF_BEGIN in text:
+        text = text[: text.index(_CONF_BEGIN)]
+    if cluster.clients is not None:
+        text += f"{_CONF_BEGIN}\nhost all all {cluster.clients} scram-sha-256\n"
+        text += f"host replication all {cluster.clients} scram-sha-256\n"
+    hba.write_text(text)
 
 
 def _postmaster_pid(cluster: PgCluster) -> int | None:
@@ -252,7 +268,8 @@ def start(
     if running is None:
         if not (cluster.data_dir / "PG_VERSION").exists():
             _initdb(cluster, admin_password)
-        require_port_free(SERVICE, cluster.port, "TXN_OFFSETS_PG_PORT (or remove .stack/ports.json)")
+        setting = "TXN_OFFSETS_PG_PORT (or remove .stack/ports.json)"
+        require_port_free(SERVICE, cluster.port, setting, cluster.host)
         _write_conf(cluster)
         cluster.log_file.touch()
         _chown(cluster, cluster.log_file)
@@ -281,7 +298,7 @@ def start(
 
 def admin_conninfo(cluster: PgCluster, password: str, dbname: str = "postgres") -> dict[str, object]:
     return {
-        "host": "127.0.0.1",
+        "host": cluster.host,
         "port": cluster.port,
         "user": ADMIN_USER,
         "password": password,

@@ -59,7 +59,7 @@ def _passfile(replica: postgres.PgCluster, primary: postgres.PgCluster, admin_pa
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     escaped = admin_password.replace("\\", "\\\\").replace(":", "\\:")
     with os.fdopen(fd, "w") as fh:
-        fh.write(f"127.0.0.1:{primary.port}:*:{postgres.ADMIN_USER}:{escaped}\n")
+        fh.write(f"{primary.host}:{primary.port}:*:{postgres.ADMIN_USER}:{escaped}\n")
     postgres._chown(replica, path)
     return path
 
@@ -67,7 +67,7 @@ def _passfile(replica: postgres.PgCluster, primary: postgres.PgCluster, admin_pa
 def _basebackup(primary: postgres.PgCluster, replica: postgres.PgCluster, admin_password: str) -> None:
     passfile = _passfile(replica, primary, admin_password)
     conninfo = (
-        f"host=127.0.0.1 port={primary.port} user={postgres.ADMIN_USER} passfile={passfile} "
+        f"host={primary.host} port={primary.port} user={postgres.ADMIN_USER} passfile={passfile} "
         f"application_name={APPLICATION_NAME} connect_timeout=10"
     )
     done = replica.run(
@@ -78,8 +78,9 @@ def _basebackup(primary: postgres.PgCluster, replica: postgres.PgCluster, admin_
         shutil.rmtree(replica.data_dir, ignore_errors=True)
         raise StackError(
             SERVICE,
-            f"pg_basebackup from 127.0.0.1:{primary.port} failed: {done.stderr.strip()[-500:]}",
-            "check that the primary runs and allows replication connections from 127.0.0.1 (pg_hba.conf)",
+            f"pg_basebackup from {primary.host}:{primary.port} failed: {done.stderr.strip()[-500:]}",
+            f"check that the primary runs and allows replication connections from {replica.host} "
+            "(pg_hba.conf)",
         )
 
 
@@ -94,7 +95,8 @@ def start(primary: postgres.PgCluster, replica: postgres.PgCluster, admin_passwo
     if pid is None:
         if not (replica.data_dir / "PG_VERSION").exists():
             _basebackup(primary, replica, admin_password)
-        require_port_free(SERVICE, replica.port, "TXN_OFFSETS_REPLICA_PORT (or remove .stack/state.json)")
+        setting = "TXN_OFFSETS_REPLICA_PORT (or remove .stack/state.json)"
+        require_port_free(SERVICE, replica.port, setting, replica.host)
         postgres._write_conf(replica)
         replica.log_file.touch()
         postgres._chown(replica, replica.log_file)
@@ -123,7 +125,7 @@ def _wait_streaming(primary: postgres.PgCluster, admin_password: str, timeout_s:
         if row and row[0]:
             return
         time.sleep(0.2)
-    raise StackError(SERVICE, f"not streaming from 127.0.0.1:{primary.port} after {timeout_s:.0f}s",
+    raise StackError(SERVICE, f"not streaming from {primary.host}:{primary.port} after {timeout_s:.0f}s",
                      "read the replica's postgres.log")  # fmt: skip
 
 
@@ -242,14 +244,18 @@ def stop(cluster: postgres.PgCluster, mode: str = "fast") -> bool:
     return True
 
 
-def multi_host_url(user: str, password: str, dbname: str, ports: list[int]) -> str:
-    """A libpq multi-host URL over 127.0.0.1:`ports` that connects to the one taking writes
-    (``target_session_attrs=read-write``); one port: that server's plain URL (a standby too)."""
+def multi_host_url(
+    user: str, password: str, dbname: str, ports: list[int], hosts: list[str] | None = None
+) -> str:
+    """A libpq multi-host URL over `hosts` (one per port; default 127.0.0.1 for each) and `ports`
+    that connects to the one taking writes (``target_session_attrs=read-write``); one port: that
+    server's plain URL (a standby too)."""
     auth = f"{quote(user, safe='')}:{quote(password, safe='')}"
+    names = hosts if hosts is not None else ["127.0.0.1"] * len(ports)
     if len(ports) == 1:
-        return f"postgresql+psycopg://{auth}@127.0.0.1:{ports[0]}/{dbname}"
-    hosts = "&".join(f"host=127.0.0.1:{port}" for port in ports)
-    return f"postgresql+psycopg://{auth}@/{dbname}?{hosts}&target_session_attrs=read-write"
+        return f"postgresql+psycopg://{auth}@{names[0]}:{ports[0]}/{dbname}"
+    hosts_query = "&".join(f"host={name}:{port}" for name, port in zip(names, ports, strict=True))
+    return f"postgresql+psycopg://{auth}@/{dbname}?{hosts_query}&target_session_attrs=read-write"
 
 
 @dataclass(frozen=True)

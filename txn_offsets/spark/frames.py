@@ -200,7 +200,9 @@ def worker_imports() -> Iterator[None]:
         raise ConfigError(
             "python workers",
             f"the Spark workers cannot import module {found.group(1)!r} (ModuleNotFoundError): task "
-            f"functions are pickled by reference to their modules. Install txn_offsets and the job's "
-            f"own modules in the Python environment of the Spark cluster (or Connect server), or ship "
-            f"them with spark.addArtifacts('<module>.py' or '<package>.zip', pyfile=True)",
+            f"functions are pickled by reference to their modules. Ship the job's own modules with "
+            f"spark-submit --py-files <module>.py,<package>.zip (a Spark Connect session: "
+            f"spark.addArtifacts('<module>.py' or '<package>.zip', pyfile=True)), and txn_offsets with "
+            f"its dependencies in the executors' Python: installed on the nodes, or a packed "
+            f"environment (spark-submit --archives job-env.tar.gz#env, docs/operations.md)",
         ) from exc
