@@ -159,21 +159,24 @@ class DatabaseSettings:
     ``statement_timeout_s`` (600)
         PostgreSQL ``statement_timeout``: a statement running this long is cancelled (SQLSTATE
         57014, :func:`txn_offsets.store.database.is_statement_timeout`).
-    ``idle_in_transaction_timeout_s`` (120)
+    ``idle_in_transaction_timeout_s`` (30)
         PostgreSQL ``idle_in_transaction_session_timeout``: a session left idle inside an open
-        transaction this long is terminated, releasing its locks.
-    ``tcp_keepalives_idle_s`` (30), ``tcp_keepalives_interval_s`` (10), ``tcp_keepalives_count`` (3)
-        libpq TCP keepalives (whole numbers; 0 = the operating system's default): a silently dead
-        server or network path is noticed after about idle + interval * count seconds.
-    ``tcp_user_timeout_s`` (60)
-        libpq ``tcp_user_timeout``: data left unacknowledged this long closes the connection.
+        transaction this long (a frozen executor) is terminated, releasing its locks. Above the
+        longest idle gap of a commit: the topic proof's wait (at most ~20 s) and the write's Python.
+    ``tcp_keepalives_idle_s`` (10), ``tcp_keepalives_interval_s`` (5), ``tcp_keepalives_count`` (2)
+        TCP keepalives at BOTH ends (whole numbers; 0 = the operating system's default): libpq's,
+        and the server's ``tcp_keepalives_*`` for the session; a silent peer (a cut-off host) is
+        dropped after idle + interval * count seconds (:func:`txn_offsets.store.pooler.half_open_s`).
+    ``tcp_user_timeout_s`` (20)
+        ``tcp_user_timeout`` at both ends (libpq's and the server's): data left unacknowledged this
+        long closes the connection; on Linux it also ends keepalive probing at that age.
     ``lineage_retention_days`` (30)
         days the lineage (``commits``) is kept; the planner prunes older rows (store.lineage).
     ``lineage`` (True)
         False: no ``commits`` rows; history/explain show nothing; for measuring its cost (make bench).
 
-    The three PostgreSQL timeouts travel in the libpq ``options`` startup parameter, so the server
-    applies them when the session starts (no extra round trip). ``options`` given in the URL's
+    The server settings (:meth:`server_settings`) travel in the libpq ``options`` startup parameter,
+    so the server applies them when the session starts (no extra round trip). ``options`` given in the URL's
     query are kept; ours are appended after them, so for the same setting ours win.
 
     Pickled to Spark executors, every field survives the trip (the URL, password included, as is).
@@ -185,11 +188,11 @@ class DatabaseSettings:
     connect_timeout_s: float = 10.0
     lock_timeout_s: float = 30.0
     statement_timeout_s: float = 600.0
-    idle_in_transaction_timeout_s: float = 120.0
-    tcp_keepalives_idle_s: int = 30
-    tcp_keepalives_interval_s: int = 10
-    tcp_keepalives_count: int = 3
-    tcp_user_timeout_s: float = 60.0
+    idle_in_transaction_timeout_s: float = 30.0
+    tcp_keepalives_idle_s: int = 10
+    tcp_keepalives_interval_s: int = 5
+    tcp_keepalives_count: int = 2
+    tcp_user_timeout_s: float = 20.0
     lineage_retention_days: float = 30.0
     lineage: bool = True
 
@@ -231,7 +234,7 @@ class DatabaseSettings:
                 idle_in_transaction_timeout_s,
                 "PostgreSQL's idle_in_transaction_session_timeout",
             ),
-            ("tcp_user_timeout_s", tcp_user_timeout_s, "libpq's tcp_user_timeout"),
+            ("tcp_user_timeout_s", tcp_user_timeout_s, "tcp_user_timeout"),
         ):
             _seconds(name, value, what=what)
             object.__setattr__(self, name, value)
@@ -263,14 +266,23 @@ class DatabaseSettings:
         found = [self.url.password, *secret_query_values(self.url)]
         return tuple(sorted({str(v) for v in found if v}, key=lambda v: (-len(v), v)))
 
+    def server_settings(self) -> dict[str, str]:
+        """The PostgreSQL settings every session gets, in each one's base unit (as pg_settings shows
+        them): the three timeouts (ms), and the server's end of the TCP bounds (s; ms)."""
+        return {
+            "lock_timeout": str(_ms(self.lock_timeout_s)),
+            "statement_timeout": str(_ms(self.statement_timeout_s)),
+            "idle_in_transaction_session_timeout": str(_ms(self.idle_in_transaction_timeout_s)),
+            "tcp_keepalives_idle": str(self.tcp_keepalives_idle_s),
+            "tcp_keepalives_interval": str(self.tcp_keepalives_interval_s),
+            "tcp_keepalives_count": str(self.tcp_keepalives_count),
+            "tcp_user_timeout": str(_ms(self.tcp_user_timeout_s)),
+        }
+
     def connect_args(self) -> dict[str, object]:
         """``create_engine``'s ``connect_args``: connect timeout, TCP keepalives and user timeout, and
-        ``options`` setting the PostgreSQL timeouts in milliseconds, after any ``options`` of the URL."""
-        server = (
-            f"-c lock_timeout={_ms(self.lock_timeout_s)} "
-            f"-c statement_timeout={_ms(self.statement_timeout_s)} "
-            f"-c idle_in_transaction_session_timeout={_ms(self.idle_in_transaction_timeout_s)}"
-        )
+        ``options`` with :meth:`server_settings`, after any ``options`` of the URL."""
+        server = " ".join(f"-c {name}={value}" for name, value in self.server_settings().items())
         # connect_args override the URL's query, so the user's options must be carried over here
         given = self.url.query.get("options")
         user = " ".join(given if isinstance(given, tuple) else [given or ""]).strip()

@@ -24,6 +24,7 @@ from txn_offsets.store.database import (
     is_statement_timeout,
     translate_errors,
 )
+from txn_offsets.store.pooler import half_open_s, lacking
 
 SECRET_QUERY_KEYS = ["password", "sslpassword", "SSLPassword", "client_secret", "access_token", "X-TOKEN"]
 # a prefix that appears nowhere else in the rendered settings, so "not in" really means "not shown"
@@ -220,8 +221,11 @@ COUNTS = ["tcp_keepalives_idle_s", "tcp_keepalives_interval_s", "tcp_keepalives_
 def test_timeout_defaults() -> None:
     db = DatabaseSettings(URL_)
     assert (db.connect_timeout_s, db.lock_timeout_s, db.statement_timeout_s) == (10.0, 30.0, 600.0)
-    assert db.idle_in_transaction_timeout_s == 120.0 and db.tcp_user_timeout_s == 60.0
-    assert (db.tcp_keepalives_idle_s, db.tcp_keepalives_interval_s, db.tcp_keepalives_count) == (30, 10, 3)
+    assert db.idle_in_transaction_timeout_s == 30.0 and db.tcp_user_timeout_s == 20.0
+    assert (db.tcp_keepalives_idle_s, db.tcp_keepalives_interval_s, db.tcp_keepalives_count) == (10, 5, 2)
+    # a cut-off client is dropped by the server before a retry's claim gives up waiting for its row,
+    # and before idle_in_transaction (which is for frozen clients: their kernel answers keepalives)
+    assert half_open_s(db) == 20.0 < db.idle_in_transaction_timeout_s <= db.lock_timeout_s
 
 
 @pytest.mark.parametrize("name", SECONDS)
@@ -260,21 +264,25 @@ def test_zero_turns_timeouts_off() -> None:
     db = DatabaseSettings(URL_, **off)
     args = db.connect_args()
     assert args["options"] == (
-        "-c lock_timeout=0 -c statement_timeout=0 -c idle_in_transaction_session_timeout=0"
+        "-c lock_timeout=0 -c statement_timeout=0 -c idle_in_transaction_session_timeout=0 "
+        "-c tcp_keepalives_idle=0 -c tcp_keepalives_interval=0 -c tcp_keepalives_count=0 "
+        "-c tcp_user_timeout=0"
     )
     assert args["tcp_user_timeout"] == 0 and args["keepalives_idle"] == 0
+    assert half_open_s(db) is None  # the kernel's defaults: hours
 
 
 def test_connect_args_defaults() -> None:
     assert DatabaseSettings(URL_).connect_args() == {
         "connect_timeout": 10,
         "keepalives": 1,
-        "keepalives_idle": 30,
-        "keepalives_interval": 10,
-        "keepalives_count": 3,
-        "tcp_user_timeout": 60000,
+        "keepalives_idle": 10,
+        "keepalives_interval": 5,
+        "keepalives_count": 2,
+        "tcp_user_timeout": 20000,
         "options": "-c lock_timeout=30000 -c statement_timeout=600000 "
-        "-c idle_in_transaction_session_timeout=120000",
+        "-c idle_in_transaction_session_timeout=30000 -c tcp_keepalives_idle=10 "
+        "-c tcp_keepalives_interval=5 -c tcp_keepalives_count=2 -c tcp_user_timeout=20000",
     }
 
 
@@ -292,9 +300,10 @@ def test_connect_args_are_whole_milliseconds() -> None:
     )
     args = db.connect_args()
     assert args["connect_timeout"] == 1  # as before: rounded, at least 1 second
-    assert (
-        args["options"]
-        == "-c lock_timeout=1500 -c statement_timeout=7000 -c idle_in_transaction_session_timeout=1"
+    assert args["options"] == (
+        "-c lock_timeout=1500 -c statement_timeout=7000 -c idle_in_transaction_session_timeout=1 "
+        "-c tcp_keepalives_idle=5 -c tcp_keepalives_interval=2 -c tcp_keepalives_count=4 "
+        "-c tcp_user_timeout=2250"
     )
     assert (args["keepalives_idle"], args["keepalives_interval"], args["keepalives_count"]) == (5, 2, 4)
     assert args["tcp_user_timeout"] == 2250
@@ -305,10 +314,78 @@ def test_connect_args_keep_the_users_options() -> None:
     db = DatabaseSettings("postgresql+psycopg://u@h/x?options=-c%20search_path%3Dpublic", lock_timeout_s=2)
     assert db.connect_args()["options"] == (
         "-c search_path=public -c lock_timeout=2000 -c statement_timeout=600000 "
-        "-c idle_in_transaction_session_timeout=120000"
+        "-c idle_in_transaction_session_timeout=30000 -c tcp_keepalives_idle=10 "
+        "-c tcp_keepalives_interval=5 -c tcp_keepalives_count=2 -c tcp_user_timeout=20000"
     )
     repeated = DatabaseSettings("postgresql+psycopg://u@h/x?options=-c%20a%3D1&options=-c%20b%3D2")
     assert str(repeated.connect_args()["options"]).startswith("-c a=1 -c b=2 -c lock_timeout=")
+
+
+def _keepalive_drop(idle: int, interval: int, count: int, user_timeout_ms: int) -> float:
+    """When Linux's keepalive timer (net/ipv4/tcp_timer.c) drops a connection whose peer went
+    silent at 0 and the server has nothing to send: it fires after `idle` s, probes, then fires
+    every `interval` s; it drops at a firing with >= 1 probe out and, with TCP_USER_TIMEOUT, that
+    much time since the last packet, else with `count` probes out."""
+    elapsed, probes = float(idle), 0
+    while True:
+        if (user_timeout_ms and elapsed * 1000 >= user_timeout_ms and probes > 0) or (
+            not user_timeout_ms and probes >= count
+        ):
+            return elapsed
+        probes += 1
+        elapsed += interval
+
+
+@given(
+    st.integers(1, 120),
+    st.integers(1, 60),
+    st.integers(1, 10),
+    st.integers(0, 600_000).map(lambda ms: ms / 1000),
+)
+def test_the_half_open_bound_is_when_the_kernel_drops_a_silent_client(
+    idle: int, interval: int, count: int, user_timeout_s: float
+) -> None:
+    db = DatabaseSettings(
+        URL_,
+        tcp_keepalives_idle_s=idle,
+        tcp_keepalives_interval_s=interval,
+        tcp_keepalives_count=count,
+        tcp_user_timeout_s=user_timeout_s,
+    )
+    ms = int(db.server_settings()["tcp_user_timeout"])
+    assert half_open_s(db) == _keepalive_drop(idle, interval, count, ms)
+
+
+def test_every_server_setting_travels_in_the_startup_options() -> None:
+    db = DatabaseSettings(URL_, tcp_keepalives_idle_s=7, tcp_user_timeout_s=1.5)
+    settings = db.server_settings()
+    assert set(settings) == {
+        "lock_timeout",
+        "statement_timeout",
+        "idle_in_transaction_session_timeout",
+        "tcp_keepalives_idle",
+        "tcp_keepalives_interval",
+        "tcp_keepalives_count",
+        "tcp_user_timeout",
+    }
+    assert (settings["tcp_keepalives_idle"], settings["tcp_user_timeout"]) == ("7", "1500")
+    assert str(db.connect_args()["options"]).split() == [
+        w for n, v in settings.items() for w in ("-c", f"{n}={v}")
+    ]
+
+
+def test_a_session_lacks_what_its_startup_packet_did_not_set() -> None:
+    wanted = DatabaseSettings(URL_).server_settings()
+    direct = [(n, v, "client") for n, v in wanted.items()]
+    assert lacking(wanted, direct) == []
+    # the TCP settings count by their source: pg_settings shows the socket's value (the kernel's
+    # default for 0, 0 over a Unix socket), not what was asked
+    unix = [(n, "0" if n.startswith("tcp_") else v, "client") for n, v in wanted.items()]
+    assert lacking(wanted, unix) == []
+    pooler = [(n, "0", "default") for n in wanted]  # PgBouncer dropped the options
+    assert lacking(wanted, pooler) == list(wanted)
+    other = [(n, "1" if n == "lock_timeout" else v, "client") for n, v in wanted.items()]
+    assert lacking(wanted, other) == ["lock_timeout"]
 
 
 def _cparams(engine: sa.Engine) -> dict[str, Any]:
@@ -352,14 +429,14 @@ def test_engine_for_merges_caller_connect_args_over_ours() -> None:
     assert engine.pool._pre_ping and not engine.pool.dispatch.checkout
     params = _cparams(engine)
     assert params["keepalives_idle"] == 99 and params["application_name"] == "me"
-    assert params["options"] == db.connect_args()["options"] and params["keepalives_count"] == 3
+    assert params["options"] == db.connect_args()["options"] and params["keepalives_count"] == 2
     with pytest.raises(TypeError, match="connect_args"):
         engine_for(db, connect_args=["not", "a", "mapping"])
 
 
 def test_repr_shows_the_timeouts() -> None:
     shown = repr(DatabaseSettings("postgresql+psycopg://u:pw-r@h/x", lock_timeout_s=1.5))
-    assert "lock_timeout_s=1.5" in shown and "tcp_keepalives_count=3" in shown and "pw-r" not in shown
+    assert "lock_timeout_s=1.5" in shown and "tcp_keepalives_count=2" in shown and "pw-r" not in shown
 
 
 def test_pickle_round_trip_keeps_every_field() -> None:

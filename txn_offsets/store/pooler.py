@@ -9,14 +9,23 @@ sets may outlive the transaction that set it. :func:`engine_for
   gets next (``DuplicatePreparedStatement``, ``prepared statement ... does not exist``);
 - the staging table of :func:`txn_offsets.upserts.upsert_add` is created in the transaction and
   dropped at its commit;
-- the PostgreSQL timeouts (``lock_timeout``, ``statement_timeout``,
-  ``idle_in_transaction_session_timeout``) travel in libpq's ``options`` on a direct connection.
-  PgBouncer drops ``options`` (``ignore_startup_parameters = options``; without it PgBouncer
-  refuses the connection: ``translate_errors`` makes that a :class:`ConfigError`), so each new
-  connection checks that the server session really has them (``pg_settings.source = 'client'``
-  with our values); a connection that does not is marked pooled, and every transaction on it starts with
-  ``set_config(..., true)`` (``SET LOCAL``): one more round trip per transaction, behind a pooler
-  only. A frozen holder of a claim then still costs ``lock_timeout_s``, not forever;
+- the PostgreSQL settings of :meth:`DatabaseSettings.server_settings
+  <txn_offsets.config.DatabaseSettings.server_settings>` (``lock_timeout``, ``statement_timeout``,
+  ``idle_in_transaction_session_timeout``, and the server's end of the TCP bounds:
+  ``tcp_keepalives_idle`` / ``_interval`` / ``_count``, ``tcp_user_timeout``) travel in libpq's
+  ``options`` on a direct connection. PgBouncer drops ``options`` (``ignore_startup_parameters =
+  options``; without it PgBouncer refuses the connection: ``translate_errors`` makes that a
+  :class:`ConfigError`), so each new connection checks that the server session really has them
+  (``pg_settings.source = 'client'``, the timeouts with our values); a connection that does not is
+  marked pooled, and every transaction on it starts with ``set_config(..., true)`` (``SET LOCAL``):
+  one more round trip per transaction, behind a pooler only. A frozen holder of a claim then still
+  costs ``lock_timeout_s``, not forever;
+- a half-open client (its host cut off inside a transaction: no FIN, no RST, its row locks held)
+  is dropped by the server's own keepalives after :func:`half_open_s`, so a retry of its ranges
+  elsewhere waits that long at most, and the cut-off transaction can never commit later. Behind
+  PgBouncer these bound the pooler's server connection; the pooler's client side is bounded by its
+  own ``tcp_keepalive``/``tcp_keepidle``/``tcp_keepintvl``/``tcp_keepcnt``/``tcp_user_timeout``
+  (a client lost inside a transaction makes it close that server connection: a rollback);
 - statement pooling cannot run a multi-statement transaction at all (every write of txn_offsets
   is one): the check above fails with PgBouncer's "transaction blocks not allowed in statement
   pooling mode" and is a :class:`ConfigError` naming ``pool_mode``.
@@ -28,6 +37,8 @@ uses no LISTEN/NOTIFY.
 from __future__ import annotations
 
 import logging
+import math
+from collections.abc import Iterable
 from typing import Any, cast
 
 import psycopg
@@ -36,26 +47,43 @@ import sqlalchemy as sa
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import ConfigError
 
-__all__ = ["POOLED", "make_pooler_safe", "options_refused", "pooled"]
+__all__ = ["POOLED", "half_open_s", "lacking", "make_pooler_safe", "options_refused", "pooled"]
 
 logger = logging.getLogger(__name__)
 
-POOLED = "txn_offsets_pooled"  # connection record info: the session lacks our startup timeouts
+POOLED = "txn_offsets_pooled"  # connection record info: the session lacks our startup settings
 _STATEMENT_POOLING = "statement pooling mode"
 _UNSUPPORTED_OPTIONS = "unsupported startup parameter: options"
 
 
-def _ms(seconds: float) -> int:
-    return max(1, round(seconds * 1000)) if seconds > 0 else 0
+#: set by value, but checked by source only: pg_settings shows the socket's actual value, which is
+#: the kernel's default for 0 and 0 over a Unix socket (where they do not apply)
+_TCP = frozenset(
+    {"tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count", "tcp_user_timeout"}
+)
 
 
-def _timeouts(db: DatabaseSettings) -> dict[str, str]:
-    """The server settings and their values as pg_settings shows them (milliseconds)."""
-    return {
-        "lock_timeout": str(_ms(db.lock_timeout_s)),
-        "statement_timeout": str(_ms(db.statement_timeout_s)),
-        "idle_in_transaction_session_timeout": str(_ms(db.idle_in_transaction_timeout_s)),
-    }
+def half_open_s(db: DatabaseSettings) -> float | None:
+    """The longest the server keeps the session of a silent client (its host cut off while idle in
+    a transaction: the server has nothing to send, so its keepalives decide), counted from the last
+    packet it received; None when a keepalive setting is 0 (the kernel's default: hours). Linux
+    probes after ``idle`` s, then every ``interval`` s, and drops the connection at the first probe
+    after ``count`` unanswered ones - or, with ``tcp_user_timeout`` set, at the first probe (>= 1)
+    at which that much time passed since the last packet, whatever ``count`` says."""
+    idle, interval, count = db.tcp_keepalives_idle_s, db.tcp_keepalives_interval_s, db.tcp_keepalives_count
+    if not (idle and interval and count):
+        return None
+    user_ms = int(db.server_settings()["tcp_user_timeout"])  # what the server is given: whole ms
+    if user_ms == 0:
+        return float(idle + interval * count)
+    return float(idle + interval * max(1, math.ceil((user_ms - idle * 1000) / (interval * 1000))))
+
+
+def lacking(wanted: dict[str, str], rows: Iterable[tuple[str, str, str]]) -> list[str]:
+    """The names of `wanted` a session lacks, from its pg_settings (name, setting, source) rows:
+    not set by the client's startup packet, or (a timeout) set to another value."""
+    ours = {name: setting for name, setting, source in rows if source == "client"}
+    return [n for n, v in wanted.items() if n not in ours or (n not in _TCP and ours[n] != v)]
 
 
 def options_refused(exc: BaseException, db: DatabaseSettings) -> ConfigError | None:
@@ -80,14 +108,16 @@ def _statement_pooling(db: DatabaseSettings) -> ConfigError:
 
 
 def pooled(connection: sa.Connection) -> bool:
-    """True if this connection's session lacks the startup timeouts (a pooler dropped them)."""
+    """True if this connection's session lacks the startup settings (a pooler dropped them)."""
     return bool(connection.connection.info.get(POOLED))
 
 
 def make_pooler_safe(engine: sa.Engine, db: DatabaseSettings) -> None:
-    """Install the connect check and the per-transaction timeouts on `engine` (see the module)."""
-    wanted = _timeouts(db)
-    set_local = "SELECT " + ", ".join(f"set_config('{name}', '{ms}ms', true)" for name, ms in wanted.items())
+    """Install the connect check and the per-transaction settings on `engine` (see the module)."""
+    wanted = db.server_settings()
+    set_local = "SELECT " + ", ".join(
+        f"set_config('{name}', '{value}', true)" for name, value in wanted.items()
+    )
 
     # insert=True: before SQLAlchemy's own first-connect queries, which statement pooling also fails
     @sa.event.listens_for(engine, "connect", insert=True)
@@ -105,10 +135,9 @@ def make_pooler_safe(engine: sa.Engine, db: DatabaseSettings) -> None:
                 raw.close()
                 raise _statement_pooling(db) from None
             raise
-        ours = {name: setting for name, setting, source in rows if source == "client"}
-        record.info[POOLED] = ours != wanted
+        record.info[POOLED] = bool(lacking(wanted, rows))
         if record.info[POOLED]:
-            logger.debug("%s: startup timeouts absent (a pooler?): set per transaction", db.display_url)
+            logger.debug("%s: startup settings absent (a pooler?): set per transaction", db.display_url)
 
     @sa.event.listens_for(engine, "begin")
     def _began(connection: sa.Connection) -> None:
