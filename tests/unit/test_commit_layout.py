@@ -15,6 +15,7 @@ from tests.unit.test_layout import MODULES, PACKAGE, imports_of, rel
 #: the guard's own modules, and the functions that claim, classify a claim or prove an incarnation
 GUARD_MODULES = ("txn_offsets.commit.claim", "txn_offsets.commit.classify", "txn_offsets.commit.shell")
 GUARD_CALLS = {
+    "claim",
     "claim_ranges",
     "check_incarnation",
     "classify_claim",
@@ -48,7 +49,7 @@ def test_the_commit_core_is_there() -> None:
     core = {rel(p) for p in MODULES if rel(p).startswith("commit/")}
     assert {"commit/claim.py", "commit/classify.py", "commit/proof.py", "commit/shell.py"} <= core
     # and its functions are found by the checks below
-    assert {"claim_ranges", "classify_claims", "transaction_outcome"} <= _calls(
+    assert {"claim", "claim_ranges", "classify_claims", "transaction_outcome"} <= _calls(
         PACKAGE / "commit/shell.py"
     ) | (_calls(PACKAGE / "commit/claim.py"))
 

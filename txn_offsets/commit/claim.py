@@ -16,13 +16,16 @@ ranges travel as bound arrays, unnested in the statement, and the statement
 5. returns, per range in input order, whether it was claimed, the row it found (offset, topic id)
    and the job's generation: a range that was not claimed is classified from these exactly as a
    single-range claim's re-read is (:func:`txn_offsets.commit.classify.classify_claims`), without a
-   second round trip.
+   second round trip; and the transaction's id once it wrote (``pg_current_xact_id_if_assigned``),
+   by which a COMMIT whose answer was lost is told apart from another attempt's commit of the same
+   ranges (:func:`txn_offsets.commit.shell.commit_units`).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
@@ -34,7 +37,16 @@ from txn_offsets.store.lineage import Lineage, at
 from txn_offsets.store.runs import Run
 from txn_offsets.store.schema import tables_for
 
-__all__ = ["claim_ranges"]
+__all__ = ["Claim", "claim", "claim_ranges"]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What one claim statement answered: each range's result, in order, and the transaction's id
+    (None when nothing was claimed: the transaction then wrote nothing and has none)."""
+
+    results: list[ClaimResult]
+    xid: str | None
 
 
 def claim_ranges(
@@ -46,6 +58,19 @@ def claim_ranges(
     lineage: Lineage | None = None,
     record: bool = True,
 ) -> list[ClaimResult]:
+    """:func:`claim`'s result of each range, in order."""
+    return claim(conn, db, run, ranges, lineage=lineage, record=record).results
+
+
+def claim(
+    conn: sa.Connection,
+    db: DatabaseSettings,
+    run: Run,
+    ranges: Sequence[OffsetRange],
+    *,
+    lineage: Lineage | None = None,
+    record: bool = True,
+) -> Claim:
     """Claim `ranges` (one statement, in the caller's transaction); the result of each, in order.
 
     Raises what a single-range claim raises for the first range (in the given order) that cannot
@@ -71,7 +96,9 @@ def claim_ranges(
     rows = conn.execute(_statement(db.schema, record=record), params).all()
     found = [FoundRow(bool(r.claimed), r.off, r.topic_id) for r in rows]
     generation = rows[0].generation if rows else None
-    return classify_claims(run.job, ranges, found, generation, run.generation)
+    # a claimed range's row is produced after its UPDATE assigned the id: take the first one given
+    xid = next((r.xid for r in rows if r.xid), None)
+    return Claim(classify_claims(run.job, ranges, found, generation, run.generation), xid)
 
 
 @functools.lru_cache(maxsize=64)
@@ -110,7 +137,8 @@ def _statement(schema: str, *, record: bool) -> sa.TextClause:
       AND l.off = w.from_off AND (w.topic_id IS NULL OR l.topic_id = w.topic_id)
     RETURNING o.topic, o.part
 ){lineage if record else ""}
-SELECT c.topic IS NOT NULL AS claimed, l.off, l.topic_id, (SELECT g.generation FROM gen g) AS generation
+SELECT c.topic IS NOT NULL AS claimed, l.off, l.topic_id, (SELECT g.generation FROM gen g) AS generation,
+    pg_catalog.pg_current_xact_id_if_assigned()::text AS xid
 FROM want w
 LEFT JOIN claimed c ON c.topic = w.topic AND c.part = w.part
 LEFT JOIN locked l ON l.topic = w.topic AND l.part = w.part

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import psycopg
 import sqlalchemy as sa
 
-from txn_offsets.commit.claim import claim_ranges
+from txn_offsets.commit.claim import claim
 from txn_offsets.commit.classify import ClaimResult, Settled, classify_reread, transaction_outcome
 from txn_offsets.commit.proof import start_proofs
 from txn_offsets.commit.unit import ISOLATION_LEVELS, Outcome, RangeOutcome, Unit, describe
@@ -187,6 +187,7 @@ def _attempt(
     with translate_errors(db):
         conn = engine.connect().execution_options(isolation_level=isolation_level)
     stage, current = "claim", 0
+    xid: str | None = None  # this transaction's id, once a claim wrote: a lost COMMIT is looked up by it
     try:
         with conn.begin() as tx:
             for current in order:
@@ -195,9 +196,8 @@ def _attempt(
                 # our statements: a missing table or a dead server becomes one of our errors. The
                 # caller's write is not translated: its errors are about its own tables.
                 with translate_errors(db):  # one statement: every claim of the unit, and its lineage
-                    results = claim_ranges(
-                        conn, db, unit.run, ranges, lineage=unit.lineage, record=db.lineage
-                    )
+                    claimed = claim(conn, db, unit.run, ranges, lineage=unit.lineage, record=db.lineage)
+                results, xid = claimed.results, claimed.xid or xid
                 if transaction_outcome(unit.run.job, ranges, results) is ClaimResult.ALREADY_COMMITTED:
                     if shared:
                         raise _GiveWay(f"job {unit.run.job!r}: ranges already committed")
@@ -233,7 +233,7 @@ def _attempt(
         if stage == "commit" and is_connection_lost(exc):
             logger.warning("%s: connection lost during COMMIT; re-reading the offsets", _who(units))
             return [
-                _settled(engine, db, u.run, o, cause="connection lost during COMMIT", ours=True)
+                _settled(engine, db, u.run, o, cause="connection lost during COMMIT", ours=True, xid=xid)
                 for u, o in zip(units, ordered, strict=True)
             ]
         if shared:
@@ -332,9 +332,12 @@ def _settled(
     *,
     cause: str,
     ours: bool,
+    xid: str | None = None,
 ) -> Outcome | TxnOffsetsError:
     """Decide a unit's outcome from its rows, on a fresh READ COMMITTED connection. `ours`: this
-    attempt's COMMIT may have applied (its answer was lost); else PostgreSQL rolled it back."""
+    attempt's COMMIT may have applied (its answer was lost; `xid` its transaction); else
+    PostgreSQL rolled it back."""
+    status: str | None = None
     try:
         with translate_errors(db), engine.connect() as fresh:
             conn = fresh.execution_options(isolation_level="READ COMMITTED")
@@ -342,20 +345,39 @@ def _settled(
                 rows, generation = offset_rows.reread_rows(
                     conn, db, run.job, [r.key for r in ordered], lock=True
                 )
+            if ours and xid is not None:
+                status = _xact_status(conn, xid)
         found = {k: None if row is None else row.off for k, row in rows.items()}
         ids = {k: None if row is None else row.topic_id for k, row in rows.items()}
         settled = classify_reread(run.job, ordered, found, generation, run.generation, found_topic_ids=ids)
     except TxnOffsetsError as exc:
         return exc
     if settled is Settled.AT_UNTIL:
-        # after a lost COMMIT the rows at `until` are (almost always) ours; after 40001 they are
-        # a duplicate's. Either way the records are applied exactly once.
-        outcome = Outcome.COMMITTED if ours else Outcome.ALREADY_COMMITTED
+        # after 40001 the rows at `until` are a duplicate's. After a lost COMMIT they are ours if
+        # PostgreSQL says our transaction committed, another attempt's if it says ours aborted (a
+        # task cut off inside its transaction, retried elsewhere); without an answer (the id is
+        # too old, or from before a failover), ours as the rows suggest. Either way the records
+        # are applied exactly once: only the report depends on it.
+        outcome = Outcome.ALREADY_COMMITTED if not ours or status == "aborted" else Outcome.COMMITTED
         logger.info("job %r: %s; the offsets show %r", run.job, cause, outcome)
         return outcome
     if ours:
         return CommitNotApplied(run.job, describe(ordered), cause)
     raise _Retry(cause)
+
+
+def _xact_status(conn: sa.Connection, xid: str) -> str | None:
+    """PostgreSQL's word on transaction `xid` (committed / aborted / in progress), None when it
+    cannot say (too old to know, or an id of another timeline after a failover: an error)."""
+    try:
+        with conn.begin():
+            status = conn.execute(
+                sa.text("SELECT pg_catalog.pg_xact_status(CAST(:xid AS xid8))"), {"xid": xid}
+            ).scalar_one()
+    except sa.exc.DBAPIError:
+        logger.info("the status of the transaction whose COMMIT was lost is unknown; settled from the rows")
+        return None
+    return str(status) if status is not None else None
 
 
 def _who(units: Sequence[Unit]) -> str:
