@@ -49,9 +49,9 @@ def test_the_commit_core_is_there() -> None:
     core = {rel(p) for p in MODULES if rel(p).startswith("commit/")}
     assert {"commit/claim.py", "commit/classify.py", "commit/proof.py", "commit/shell.py"} <= core
     # and its functions are found by the checks below
-    assert {"claim", "classify_claims", "transaction_outcome"} <= _calls(
-        PACKAGE / "commit/shell.py"
-    ) | (_calls(PACKAGE / "commit/claim.py"))
+    assert {"claim", "classify_claims", "transaction_outcome"} <= _calls(PACKAGE / "commit/shell.py") | (
+        _calls(PACKAGE / "commit/claim.py")
+    )
 
 
 @pytest.mark.parametrize("path", OUTSIDE, ids=rel)
