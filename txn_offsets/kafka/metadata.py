@@ -44,6 +44,7 @@ __all__ = [
     "partitions_for",
     "topics_and_watermarks",
     "topics_matching",
+    "unknown_mark",
     "watermarks",
 ]
 
@@ -221,6 +222,12 @@ _LEADER_MOVING = {getattr(KafkaError, name) for name in _MOVING}
 LEADER_WAIT_S = 0.5
 
 
+def unknown_mark(spec: object, offset: int) -> bool:
+    """True when a ListOffsets answer holds no offset: negative for a log start or end (which
+    never are); a timestamp's -1 is an answer (no record at or after it: the end is asked next)."""
+    return offset < 0 if spec is _EARLIEST or spec is _LATEST else offset < -1
+
+
 class _LeaderMoving(Exception):
     def __init__(self, said: str, asked: Sequence[Future[Any]]) -> None:
         super().__init__(said)
@@ -270,7 +277,7 @@ def _list_offsets_once(
         requests = ([TopicPartition(t, p, value) for t, p in chunk] for chunk in chunks)
         asked.append([(_ask(admin, key, tps, level, timeout_s), tps[0].topic) for tps in requests])
     answers: list[dict[TP, int]] = []
-    for futures in asked:
+    for value, futures in zip(values, asked, strict=True):
         out: dict[TP, int] = {}
         for fut, topic in futures:
             refresh = functools.partial(leaders.forget_leaders, key, topic)
@@ -288,6 +295,14 @@ def _list_offsets_once(
                     if info.code() in NO_ANSWER:
                         forget_admin_client(kafka)
                     raise ServiceUnavailable("Kafka", kafka.bootstrap_servers, f"{what}: {info.name()}")
+                if unknown_mark(value, info.offset):
+                    # a log start or end is never negative: the partition's leader just died and
+                    # the broker answering has no log for it yet (librdkafka's -1001, seen on the
+                    # lab's three brokers): a moving leader, asked again - never taken as the end
+                    what = f"{tp.topic}[{tp.partition}]"
+                    raise _LeaderMoving(
+                        f"{what}: no offset in the answer", [f for each in asked for f, _ in each]
+                    )
                 out[(tp.topic, tp.partition)] = info.offset
         answers.append(out)
     return answers
