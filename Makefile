@@ -29,7 +29,7 @@ BENCH_SIZE ?= full
 CHAOS_ARGS ?=
 LINT_PATHS := $(wildcard txn_offsets migrations setup.py tests examples benchmarks chaos)
 
-.PHONY: help install dist stack-up stack-down stack-status lint test test-unit demo chaos bench clean job-env lab-up lab-down lab-status test-lab
+.PHONY: help install dist stack-up stack-down stack-status lint test test-unit demo chaos bench clean job-env lab-up lab-down lab-status test-lab chaos-lab
 
 help:
 	@echo "make demo        bring the local stack up and run the demo job (DEMO_ARGS=--connect: on Spark Connect)"
@@ -48,6 +48,7 @@ help:
 	@echo "make lab-down    kill every lab process, remove its namespaces and names; fails naming anything left"
 	@echo "make lab-status  each lab host and service: up or not"
 	@echo "make test-lab    the tests that need the whole lab (pytest -m lab; they bring up and remove their own)"
+	@echo "make chaos-lab   (root) the lab's chaos scenarios L1-L4 (CHAOS_ARGS=--scenarios L1,L3): the running lab, else one for the session"
 	@echo "make job-env     dist/job-env.tar.gz: the packed environment spark-submit ships (LAB_NODE_PYTHON: the nodes' Python)"
 
 $(BIN)/.installed: pyproject.toml
@@ -58,6 +59,12 @@ $(BIN)/.installed: pyproject.toml
 	touch $@
 
 install: $(BIN)/.installed
+	@# the console's browser tests drive Debian's chromium through its chromedriver (never a download):
+	@# installed here when running as root with apt-get and either is missing, as devstack installs PostgreSQL
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! { [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; }; then \
+		echo "installing chromium and chromium-driver (the console's browser tests)"; \
+		apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || \
+		{ apt-get update -q >/dev/null && apt-get install -y -q chromium chromium-driver >/dev/null; }; fi
 
 # what a user installs into a virtualenv of their own (README: Install): the wheel and the sdist
 dist: install
@@ -119,6 +126,10 @@ demo: install stack-up
 chaos: install stack-up
 	$(AS_OWNER) $(BIN)/python -m chaos $(CHAOS_ARGS)
 	$(WITH_ENV) $(BIN)/pytest tests/integration/commit/test_commit_model.py -m slow -q
+
+# the lab's scenarios (docs/reliability.md#on-the-lab): the running lab, else one up for the session and down after
+chaos-lab: install job-env
+	$(BIN)/python -m chaos --lab $(CHAOS_ARGS)
 
 bench: install stack-up
 	$(AS_OWNER) BENCH_SIZE=$(BENCH_SIZE) $(BIN)/python -m benchmarks.bench $(BENCH_ARGS)

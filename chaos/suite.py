@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from chaos.report import Report, ScenarioResult
-from chaos.scenarios import SCENARIOS, Context, Services
+from chaos.scenarios import SCENARIOS, Context, Services, lab
 
-__all__ = ["FULL", "SMOKE", "budget", "run_suite"]
+__all__ = ["FULL", "LAB", "LAB_MESSAGES", "SMOKE", "budget", "run_suite"]
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +31,9 @@ FULL = (
     "F1b",  # F1 at 1,024 partitions (full suite only: tens of seconds per restart)
     "F19",  # many jobs in shared rounds, the driver killed (full suite only)
 )
+# the lab's scenarios (python -m chaos --lab, make chaos-lab): never with the others (another cluster)
+LAB = lab.LAB
+LAB_MESSAGES = 40_000
 
 # share of the message budget per scenario; F1 (the driver kills) gets what is left
 _SHARE = {
@@ -54,6 +57,7 @@ _SHARE = {
     "F18": 0.02,
     "F1b": 0.05,
     "F19": 0.04,
+    **dict.fromkeys(LAB, 0.25),
 }
 # make test's smoke runs 20,000 messages: F2 keeps 2,500 of them (its five fault points do not
 # depend on it: F2 forces one range per point, whatever the seed and the data; every fault costs a

@@ -6,6 +6,8 @@
   they give no series in /metrics
 * ``/healthz``: liveness, ``/readyz``: readiness, both from the background checks of
   :class:`~txn_offsets.service.health.HealthMonitor` (what each means is documented there)
+* ``/console/``: the operator's console, HTML pages over the same data
+  (:mod:`txn_offsets.service.console`); the token as a header or the login form's cookie
 
 With a token (``TXN_OFFSETS_SERVE_TOKEN``) ``/metrics`` and ``/offsets`` need
 ``Authorization: Bearer <token>``. The probes stay open but say only ok/unavailable per
@@ -49,10 +51,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from txn_offsets.errors import TxnOffsetsError
 from txn_offsets.redaction import Secret
 from txn_offsets.service.collector import StoreCollector
+from txn_offsets.service.console import LagHistory, console_routes
+from txn_offsets.service.console.history import RememberedStatuses
 from txn_offsets.service.health import HealthMonitor
 from txn_offsets.service.kafka_view import KafkaView
 from txn_offsets.service.snapshot import Snapshot, read_snapshot
-from txn_offsets.service.status import JobStatuses, StatusRules
+from txn_offsets.service.status import StatusRules
 from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import validate_job
 
@@ -65,8 +69,9 @@ logger = logging.getLogger(__name__)
 class Service:
     """What the handlers share: the store (an engine with short timeouts), the Kafka cache, the
     health checks (made from the settings when not given; started by :func:`create_app`), the
-    thresholds of the job status and the consumer group each job is shown as (job -> group; a job
-    not listed is its own group)."""
+    thresholds of the job status, the consumer group each job is shown as (job -> group; a job
+    not listed is its own group), the lag history every snapshot feeds (the console's charts) and
+    Grafana's URL for the console's links (None: none)."""
 
     store: Store
     kafka: KafkaView
@@ -74,9 +79,13 @@ class Service:
     health: HealthMonitor | None = None
     rules: StatusRules = field(default_factory=StatusRules)
     groups: Mapping[str, str] = field(default_factory=dict)
+    history: LagHistory = field(default_factory=LagHistory)
+    grafana: str | None = None
 
     def snapshot(self) -> Snapshot:
-        return read_snapshot(self.store, self.kafka)
+        snap = read_snapshot(self.store, self.kafka)
+        self.history.record(snap)
+        return snap
 
     def start(self) -> HealthMonitor:
         """Start the health checks (once) and let a scrape skip Kafka while its check fails."""
@@ -125,7 +134,9 @@ def _in_thread(handler: Callable[[Request], Response]) -> Callable[[Request], Aw
 
 def create_app(service: Service) -> Starlette:
     health = service.start()
-    statuses = JobStatuses(service.rules)
+    # one memory of the statuses for /metrics, /offsets and the console (FENCED and LAGGING are
+    # decided from what earlier snapshots saw)
+    statuses = RememberedStatuses(service.rules)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(
         StoreCollector(
@@ -186,6 +197,15 @@ def create_app(service: Service) -> Starlette:
         Route("/offsets/{job:path}", _in_thread(offsets)),
         Route("/healthz", probe("live")),
         Route("/readyz", probe("ready")),
+        *console_routes(
+            service.store,
+            service.kafka,
+            service.snapshot,
+            statuses,
+            service.history,
+            token=service.token,
+            grafana=service.grafana,
+        ),
     ]
     return Starlette(routes=routes)
 

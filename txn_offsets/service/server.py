@@ -55,6 +55,7 @@ from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError
 from txn_offsets.redaction import Secret
 from txn_offsets.service.app import LoopbackHostsOnly, Service, create_app, is_loopback
+from txn_offsets.service.console.routes import grafana_from_env
 from txn_offsets.service.kafka_view import KafkaView
 from txn_offsets.service.status import StatusRules
 from txn_offsets.store.handle import Store
@@ -420,7 +421,9 @@ def serve(
         idle_in_transaction_timeout_s=10.0,
     )
     store = Store.of(short, pool_size=4, max_overflow=4, pool_timeout=5)
-    service = Service(store, view, token, rules=rules or StatusRules(), groups=groups)
+    service = Service(
+        store, view, token, rules=rules or StatusRules(), groups=groups, grafana=grafana_from_env()
+    )
     try:
         app = create_app(service)  # starts the health checks
         # without a token a web page could read the data through DNS rebinding; with one, the token

@@ -73,17 +73,36 @@ class Daemons:
         argv = [str(cluster.spark_home() / "bin" / "spark-class"),
                 *cluster.master_argv(address, MASTER_PORT, MASTER_WEBUI)]  # fmt: skip
         pids[MASTER] = self._spawn(MASTER, argv, cluster.spark_home(), None)
-        to = master_url(self.net, by_name=False)
         for name in self.workers:
-            work = self.run_dir / name / "work"
-            work.mkdir(parents=True, exist_ok=True)
-            argv = [
-                str(self.view.spark_home / "bin" / "spark-class"),
-                *cluster.worker_argv(to, self.net.host(name).address, cores=1, memory=WORKER_MEMORY,
-                                     webui_port=WORKER_WEBUI, work_dir=work),
-            ]  # fmt: skip
-            pids[name] = self._spawn(name, argv, self.view.spark_home, self.view)
+            pids[name] = self._start_worker(name)
         return pids
+
+    def _start_worker(self, name: str) -> int:
+        work = self.run_dir / name / "work"
+        work.mkdir(parents=True, exist_ok=True)
+        argv = [
+            str(self.view.spark_home / "bin" / "spark-class"),
+            *cluster.worker_argv(master_url(self.net, by_name=False), self.net.host(name).address, cores=1,
+                                 memory=WORKER_MEMORY, webui_port=WORKER_WEBUI, work_dir=work),
+        ]  # fmt: skip
+        return self._spawn(name, argv, self.view.spark_home, self.view)
+
+    def restart_worker(self, name: str, timeout_s: float = 180) -> float:
+        """Start worker `name` again (after its host was killed and healed); seconds until it
+        logs its registration (the master may still list the dead one ALIVE for a minute)."""
+        started = time.monotonic()
+        log = self.run_dir / name / "spark.log"
+        seen = log.stat().st_size if log.exists() else 0
+        pid = self._start_worker(name)
+        while time.monotonic() - started < timeout_s:
+            if not pid_alive(pid):
+                raise StackError(SERVICE, f"{name} exited on restart", f"read {log}")
+            with log.open("rb") as fh:
+                fh.seek(seen)
+                if b"Successfully registered with master" in fh.read():
+                    return time.monotonic() - started
+            time.sleep(1)
+        raise StackError(SERVICE, f"{name} not registered {timeout_s:.0f}s after its restart", f"read {log}")
 
     def _spawn(self, name: str, argv: list[str], home: Path, view: View | None) -> int:
         env = self._env(name, home)

@@ -1,0 +1,164 @@
+"""The console in a real browser: Debian's chromium, headless, driven by selenium through Debian's
+chromedriver (nothing downloaded), against ``txn-offsets serve`` (a subprocess, with a token) over
+the real stack and the jobs of :mod:`tests.integration.service.console_jobs`.
+
+One browser for the module. ``CONSOLE_SCREENSHOTS=<dir>`` saves the pages as PNGs there (how
+docs/img/console-*.png were made)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.helpers import Cli, produce_counts
+from tests.integration.service.console_jobs import HOSTILE_REASON, REASON, ConsoleJobs, jobs_for
+from tests.integration.service.test_serve_ops import serving
+from txn_offsets.config import DatabaseSettings
+from txn_offsets.service.console.auth import COOKIE
+
+TOKEN = "browser-token-0123456789abcdef"
+CHROMIUM = "/usr/bin/chromium"  # Debian's, with its chromedriver: selenium downloads nothing
+CHROMEDRIVER = "/usr/bin/chromedriver"
+
+
+@pytest.fixture
+def jobs(request: pytest.FixtureRequest) -> ConsoleJobs:
+    return jobs_for(request)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not Path(p).exists()]
+    if missing:
+        pytest.fail(
+            f"{', '.join(missing)} missing: `make install` (as root) installs chromium and chromium-driver"
+        )
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service as DriverService
+    except ImportError:
+        pytest.fail("selenium missing: `make install` installs the dev extra")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(arg)
+    options.add_argument("--window-size=1400,1000")
+    driver = webdriver.Chrome(options=options, service=DriverService(executable_path=CHROMEDRIVER))
+    driver.set_page_load_timeout(30)
+    yield driver
+    driver.quit()
+
+
+def _serving(database_url: str, kafka_bootstrap: str, schema: str) -> AbstractContextManager[str]:
+    """`txn-offsets serve` with a token and the Grafana URL; Kafka's facts never cached (a page
+    shows what the jobs just did)."""
+    env = {
+        **os.environ,
+        "TXN_OFFSETS_DATABASE_URL": database_url,
+        "TXN_OFFSETS_KAFKA_BOOTSTRAP": kafka_bootstrap,
+        "TXN_OFFSETS_SERVE_TOKEN": TOKEN,
+        "TXN_OFFSETS_SERVE_GRAFANA_URL": "https://grafana.example",
+    }
+    return serving(env, schema, "--kafka-cache-s", "0")
+
+
+def _shot(driver: Any, name: str) -> None:
+    where = os.environ.get("CONSOLE_SCREENSHOTS")
+    if where:
+        Path(where).mkdir(parents=True, exist_ok=True)
+        height = driver.execute_script("return document.documentElement.scrollHeight")
+        driver.set_window_size(1400, max(600, min(int(height) + 200, 3000)))
+        assert driver.save_screenshot(str(Path(where) / f"console-{name}.png"))
+        driver.set_window_size(1400, 1000)
+
+
+def _row_text(driver: Any, job: str) -> str:
+    from selenium.webdriver.common.by import By
+
+    link = driver.find_element(By.LINK_TEXT, job)
+    return str(link.find_element(By.XPATH, "./ancestor::tr").text)
+
+
+def _login(driver: Any, url: str, token: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver.get(f"{url}/console/")
+    assert driver.current_url == f"{url}/console/login"  # sent to the form
+    field = driver.find_element(By.NAME, "token")
+    field.send_keys(token)
+    field.submit()
+
+
+def test_console_in_a_browser(
+    browser: Any,
+    jobs: ConsoleJobs,
+    run_cli: Cli,
+    database_url: str,
+    kafka_bootstrap: str,
+    migrated: DatabaseSettings,
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver = browser
+    driver.delete_all_cookies()
+    with _serving(database_url, kafka_bootstrap, migrated.schema) as url:
+        driver.get(f"{url}/console/jobs/{jobs.running}")  # no cookie yet: the login form only
+        assert driver.current_url == f"{url}/console/login"
+        assert jobs.running not in driver.find_element(By.TAG_NAME, "body").text
+        _login(driver, url, "not-the-token-at-all")
+        assert "Wrong token." in driver.find_element(By.TAG_NAME, "body").text
+        assert driver.get_cookie(COOKIE) is None
+        _shot(driver, "login")
+        _login(driver, url, TOKEN)
+        assert driver.current_url == f"{url}/console/"
+        cookie = driver.get_cookie(COOKIE)
+        assert cookie is not None and cookie["httpOnly"] is True and cookie["sameSite"] == "Strict"
+        assert TOKEN not in cookie["value"]
+        assert "running" in _row_text(driver, jobs.running).split()  # a live run that commits
+        assert "running" in _row_text(driver, jobs.fenced).split()  # not fenced yet
+        assert "idle" in _row_text(driver, jobs.done).split()  # ended, caught up
+
+        # the service has seen the jobs once; now an operator resets the fenced job's live run
+        jobs.fence(run_cli)
+        produce_counts(kafka_bootstrap, jobs.topic, {0: 5})  # the running job's lag grows
+        time.sleep(1.1)  # the next sample of the lag history
+        driver.refresh()
+        # every sample since saw its lag grow: lagging (the service's LAGGING), its chart red
+        assert "lagging" in _row_text(driver, jobs.running).split()
+        assert "fenced" in _row_text(driver, jobs.fenced).split()
+        assert "stopped with lag" in _row_text(driver, jobs.done)  # ended; records came since
+        chart = driver.find_element(By.LINK_TEXT, jobs.running).find_element(
+            By.XPATH, "./ancestor::tr//*[local-name()='svg']"
+        )
+        assert chart.get_attribute("class") == "growing"
+        _shot(driver, "overview")
+
+        driver.find_element(By.LINK_TEXT, jobs.fenced).click()
+        history = driver.find_element(By.XPATH, "//h2[starts-with(., 'History')]/following-sibling::table[1]")
+        newest = history.find_element(By.XPATH, ".//tbody/tr[1]").text
+        assert "reset" in newest and REASON in newest
+        assert "fenced by, generation" in driver.find_element(By.TAG_NAME, "body").text
+        _shot(driver, "job")
+
+        driver.get(f"{url}/console/lineage")
+        for name, value in (("job", jobs.done), ("topic", jobs.topic), ("partition", "0"), ("offset", "7")):
+            driver.find_element(By.NAME, name).send_keys(value)
+        driver.find_element(By.XPATH, "//button[@type='submit']").click()
+        verdict = driver.find_element(By.CLASS_NAME, "verdict").text
+        assert f"committed in [0, 10) by run {jobs.done_run.run_id} (generation 1)" in verdict
+        _shot(driver, "lineage")
+
+        driver.get(f"{url}/console/")
+        driver.find_element(By.LINK_TEXT, jobs.hostile).click()  # its name shown as the text it is
+        body = driver.find_element(By.TAG_NAME, "body").text
+        assert "\\x1b[31m<script>alert(1)</script><b>bold</b>\\u202eevil" in body
+        assert HOSTILE_REASON not in body
+        for tag in ("script", "img", "b"):  # nothing of the stored text became an element
+            assert driver.find_elements(By.TAG_NAME, tag) == [], tag
+        assert driver.find_element(By.TAG_NAME, "h1").text == f"Job {jobs.hostile}"
