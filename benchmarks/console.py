@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
@@ -24,6 +23,7 @@ from typing import Any
 import sqlalchemy as sa
 from starlette.testclient import TestClient
 
+from benchmarks.stats import percentile
 from benchmarks.store_scale import scratch_schema
 from txn_offsets.config import DatabaseSettings, KafkaSettings, from_env
 from txn_offsets.ranges import TopicPartition
@@ -101,13 +101,10 @@ def _timed(client: TestClient, path: str, runs: int, **params: str) -> dict[str,
         response = client.get(path, params=params)
         times.append((time.perf_counter() - started) * 1000)
         assert response.status_code == 200, response.text[:500]
-    times.sort()
-    p99 = times[min(len(times) - 1, round(0.99 * (len(times) - 1)))]
-    return {
-        "p50_ms": round(statistics.median(times), 1),
-        "p99_ms": round(p99, 1),
-        "max_ms": round(times[-1], 1),
-    }
+    p50, p99 = percentile(times, 50), percentile(times, 99)
+    assert p50 is not None  # runs >= 1
+    assert p99 is not None
+    return {"p50_ms": round(p50, 1), "p99_ms": round(p99, 1), "max_ms": round(max(times), 1)}
 
 
 def measure(
