@@ -32,13 +32,15 @@ def _test_workers() -> list[str]:
 
 
 def test_each_file_runs_whole_on_one_worker_in_the_collected_order(tmp_path: Path) -> None:
-    """test_a.py (one test, collected first, as the long files are) starts before the 24 tests of
-    the two bigger files are done: xdist's default orders files by their number of tests, which
-    left make test's one-test chaos and bench smokes to the end of the run."""
+    """test_a.py (one test, collected first, as the long files are) is the first file its worker
+    runs: xdist's default orders files by their number of tests, which left make test's one-test
+    chaos and bench smokes to the end of the run, behind the big files. (Asserted per worker, not
+    by start time across workers: a worker that boots late under load runs its first file late.)"""
     log = tmp_path / "started.log"
     for name, tests in (("test_a.py", 1), ("test_b.py", 12), ("test_c.py", 12)):
         body = "".join(
-            f"def test_{i}():\n    with open({str(log)!r}, 'a') as f:\n        f.write({name!r} + '\\n')\n\n"
+            f"import os\n\ndef test_{i}():\n    with open({str(log)!r}, 'a') as f:\n"
+            f"        f.write(os.environ['PYTEST_XDIST_WORKER'] + ' ' + {name!r} + '\\n')\n\n"
             for i in range(tests)
         )
         (tmp_path / name).write_text(body)
@@ -57,8 +59,10 @@ def test_each_file_runs_whole_on_one_worker_in_the_collected_order(tmp_path: Pat
         workers[file].add(worker)
     assert sorted(workers) == ["test_a.py", "test_b.py", "test_c.py"], done.stdout
     assert all(len(w) == 1 for w in workers.values()), dict(workers)
-    started = log.read_text().splitlines()
-    assert len(started) == 25 and started.index("test_a.py") < 12, started
+    started = [line.split() for line in log.read_text().splitlines()]
+    assert len(started) == 25, started
+    (a_worker,) = workers["test_a.py"]
+    assert next(file for worker, file in started if worker == a_worker) == "test_a.py", started
 
 
 class _Item:
