@@ -27,9 +27,11 @@ REPLICA ?=
 BENCH_SIZE ?= full
 # e.g. CHAOS_ARGS="--scenarios F1,F3 --runs 10"; CHAOS_SEED / CHAOS_RUNS / CHAOS_MESSAGES in the environment
 CHAOS_ARGS ?=
+# make chaos's lab part (make chaos-lab CHAOS_ARGS=...), e.g. LAB_CHAOS_ARGS="--scenarios L1,L5"
+LAB_CHAOS_ARGS ?=
 LINT_PATHS := $(wildcard txn_offsets migrations setup.py tests examples benchmarks chaos)
 
-.PHONY: help install dist stack-up stack-down stack-status lint test test-unit demo chaos bench clean job-env lab-up lab-down lab-status test-lab chaos-lab
+.PHONY: help install dist stack-up stack-down stack-status lint test test-unit demo chaos bench clean job-env job-env-stream lab-up lab-down lab-status test-lab chaos-lab
 
 help:
 	@echo "make demo        bring the local stack up and run the demo job (DEMO_ARGS=--connect: on Spark Connect)"
@@ -41,14 +43,14 @@ help:
 	@echo "                 TLS=1: PostgreSQL ssl on + a Kafka SASL_SSL listener (TXN_OFFSETS_TLS_* in the env file)"
 	@echo "                 REPLICA=1: and a streaming replica beside it (multi-host TXN_OFFSETS_HA_DATABASE_URL)"
 	@echo "make stack-down  stop exactly the processes stack-up started"
-	@echo "make chaos       the full fault-injection suite (slow)"
+	@echo "make chaos       the full fault-injection suite (slow), then the lab's scenarios (root; LAB_CHAOS_ARGS for them)"
 	@echo "make bench       txn_offsets vs Structured Streaming, at-least-once and the read/write limits (BENCH_SIZE=smoke|full)"
 	@echo "make lab-up      (root) the lab: kafka-1..3, pg-1 + replica pg-2 + PgBouncer, Spark master + 2 workers, a driver,"
 	@echo "                 each host a network namespace on 10.47.45.0/24; settings in $(LAB_DIR)/env (LAB_NODE_PYTHON: the workers' Python)"
 	@echo "make lab-down    kill every lab process, remove its namespaces and names; fails naming anything left"
 	@echo "make lab-status  each lab host and service: up or not"
 	@echo "make test-lab    the tests that need the whole lab (pytest -m lab; they bring up and remove their own)"
-	@echo "make chaos-lab   (root) the lab's chaos scenarios L1-L4 (CHAOS_ARGS=--scenarios L1,L3): the running lab, else one for the session"
+	@echo "make chaos-lab   (root) the lab's chaos scenarios L1-L8 (CHAOS_ARGS=--scenarios L1,L3): the running lab, else one for the session"
 	@echo "make job-env     dist/job-env.tar.gz: the packed environment spark-submit ships (LAB_NODE_PYTHON: the nodes' Python)"
 
 $(BIN)/.installed: pyproject.toml
@@ -75,6 +77,10 @@ dist: install
 # rebuilt only when the wheel's sources or the node Python ($LAB_NODE_PYTHON, default /usr/bin/python3) changed
 job-env: install
 	$(BIN)/python -m txn_offsets.devstack.lab.jobenv --out dist/job-env.tar.gz
+
+# the same with pyarrow, which open_stream's source needs on the nodes (the lab's stream scenario, L6)
+job-env-stream: install
+	$(BIN)/python -m txn_offsets.devstack.lab.jobenv --out dist/job-env-stream.tar.gz --with pyarrow
 
 # the lab (docs/operations.md#the-lab): root, its own namespaces (txo-*) and files ($(LAB_DIR), rebuilt by lab-up)
 lab-up: install
@@ -126,9 +132,10 @@ demo: install stack-up
 chaos: install stack-up
 	$(AS_OWNER) $(BIN)/python -m chaos $(CHAOS_ARGS)
 	$(WITH_ENV) $(BIN)/pytest tests/integration/commit/test_commit_model.py -m slow -q
+	$(MAKE) --no-print-directory chaos-lab CHAOS_ARGS="$(LAB_CHAOS_ARGS)"
 
 # the lab's scenarios (docs/reliability.md#on-the-lab): the running lab, else one up for the session and down after
-chaos-lab: install job-env
+chaos-lab: install job-env job-env-stream
 	$(BIN)/python -m chaos --lab $(CHAOS_ARGS)
 
 bench: install stack-up

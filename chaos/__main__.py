@@ -1,6 +1,6 @@
 """``python -m chaos`` (``make chaos``): the seeded fault-injection suite.
 
-``--lab``: the lab scenarios L1-L4 (chaos/scenarios/lab.py) on the lab (``make chaos-lab``, root).
+``--lab``: the lab scenarios L1-L8 (chaos/scenarios/lab*.py) on the lab (``make chaos-lab``, root).
 
 Knobs (flags win over the environment): CHAOS_SEED (default 1), CHAOS_RUNS (F1 driver kills,
 default 50), CHAOS_MESSAGES (default 1,000,000), CHAOS_SCENARIOS (comma list, default all),
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--lab",
         action="store_true",
-        help="the lab scenarios (L1-L4) on the lab's driver host (root; uses the running lab, else brings "
+        help="the lab scenarios (L1-L8) on the lab's driver host (root; uses the running lab, else brings "
         "one up for the session)",
     )
     p.add_argument("--lab-dir", type=Path, default=Path(env.get("LAB_DIR", REPO / ".lab")))

@@ -18,12 +18,17 @@ same machine clock). Printed beside it: when every partition had committed again
 - L3: a worker host killed (every process, no FIN/RST) while a batch runs.
 - L4: one broker isolated from the other brokers and the workers for 30 s, then healed (its ISR
   shrinks and grows).
+
+L5 and L6 (:mod:`chaos.scenarios.lab_modes`: L1 in low-latency mode and as a Structured Streaming
+query), L7 and L8 (:mod:`chaos.scenarios.lab_hosts`: a worker host cut inside its PostgreSQL
+transaction, a zombie driver across hosts) reuse this module's machinery.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -53,7 +58,9 @@ __all__ = ["LAB", "coordinator_partition", "every_partition_s", "leading_broker"
 
 logger = logging.getLogger(__name__)
 
-LAB = ("L1", "L2", "L3", "L4")
+#: every lab scenario, in run order (L5, L6: chaos.scenarios.lab_modes; L7, L8: chaos.scenarios.lab_hosts;
+#: chaos.suite imports both, which registers them)
+LAB = ("L1", "L2", "L3", "L4", "L5", "L6", "L7", "L8")
 PARTITIONS = 3
 TXN_PARTITIONS = 8  # transaction.state.log.num.partitions (kafka3.SETTINGS)
 JOB_TIMEOUT_S = 600.0
@@ -163,13 +170,16 @@ def _daemons(lab: Lab) -> spark.Daemons:
 class LabJob(JobProcess):
     """The chaos job with its session on the lab's Spark cluster (:mod:`chaos.scenarios.lab_job`)."""
 
+    module = "chaos.scenarios.lab_job"
+    prefix: Sequence[str] = ()  # ip netns exec NS: a driver on another host
+
     def start(self) -> LabJob:
         import subprocess
         import sys
 
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "chaos.scenarios.lab_job", *self.args],
+            self.proc = subprocess.Popen([*self.prefix, sys.executable, "-m", self.module, *self.args],
                                          cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True)  # fmt: skip
         self.started = time.monotonic()
@@ -201,12 +211,40 @@ def spark_settings(lab: Lab, work: Path) -> dict[str, str]:
     }
 
 
-def start_job(ctx: Context, lab: Lab, run_dir: Path, *, job: str, schema: str, topic: str) -> LabJob:
-    extra = ["--follow", "--batch-interval", "0.5", "--master", spark.master_url(lab.net)]
+def start_job(
+    ctx: Context,
+    lab: Lab,
+    run_dir: Path,
+    *,
+    job: str,
+    schema: str,
+    topic: str,
+    mode: JobMode | None = None,
+    driver: str = "driver",
+) -> LabJob:
+    """The lab job of `mode` (default: batch mode) with its driver on host `driver`: from this host
+    (the harness's, the driver host) or, for another, by ``ip netns exec`` into it."""
+    mode = mode or JobMode()
+    address = lab.net.host(driver).address
+    extra = ["--follow", "--batch-interval", "0.5", "--master", spark.master_url(lab.net), *mode.args]
     jp = ctx.job(run_dir, job=job, schema=schema, topics=[topic], max_per_partition=1_000, extra=extra)
-    env = {**jp.env, VARIABLE: json.dumps(spark_settings(lab, ctx.work_dir)),
-           "SPARK_LOCAL_IP": lab.net.host("driver").address}  # fmt: skip
-    return LabJob(jp.args, env, jp.log_path).start()
+    settings = spark_settings(lab, ctx.work_dir) | dict(mode.spark) | {"spark.driver.host": address}
+    env = {**jp.env, VARIABLE: json.dumps(settings), "SPARK_LOCAL_IP": address}
+    proc = LabJob(jp.args, env, jp.log_path)
+    proc.module = mode.module
+    if driver != "driver":
+        proc.prefix = ["ip", "netns", "exec", lab.net.netns(lab.net.host(driver))]
+    return proc.start()
+
+
+@dataclasses.dataclass(frozen=True)
+class JobMode:
+    """How the lab job runs: its entry module, extra arguments and Spark settings (batch mode: none)."""
+
+    module: str = "chaos.scenarios.lab_job"
+    args: tuple[str, ...] = ()
+    name: str = "batch"
+    spark: tuple[tuple[str, str], ...] = ()
 
 
 def batches(run_dir: Path) -> int:
@@ -278,6 +316,7 @@ def run_with_fault(
     fault: Callable[[Lab, str, Producing], tuple[float, str]],
     restore: Callable[[Lab, str], str],
     transactional_id: str | None = None,
+    mode: JobMode | None = None,
 ) -> ScenarioResult:
     """The shape every lab scenario shares: a topic led by broker `leader`, half the records before
     the job starts, the other half produced while `fault` strikes (it returns its wall-clock time and
@@ -291,10 +330,13 @@ def run_with_fault(
     job = f"{name.lower()}-{new_job_id()}"
     first = ctx.produce(topic, messages // 2, PARTITIONS)
     run_dir = ctx.work_dir / name / job
-    jp = start_job(ctx, lab, run_dir, job=job, schema=schema, topic=topic)
+    jp = start_job(ctx, lab, run_dir, job=job, schema=schema, topic=topic, mode=mode)
     runs = 1
     try:
-        wait_until("the first batch", lambda: batches(run_dir) >= 1, jp, 300)
+        if mode is None:
+            wait_until("the first batch", lambda: batches(run_dir) >= 1, jp, 300)
+        else:  # a long-running task or a stream's micro-batch: its first commit
+            wait_until("the first commit", lambda: sum(ctx.stored(schema, job).values()) > 0, jp, 300)
         producing = Producing(ctx, topic, messages - messages // 2, transactional_id)
         producing.start()
         fault_at, fault_note = fault(lab, topic, producing)
@@ -311,9 +353,8 @@ def run_with_fault(
             result.fail(
                 f"{name}: the job stopped after the fault: {stopped.last_error() or stopped.returncode}"
             )
-            jp = start_job(
-                ctx, lab, ctx.work_dir / name / f"{job}-restart", job=job, schema=schema, topic=topic
-            )
+            restart_dir = ctx.work_dir / name / f"{job}-restart"
+            jp = start_job(ctx, lab, restart_dir, job=job, schema=schema, topic=topic, mode=mode)
             runs += 1
             caught_up = ctx.wait_caught_up(jp, schema, job, ends, JOB_TIMEOUT_S)
         if not caught_up:
@@ -343,7 +384,7 @@ def run_with_fault(
     return result
 
 
-def _kill_broker(
+def kill_broker(
     host_of: Callable[[Lab, str, Producing], str],
 ) -> Callable[[Lab, str, Producing], tuple[float, str]]:
     def fault(lab: Lab, topic: str, producing: Producing) -> tuple[float, str]:
@@ -357,7 +398,7 @@ def _kill_broker(
     return fault
 
 
-def _restart(ctx: Context, fault: Any) -> Callable[[Lab, str], str]:
+def restart_killed(ctx: Context, fault: Any) -> Callable[[Lab, str], str]:
     def restore(lab: Lab, topic: str) -> str:
         killed = broker_id(lab, fault.host)
         deadline = time.monotonic() + 30  # the cluster works on two brokers meanwhile
@@ -380,8 +421,8 @@ def l1_partition_leader_killed(ctx: Context, messages: int, _kills: int) -> Scen
     def the_leader(lab: Lab, topic: str, _p: Producing) -> str:
         return broker_host(lab, leading_broker(leaders(ctx, topic)))
 
-    fault = _kill_broker(the_leader)
-    return run_with_fault(ctx, "L1", messages, leader=leader, fault=fault, restore=_restart(ctx, fault))
+    fault = kill_broker(the_leader)
+    return run_with_fault(ctx, "L1", messages, leader=leader, fault=fault, restore=restart_killed(ctx, fault))
 
 
 @scenario("L2")
@@ -395,10 +436,10 @@ def l2_transaction_coordinator_killed(ctx: Context, messages: int, _kills: int) 
         now = ctx.admin.list_topics("__transaction_state", timeout=10).topics["__transaction_state"]
         return broker_host(lab, now.partitions[part].leader)
 
-    fault = _kill_broker(the_coordinator)
+    fault = kill_broker(the_coordinator)
     # the job's partitions led by another broker: the kill moves the coordinator, not their leaders
     leader = next(b for b in (1, 2, 3) if b != coordinator)
-    return run_with_fault(ctx, "L2", messages, leader=leader, fault=fault, restore=_restart(ctx, fault),
+    return run_with_fault(ctx, "L2", messages, leader=leader, fault=fault, restore=restart_killed(ctx, fault),
                           transactional_id=tid)  # fmt: skip
 
 

@@ -65,3 +65,13 @@ def test_every_partition_is_the_latest_of_the_partitions_first_commits_after_the
     ]
     assert every_partition_s(fault, rows) == pytest.approx(4.0)  # partition 1 at 14 s; 2 never after
     assert every_partition_s(fault, rows[:1]) is None
+
+
+def test_every_lab_scenario_is_registered_with_its_share() -> None:
+    """``python -m chaos --lab`` (and make chaos's lab part) runs L1-L8, 10,000 records each by default."""
+    from chaos.scenarios import SCENARIOS
+    from chaos.suite import LAB, LAB_MESSAGES, budget
+
+    assert LAB == ("L1", "L2", "L3", "L4", "L5", "L6", "L7", "L8")
+    assert set(LAB) <= set(SCENARIOS)
+    assert budget(LAB, LAB_MESSAGES) == dict.fromkeys(LAB, 10_000)

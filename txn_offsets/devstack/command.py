@@ -44,10 +44,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="up: also start a streaming replica (hot standby) of PostgreSQL; its URL is "
         "TXN_OFFSETS_REPLICA_DATABASE_URL, the multi-host URL over both TXN_OFFSETS_HA_DATABASE_URL",
     )
+    parser.add_argument(
+        "--lab",
+        action="store_true",
+        help="the production-shaped lab instead (root: 3 Kafka brokers, PostgreSQL + replica, Spark "
+        "master + 2 workers, each host a network namespace; docs/operations.md#the-lab)",
+    )
+    parser.add_argument("--lab-dir", default=".lab", help="--lab: its files and settings (default: ./.lab)")
 
 
 def run(args: argparse.Namespace) -> int:
     """Do `args.action` and print the outcome; exit code 3 when ``status`` finds a service down."""
+    if args.lab:
+        from txn_offsets.devstack.lab.__main__ import run as on_the_lab
+
+        return on_the_lab(args.action, Path(args.lab_dir))
     stack = Stack(Path(args.stack_dir))
     if args.action == "status" and not (stack.dir / "state.json").is_file():
         # status creates nothing: not the directory of a typo, not fresh ports and passwords

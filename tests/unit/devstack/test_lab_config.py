@@ -72,6 +72,7 @@ def test_the_hosts_table() -> None:
         "worker-1",
         "worker-2",
         "driver",
+        "driver-2",
     ]
     assert len({h.octet for h in HOSTS}) == len(HOSTS) and all(1 < h.octet < 255 for h in HOSTS)
     assert all(len(h.port) <= 15 and len(f"{PREFIX}{h.name}") <= 64 for h in HOSTS)
@@ -80,8 +81,9 @@ def test_the_hosts_table() -> None:
         by_name("kafka-4")
     lines = hosts_file(by_name("worker-1"), "box").splitlines()
     assert lines[0] == "127.0.0.1 localhost" and "10.47.45.31 spark-master" in lines
-    assert lines[-1] == "10.47.45.32 box" and len(lines) == 11  # the machine's name: this host
-    assert len(hosts_file(by_name("driver"), "driver").splitlines()) == 10  # never a lab name twice
+    # localhost, every lab host, then the machine's name as this host
+    assert lines[-1] == "10.47.45.32 box" and len(lines) == 1 + len(HOSTS) + 1
+    assert len(hosts_file(by_name("driver"), "driver").splitlines()) == 1 + len(HOSTS)  # no name twice
 
 
 @pytest.mark.parametrize(
@@ -161,3 +163,20 @@ def test_multi_host_urls_name_their_hosts() -> None:
         == "postgresql+psycopg://u:p%20w@/db?host=pg-1:5432&host=pg-2:5432&target_session_attrs=read-write"
     )
     assert multi_host_url("u", "p", "db", [6000]) == "postgresql+psycopg://u:p@127.0.0.1:6000/db"
+
+
+def test_dev_up_lab_is_the_lab_command(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``txn-offsets dev up|down|status --lab`` runs the lab's own command (make lab-up's), on --lab-dir."""
+    from txn_offsets.cli.main import main
+    from txn_offsets.devstack.lab import __main__ as lab_command
+
+    calls: list[tuple[str, Path]] = []
+
+    def run(action: str, where: Path) -> int:
+        calls.append((action, where))
+        return 3
+
+    monkeypatch.setattr(lab_command, "run", run)
+    assert main(["dev", "status", "--lab", "--lab-dir", str(tmp_path)]) == 3
+    assert main(["dev", "up", "--lab"]) == 3
+    assert calls == [("status", tmp_path), ("up", Path(".lab"))]

@@ -1,4 +1,5 @@
-"""`python -m txn_offsets.devstack.lab up|down|status` (``make lab-up``, ``lab-down``, ``lab-status``)."""
+"""`python -m txn_offsets.devstack.lab up|down|status`: ``make lab-up`` / ``lab-down`` / ``lab-status``
+and ``txn-offsets dev up|down|status --lab``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from txn_offsets.devstack.lab import Lab
 from txn_offsets.errors import TxnOffsetsError
 from txn_offsets.logs import logging_configured
 
+__all__ = ["main", "run"]
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The outcome on stdout; an error as one line (exit 1); ``status`` exits 3 when something is down."""
@@ -23,17 +26,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="where the lab keeps its files, logs and settings (default: ./.lab)",
     )
     args = parser.parse_args(argv)
-    lab = Lab(Path(args.lab_dir))
+    return run(args.action, Path(args.lab_dir))
+
+
+def run(action: str, lab_dir: Path) -> int:
+    """Do `action` (up, down, status) on the lab in `lab_dir` (also ``txn-offsets dev up --lab``)."""
+    lab = Lab(lab_dir)
     try:
         with logging_configured(logging.WARNING, quiet_libraries=True):
-            if args.action == "up":
+            if action == "up":
                 up = lab.up()
                 print(
                     f"lab up in {up.seconds:.1f} s: kafka-1..3 (KRaft, replication 3, ISR 3), pg-1 primary + "
                     f"pg-2 streaming replica + pgbouncer, spark-master + workers {', '.join(up.workers)}; "
                     f"settings in {up.env_file}"
                 )
-            elif args.action == "down":
+            elif action == "down":
                 count = lab.down()
                 print(f"lab down: {count} namespaces removed; nothing named {lab.net.prefix}* is left")
             else:

@@ -54,6 +54,7 @@ HOSTS: tuple[Host, ...] = (
     Host("worker-1", 32, "spark-worker"),
     Host("worker-2", 33, "spark-worker"),
     Host("driver", 41, "driver"),
+    Host("driver-2", 42, "driver"),  # a second driver host: a job restarted elsewhere (chaos L8)
 )
 
 

@@ -215,11 +215,12 @@ def _sources(checkout: Path) -> list[str]:
     return sorted({n for n in listed.decode().split("\0") if n and (checkout / n).is_file()})
 
 
-def _digest(checkout: Path, files: Sequence[str], python: str) -> str:
-    """Over the wheel's sources and the node Python (its path and the interpreter it leads to)."""
+def _digest(checkout: Path, files: Sequence[str], python: str, extra: Sequence[str] = ()) -> str:
+    """Over the wheel's sources, the node Python (its path and the interpreter it leads to) and the
+    extra requirements."""
     real = Path(python).resolve()
     st = real.stat()
-    h = hashlib.sha256(f"{python}\0{real}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    h = hashlib.sha256(f"{python}\0{real}\0{st.st_size}\0{st.st_mtime_ns}\0{sorted(extra)}\0".encode())
     for name in files:
         h.update(name.encode() + b"\0" + hashlib.sha256((checkout / name).read_bytes()).digest())
     return h.hexdigest()
@@ -254,10 +255,11 @@ class Built:
     seconds: float
 
 
-def build(checkout: Path, out: Path, *, force: bool = False) -> Built:
+def build(checkout: Path, out: Path, *, force: bool = False, extra: Sequence[str] = ()) -> Built:
     """``out`` (a job env archive) for the checkout's txn_offsets made with the node Python
-    (:func:`.spawn.node_python`: $LAB_NODE_PYTHON), rebuilt only when the wheel's sources or the
-    node Python changed since the stamp in ``<checkout>/build/job-env``."""
+    (:func:`.spawn.node_python`: $LAB_NODE_PYTHON), plus the `extra` requirements (``pyarrow``: what
+    ``open_stream``'s source needs on the nodes), rebuilt only when the wheel's sources, the node
+    Python or the extras changed since the stamp in ``<checkout>/build/<out's name>``."""
     started = time.monotonic()
     checkout = checkout.resolve()
     node = node_python()
@@ -265,10 +267,13 @@ def build(checkout: Path, out: Path, *, force: bool = False) -> Built:
         raise StackError(
             SERVICE, f"venv-pack is not installed in {sys.prefix}", "pip install venv-pack (make install)"
         )
-    work = checkout / "build" / "job-env"
+    refused = sorted(set(extra) - set(requirements_without(extra)))
+    if refused:
+        raise StackError(SERVICE, f"{refused[0]!r} is the cluster's own or an extra", "do not pack it")
+    work = checkout / "build" / out.name.removesuffix(".tar.gz")
     with _locked(work):
         files = _sources(checkout)
-        digest = _digest(checkout, files, node)
+        digest = _digest(checkout, files, node, extra)
         stamp_file = work / "stamp.json"
         stamp = json.loads(stamp_file.read_text()) if stamp_file.exists() else {}
         if not force and out.exists() and stamp.get("key") == _stamp(digest, out):
@@ -288,7 +293,8 @@ def build(checkout: Path, out: Path, *, force: bool = False) -> Built:
         (wheel,) = wheels.glob("txn_offsets-*.whl")
         _run("making the venv", [node, "-m", "venv", "--without-pip", str(venv)], log)
         into = [*pip, "--python", str(venv / "bin" / "python"), "install", "-q", "--no-warn-script-location"]
-        _run("installing the requirements", [*into, *requirements_without(wheel_requirements(wheel))], log)
+        wanted = [*requirements_without(wheel_requirements(wheel)), *extra]
+        _run("installing the requirements", [*into, *wanted], log)
         _run("installing the wheel", [*into, "--no-deps", str(wheel)], log)
         out.parent.mkdir(parents=True, exist_ok=True)
         part = out.with_name(out.name + ".part")
@@ -323,6 +329,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--force", action="store_true", help="rebuild even if the stamp says it is current")
     parser.add_argument("--check", type=Path, metavar="ARCHIVE", help="only check an existing archive")
+    parser.add_argument(
+        "--with",
+        dest="extra",
+        action="append",
+        default=[],
+        metavar="REQUIREMENT",
+        help="a requirement to pack beside txn_offsets' own (repeatable): pyarrow for open_stream",
+    )
     args = parser.parse_args(argv)
     if args.python:
         os.environ[NODE_PYTHON_VARIABLE] = args.python
@@ -330,7 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.check:
             print(check_archive(args.check).describe())
             return 0
-        built = build(args.checkout, args.out, force=args.force)
+        built = build(args.checkout, args.out, force=args.force, extra=args.extra)
     except TxnOffsetsError as exc:
         print(f"job-env: error: {exc}", file=sys.stderr)
         return 1

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from txn_offsets.devstack import kafka
 from txn_offsets.devstack._proc import pid_alive
+from txn_offsets.devstack.lab import quorum
 from txn_offsets.devstack.lab.net import Network
 from txn_offsets.devstack.lab.spawn import entered
 from txn_offsets.errors import StackError
@@ -96,8 +97,9 @@ def launch(net: Network, nodes_: list[kafka.KafkaNode]) -> dict[str, int]:
 def wait_ready(
     net: Network, nodes_: list[kafka.KafkaNode], pids: dict[str, int], timeout_s: float = 240
 ) -> None:
-    """From the driver host: every broker registered with the quorum's active controller, and a
-    probe topic (replication 3) whose every partition has all three in its ISR."""
+    """From the driver host: every broker registered with the quorum's active controller, a probe
+    topic (replication 3) whose every partition has all three in its ISR, and every voter of the
+    KRaft quorum caught up with its leader (:mod:`.quorum`)."""
     deadline = time.monotonic() + timeout_s
     last = "no answer yet"
     while time.monotonic() < deadline:
@@ -109,6 +111,9 @@ def wait_ready(
         with entered(net, "driver"):
             try:
                 last = _probe(bootstrap(net, by_name=False), len(nodes_))
+                if not last:
+                    voters = [(n.host, CONTROLLER_PORT) for n in nodes_]
+                    last = quorum.lagging(quorum.describe(voters), len(nodes_), int(time.time() * 1000))
             except Exception as exc:  # not up yet: any client error is "try again"
                 last = f"{type(exc).__name__}: {exc}"
         if not last:

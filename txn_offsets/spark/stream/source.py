@@ -37,7 +37,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.errors import ConfigError, StreamDiverged, TopicMissing
+from txn_offsets.errors import ConfigError, ServiceUnavailable, StreamDiverged, TopicMissing, TxnOffsetsError
 from txn_offsets.plan.planner import Limits, plan_batch
 from txn_offsets.ranges import OffsetRange, TopicPartition
 from txn_offsets.spark.batch import assign_ranges
@@ -57,6 +57,10 @@ logger = logging.getLogger(__name__)
 FORMAT = "txn_offsets"
 # how long a stream waits (no new batch) for a topic that went missing to exist again
 TOPIC_MISSING_GRACE_S = 30.0
+# how long a stream waits (no new batch) while planning finds Kafka unreachable or a partition's
+# leader moving (a broker died: its partitions' new leaders are elected in seconds); run_job retries
+# the same ServiceUnavailable from the stored offsets
+UNAVAILABLE_GRACE_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -110,7 +114,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.reader_id = uuid.uuid4().hex  # this query's reader: the one owner of the run's plans
         self._store: Store | None = None
         self._target: dict[TopicPartition, int] | None = None  # Trigger.AvailableNow
-        self._missing_since: float | None = None  # when a topic of the stream went missing
+        self._waiting: dict[str, float] = {}  # why planning gives no batch (a topic missing...): since
 
     @property
     def store(self) -> Store:
@@ -154,7 +158,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             plan = self._plan(replace(cfg.spec.limits, max_records_per_batch=cap, batch_share=share))
         except TopicMissing as exc:
             return self._while_missing(exc, start)
-        self._missing_since = None
+        except ServiceUnavailable as exc:
+            return self._while_unavailable(exc, start)
+        self._waiting.clear()
         ranges = self._clip(plan.ranges)
         if not ranges:
             return start
@@ -195,20 +201,27 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- helpers -------------------------------------------------------------------------------
 
     def _while_missing(self, exc: TopicMissing, start: dict[str, Any]) -> dict[str, Any]:
-        """A topic of the stream is gone: no new batch (the query stays up) for up to
-        TOPIC_MISSING_GRACE_S, so that a topic deleted and created again (which Kafka does in two
-        steps, some time apart) reaches the next plan, where the new topic id is data loss as
-        always (``on_data_loss``). Gone for longer: the query fails with the error."""
+        """A topic of the stream is gone: no new batch for up to TOPIC_MISSING_GRACE_S, so that a
+        topic deleted and created again (which Kafka does in two steps, some time apart) reaches the
+        next plan, where the new topic id is data loss as always (``on_data_loss``)."""
+        note = f"topic {exc.topic!r} does not exist (being re-created?)"
+        return self._no_batch("missing", exc, start, TOPIC_MISSING_GRACE_S, note)
+
+    def _while_unavailable(self, exc: ServiceUnavailable, start: dict[str, Any]) -> dict[str, Any]:
+        """Planning found Kafka unreachable or a partition's leader moving (a broker died): no new
+        batch for up to UNAVAILABLE_GRACE_S, as run_job plans again after it."""
+        return self._no_batch("unavailable", exc, start, UNAVAILABLE_GRACE_S, str(exc))
+
+    def _no_batch(
+        self, why: str, exc: TxnOffsetsError, start: dict[str, Any], grace_s: float, note: str
+    ) -> dict[str, Any]:
+        """No new batch (the query stays up; the next trigger plans again) while `why` lasts, for up to
+        `grace_s`; for longer, the query fails with `exc`. Nothing was planned: nothing is skipped."""
         now = time.monotonic()
-        if self._missing_since is None:
-            self._missing_since = now
-            logger.warning(
-                "job %r: topic %r does not exist (being re-created?); no new batch for up to %gs",
-                self.config.run.job,
-                exc.topic,
-                TOPIC_MISSING_GRACE_S,
-            )
-        if now - self._missing_since > TOPIC_MISSING_GRACE_S:
+        since = self._waiting.setdefault(why, now)
+        if since == now:
+            logger.warning("job %r: %s; no new batch for up to %gs", self.config.run.job, note, grace_s)
+        if now - since > grace_s:
             raise exc
         return start
 
