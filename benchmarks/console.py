@@ -5,11 +5,16 @@ the HTML), p50/p99 in milliseconds; and a few overviews that each read a new sna
 131,072 rows (what a scrape of /metrics costs, and the overview once per Kafka cache age). A
 figure, not a timed test.
 
+The snapshot alone (``snapshot``): :func:`~txn_offsets.service.snapshot.read_snapshot` against the
+read before its set-based rewrite (:mod:`benchmarks.snapshot_before`), alternated on the same
+store, p50 and min in milliseconds. ``--own-topics``: each job reads a topic of its own (32 topics
+of 4,096 partitions) instead of all jobs one topic.
+
 Kafka's part is a stand-in that answers at once with a log start and end for every partition (the
 service caches Kafka's facts for ``--kafka-cache-s``, 5 s, and a page between refreshes reads the
 cache): the figure is the store read and the render, not a broker round trip.
 
-    python -m benchmarks.console --jobs 32 --partitions 4096 --runs 50
+    python -m benchmarks.console --jobs 32 --partitions 4096 --runs 50 [--own-topics]
 """
 
 from __future__ import annotations
@@ -23,12 +28,14 @@ from typing import Any
 import sqlalchemy as sa
 from starlette.testclient import TestClient
 
+from benchmarks.snapshot_before import read_snapshot_before
 from benchmarks.stats import percentile
 from benchmarks.store_scale import scratch_schema
 from txn_offsets.config import DatabaseSettings, KafkaSettings, from_env
 from txn_offsets.ranges import TopicPartition
 from txn_offsets.service.app import Service, create_app
 from txn_offsets.service.kafka_view import KafkaFacts, KafkaView
+from txn_offsets.service.snapshot import read_snapshot
 from txn_offsets.store.handle import Store
 
 __all__ = ["measure", "seed_jobs"]
@@ -51,9 +58,11 @@ class InstantKafka(KafkaView):
         return KafkaFacts(topics, parts, marks, fetched_at=time.time())
 
 
-def seed_jobs(engine: sa.Engine, db: DatabaseSettings, jobs: int, partitions: int) -> list[str]:
-    """`jobs` jobs, each with a live run and `partitions` stored offsets of one topic, a few
-    commit and audit rows each; their names."""
+def seed_jobs(
+    engine: sa.Engine, db: DatabaseSettings, jobs: int, partitions: int, *, own_topics: bool = False
+) -> list[str]:
+    """`jobs` jobs, each with a live run and `partitions` stored offsets of one topic (the same for
+    all, or `own_topics`: one each), a few commit and audit rows each; their names."""
     names = [f"bench-job-{i:03d}" for i in range(jobs)]
     s = f'"{db.schema}"'
     with engine.begin() as conn:
@@ -68,10 +77,10 @@ def seed_jobs(engine: sa.Engine, db: DatabaseSettings, jobs: int, partitions: in
         conn.execute(
             sa.text(
                 f"INSERT INTO {s}.offsets (job, topic, part, off) "  # noqa: S608
-                "SELECT j, :topic, p, :end - (p % 100) FROM unnest(CAST(:jobs AS text[])) AS j, "
-                "generate_series(0, :n - 1) AS p"
+                "SELECT j, CASE WHEN :own THEN :topic || '-' || j ELSE :topic END, p, :end - (p % 100) "
+                "FROM unnest(CAST(:jobs AS text[])) AS j, generate_series(0, :n - 1) AS p"
             ),
-            {"jobs": names, "topic": TOPIC, "n": partitions, "end": END},
+            {"jobs": names, "topic": TOPIC, "n": partitions, "end": END, "own": own_topics},
         )
         conn.execute(
             sa.text(
@@ -115,11 +124,13 @@ def measure(
     partitions: int = 4096,
     runs: int = 50,
     uncached: int = 3,
+    snapshots: int = 5,
+    own_topics: bool = False,
 ) -> dict[str, Any]:
-    """Seed a scratch schema, then time the pages (see the module)."""
+    """Seed a scratch schema, then time the pages and the snapshot (see the module)."""
     with scratch_schema(db, "bench_console") as (scratch, engine):
         started = time.perf_counter()
-        names = seed_jobs(engine, scratch, jobs, partitions)
+        names = seed_jobs(engine, scratch, jobs, partitions, own_topics=own_topics)
         seeded_s = time.perf_counter() - started
         pages: dict[str, Any] = {}
         # the Kafka cache's age (5 s, serve's default) is how long the overview shows the newest
@@ -141,13 +152,34 @@ def measure(
                     )
             finally:
                 service.close()
+        snapshot = _snapshots(Store(engine, scratch), InstantKafka(kafka, partitions, 0.0), snapshots)
     return {
         "jobs": jobs,
         "partitions_per_job": partitions,
+        "own_topics": own_topics,
         "runs": runs,
         "seed_s": round(seeded_s, 2),
         **pages,
+        "snapshot": snapshot,
     }
+
+
+def _snapshots(store: Store, kafka: KafkaView, runs: int) -> dict[str, Any]:
+    """The snapshot read now and before its rewrite, alternated (each first in turn), `runs` each."""
+    contenders = {"before": read_snapshot_before, "after": read_snapshot}
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    for i in range(runs):
+        for name in sorted(contenders, reverse=bool(i % 2)):
+            started = time.perf_counter()
+            found = contenders[name](store, kafka)
+            times[name].append((time.perf_counter() - started) * 1000)
+            assert found.database_error is None, found.database_error
+    out: dict[str, Any] = {"runs": runs}
+    for name, taken in times.items():
+        p50 = percentile(taken, 50)
+        assert p50 is not None  # runs >= 1
+        out[name] = {"p50_ms": round(p50, 1), "min_ms": round(min(taken), 1)}
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -158,12 +190,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--partitions", type=int, default=4096)
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--uncached", type=int, default=3, help="overviews that each read a new snapshot")
+    parser.add_argument("--snapshots", type=int, default=5, help="snapshot reads of each contender")
+    parser.add_argument("--own-topics", action="store_true", help="a topic of its own per job")
     args = parser.parse_args(argv)
     db, kafka = from_env()
     print(
         json.dumps(
             measure(
-                db, kafka, jobs=args.jobs, partitions=args.partitions, runs=args.runs, uncached=args.uncached
+                db,
+                kafka,
+                jobs=args.jobs,
+                partitions=args.partitions,
+                runs=args.runs,
+                uncached=args.uncached,
+                snapshots=args.snapshots,
+                own_topics=args.own_topics,
             ),
             indent=2,
         )

@@ -43,6 +43,7 @@ def test_tables_are_per_schema_and_cached() -> None:
         "s1.stream_plans",
         "s1.job_owners",
         "s1.commits",
+        "s1.job_runs",
     }
 
 

@@ -7,16 +7,20 @@ the lineage search are :func:`~txn_offsets.admin.views.audit_log` and
 :func:`~txn_offsets.admin.lineage.explain` themselves (what the CLI shows). A job named that has no
 row is :class:`~txn_offsets.errors.UnknownJob`.
 
-**How a run ended** is told from what the store keeps: the job row names the run that holds (or
-held) the lease, and every new run or admin move (reset, import) takes the next generation. A run
-of an older generation was followed by that move: it either ended before it, or it was fenced by
-it (its next claim failed); the store does not record which, and the page says so.
+**How a run ended** is the run's row of ``job_runs`` (migration 0013: finished, failed with its
+error's class and cause, fenced by a newer run or an admin move - the audit rows of that
+generation name the move, its actor and reason -, its holder's process gone, its lease expired).
+A run still holding its job has no end yet: the job row says whether its lease is live. A run the
+table does not know (one that started before 0013, or pruned from it) is told from what else the
+store keeps: every new run or admin move takes the next generation, so such a run ended before
+that move or was fenced by it, and the page says so.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -161,12 +165,12 @@ def offset_page(store: Store, job: str, *, offset: int = 0, limit: int = 100) ->
 
 
 def runs_of(store: Store, job: str, *, limit: int = 50) -> list[RunRow]:
-    """The newest `limit` runs of `job`, newest generation first: those with commit rows kept and
-    the one named by the job row."""
+    """The newest `limit` runs of `job`, newest generation first: those of ``job_runs`` and those with
+    commit rows kept, each with how it ended (see the module)."""
     _check_page(0, limit)
     t = store.tables
-    c, a, j = t.commits, t.audit, t.jobs
-    runs = (
+    c, a, j, r = t.commits, t.audit, t.jobs, t.runs
+    committed = (
         sa.select(
             c.c.run_id,
             sa.func.max(c.c.generation).label("generation"),
@@ -180,10 +184,11 @@ def runs_of(store: Store, job: str, *, limit: int = 50) -> list[RunRow]:
         .order_by(sa.literal_column("generation").desc())
         .limit(limit)
     )
+    recorded = sa.select(r).where(r.c.job == job).order_by(r.c.generation.desc()).limit(limit)
     moves = (
-        sa.select(a.c.generation, a.c.action, a.c.actor, sa.func.min(a.c.at).label("at"))
+        sa.select(a.c.generation, a.c.action, a.c.actor, a.c.reason, sa.func.min(a.c.at).label("at"))
         .where(a.c.job == job, a.c.generation.is_not(None))
-        .group_by(a.c.generation, a.c.action, a.c.actor)
+        .group_by(a.c.generation, a.c.action, a.c.actor, a.c.reason)
     )
     with store.connect() as conn:
         lock_job(conn, store.settings, job, for_update=False)
@@ -195,40 +200,78 @@ def runs_of(store: Store, job: str, *, limit: int = 50) -> list[RunRow]:
                 sa.and_(j.c.run_id.is_not(None), j.c.lease_until > sa.func.now()).label("live"),
             ).where(j.c.job == job)
         ).one()
-        found = list(conn.execute(runs))
+        found = {x.run_id: x for x in conn.execute(committed)}
+        ends = {x.run_id: x for x in conn.execute(recorded)}
         audited = list(conn.execute(moves))
-    # generation -> what took it: a run (its id) or an audited move (action by actor)
-    took: dict[int, str] = {int(m.generation): f"{m.action} by {m.actor}" for m in audited}
-    took.update({int(r.generation): f"run {r.run_id}" for r in found})
+    # generation -> what took it: a run (its id) or an audited move (action by actor: reason); an
+    # import's rows carry the generation it found, and it took the next one (store.fences)
+    took: dict[int, str] = {}
+    for m in audited:
+        took[int(m.generation) + (1 if m.action == "import" else 0)] = f"{m.action} by {m.actor}: {m.reason}"
+    took.update({int(x.generation): f"run {x.run_id}" for x in found.values()})
+    took.update({int(x.generation): f"run {x.run_id}" for x in ends.values()})
     if row.run_id is not None:
         took[int(row.generation)] = f"run {row.run_id}"
     out = []
-    known = {r.run_id for r in found}
-    if row.run_id is not None and row.run_id not in known:  # started, nothing committed yet
-        out.append(RunRow(row.run_id, int(row.generation), None, None, 0, 0, ""))
-    out += [
-        RunRow(r.run_id, int(r.generation), r.first, r.last, int(r.commits), int(r.offsets or 0), "")
-        for r in found
-    ]
-    return [_with_end(r, row, took) for r in sorted(out, key=lambda r: r.generation, reverse=True)][:limit]
+    for run_id in found.keys() | ends.keys() | ({row.run_id} - {None}):
+        kept, ended = found.get(run_id), ends.get(run_id)
+        generation = int(
+            kept.generation if kept is not None else ended.generation if ended is not None else row.generation
+        )
+        run = RunRow(
+            run_id,
+            generation,
+            None if kept is None else kept.first,
+            None if kept is None else kept.last,
+            0 if kept is None else int(kept.commits),
+            0 if kept is None else int(kept.offsets or 0),
+            "",
+        )
+        out.append(_with_end(run, row, ended, took))
+    return sorted(out, key=lambda x: x.generation, reverse=True)[:limit]
 
 
-def _with_end(run: RunRow, job: sa.Row[tuple[object, ...]], took: dict[int, str]) -> RunRow:
-    current = int(job.generation)
-    if run.run_id == job.run_id:
-        ended = "running (lease live)" if job.live else "lease ran out (the driver stopped without ending it)"
-    elif run.generation == current and job.run_id is None:
-        ended = "ended (lease released)"
+def _with_end(
+    run: RunRow,
+    job: sa.Row[tuple[object, ...]],
+    ended: sa.Row[tuple[object, ...]] | None,
+    took: dict[int, str],
+) -> RunRow:
+    if ended is not None and ended.ended is not None:
+        how = _recorded_end(ended, took)
+    elif run.run_id == job.run_id and run.generation == job.generation:
+        how = "running (lease live)" if job.live else "lease ran out (the driver stopped without ending it)"
+    elif ended is not None:  # recorded at its start, its end not (a move outside the trigger's view)
+        how = "ended (not recorded)"
+    elif run.generation == job.generation and job.run_id is None:
+        how = "ended (lease released)"
     else:
         later = sorted(g for g in took if g > run.generation)
-        ended = (
-            f"ended before, or fenced by, generation {later[0]} ({took[later[0]]})"
+        how = (
+            f"ended before, or fenced by, generation {later[0]} ({took[later[0]]}) (not recorded)"
             if later
             else "ended (lease released)"
         )
     return RunRow(
-        run.run_id, run.generation, run.first_commit_at, run.last_commit_at, run.commits, run.offsets, ended
+        run.run_id, run.generation, run.first_commit_at, run.last_commit_at, run.commits, run.offsets, how
     )
+
+
+def _recorded_end(ended: Any, took: dict[int, str]) -> str:
+    """A `job_runs` row's end as the page says it."""
+    by = ended.ended_by_generation
+    after = "" if by is None else f"generation {by} ({took.get(int(by), 'an admin move')})"
+    if ended.ended_by_run is not None:
+        after = f"generation {by} (run {ended.ended_by_run})"
+    if ended.ended == "finished":
+        return "finished (lease released)"
+    if ended.ended == "failed":
+        return f"failed: {ended.error_class}" + (f": {ended.cause}" if ended.cause else "")
+    if ended.ended == "fenced":
+        return f"fenced by {after}"
+    if ended.ended == "holder_gone":
+        return f"its process was gone (killed or crashed): taken over by {after}"
+    return f"lease expired (the driver stopped without ending it); then {after}"
 
 
 def dead_letter_groups(store: Store, job: str, *, limit: int = 100) -> tuple[list[DeadLetterGroup], int]:

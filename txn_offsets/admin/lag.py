@@ -117,14 +117,15 @@ def partition_lags(
     for topic in {t for t, _ in stored}:
         keys.update((topic, p) for p in partitions.get(topic, ()))
     rows = []
+    first_ts = (timestamps or {}).get
     for key in sorted(k for k in keys if k in marks):
         start, end = marks[key]
-        row = PartitionLag(key[0], key[1], stored.get(key), start, end)
+        offset = stored.get(key)
         seconds: float | None = 0.0
-        if row.lag > 0:
-            ts = (timestamps or {}).get(key)
+        if end > (start if offset is None else offset):  # PartitionLag.lag > 0, one object a row
+            ts = first_ts(key)
             seconds = None if ts is None else max(0.0, now - ts / 1000.0)
-        rows.append(PartitionLag(key[0], key[1], row.offset, start, end, seconds))
+        rows.append(PartitionLag(key[0], key[1], offset, start, end, seconds))
     return tuple(rows)
 
 

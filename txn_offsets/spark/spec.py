@@ -35,6 +35,7 @@ from txn_offsets.store.budget import ConnectionBudget, check_server
 from txn_offsets.store.database import engine_for
 from txn_offsets.store.handle import Store
 from txn_offsets.store.roles import check_run_role
+from txn_offsets.store.run_ends import note_failure
 from txn_offsets.store.runs import (
     Run,
     StartRequest,
@@ -140,7 +141,8 @@ def job_run(
 ) -> Iterator[tuple[Store, Run]]:
     """The driver's store (on its engine) and a new run of ``spec.job`` (fencing older runs), after the
     preflight (and with `budget`, the server's free connections read on the engine's first
-    connection, which the run keeps); at exit the lease is released (quietly, see
+    connection, which the run keeps); at exit (an error's class and cause noted in the run's row of
+    ``job_runs`` first: :func:`~txn_offsets.store.run_ends.note_failure`) the lease is released (quietly, see
     :func:`end_quietly`) and the engine closed. A failed preflight or start changes nothing and
     leaves nothing open.
 
@@ -167,6 +169,9 @@ def job_run(
         raise
     try:
         yield store, run
+    except BaseException as exc:
+        note_failure(store, run, exc)  # how the run ended, in its row of `job_runs` (quietly)
+        raise
     finally:
         _end(store, run, starts)
         if own:

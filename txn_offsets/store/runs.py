@@ -37,7 +37,7 @@ import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import ConfigError, Fenced, JobAlreadyRunning, ServiceUnavailable, UnknownJob
-from txn_offsets.store import holders, roles
+from txn_offsets.store import holders, roles, run_ends
 from txn_offsets.store.database import sqlstate
 from txn_offsets.store.handle import Store
 from txn_offsets.store.schema import tables_for
@@ -332,6 +332,7 @@ def _start_in(
     states = _lock(conn, db, jobs, skip_locked=skip_locked)
     runs: dict[str, Run] = {}
     bump: list[StartRequest] = []
+    gone: list[tuple[str, int, str]] = []  # runs whose holder was provably gone: taken over
     for state in states:
         request = want[state.job]
         ticket = request.ticket
@@ -363,6 +364,7 @@ def _start_in(
                 float(state.lease_left_s),
                 verdict.why,
             )
+            gone.append((state.job, int(state.generation), str(state.run_id)))
         elif state.live:
             logger.warning(
                 "job %r: forcing a new run, fencing live run %r (generation %r)",
@@ -382,6 +384,7 @@ def _start_in(
         }
         for job, generation in conn.execute(_bump(db.schema), values).all():
             runs[job] = Run(job, int(generation), want[job].ticket.run_id)
+        run_ends.mark_taken_over(conn, db.schema, [g for g in gone if g[0] in runs])
     return runs
 
 

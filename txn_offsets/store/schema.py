@@ -5,7 +5,7 @@ are built per schema name by :func:`tables_for` (cached: one set of Table object
 alembic environment uses :func:`metadata_for` as ``target_metadata`` and ``alembic check`` compares
 it with the migrations, so a change here without a migration is caught as drift.
 
-Eight tables:
+Nine tables:
 
 * ``offsets``: the next offset to read per (job, topic, partition), and the Kafka topic id it belongs
   to. It moves only by the guarded claim of a batch (``off = :from``), or by an audited action.
@@ -30,6 +30,11 @@ Eight tables:
   generation and id, the batch number and the first and last record timestamp when known),
   written in the claim's transaction (:mod:`txn_offsets.store.lineage`, migration 0008); pruned
   by age (``DatabaseSettings.lineage_retention_days``). Row-level security like the others.
+* ``job_runs``: one row per run (generation, run id, host, start) and how it ended (finished, failed
+  with its error's class and a one-line cause, fenced by a newer generation, its holder's process
+  gone, its lease expired), written by the trigger ``record_run`` on ``jobs`` in the transaction
+  that moves the job row, and by the runner for a failure (migration 0013). Row-level security
+  like the others.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ __all__ = [
     "AUDIT_ACTIONS",
     "BATCH_SECONDS_BUCKETS",
     "DEFAULT_SCHEMA",
+    "RUN_ENDS",
     "STAT_OUTCOMES",
     "Tables",
     "metadata_for",
@@ -94,6 +100,9 @@ _PLAN_TOPICS_LEGAL = f"jsonb_typeof(ranges) = 'array' AND NOT coalesce({_BAD_RAN
 #: holds one count per bound plus one for +Inf. Changing them needs a migration that resets it.
 BATCH_SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
+#: How a run ended (``job_runs.ended``; NULL: not yet, or not known), migration 0013.
+RUN_ENDS = ("finished", "failed", "fenced", "holder_gone", "lease_expired")
+
 #: The counters of ``job_stats``: ranges committed / found already committed, and failures.
 STAT_OUTCOMES = (
     "committed",
@@ -119,6 +128,7 @@ class Tables:
     stream_plans: sa.Table
     owners: sa.Table
     commits: sa.Table
+    runs: sa.Table
 
 
 @functools.cache
@@ -263,7 +273,28 @@ def tables_for(schema: str = DEFAULT_SCHEMA) -> Tables:
         sa.Index("ix_commits_job_topic_part_until_off", "job", "topic", "part", "until_off"),
         sa.Index("ix_commits_job_committed_at", "job", "committed_at"),
     )
-    return Tables(md, jobs, offsets, audit, dead_letters, stats, stream_plans, owners, commits)
+    runs = sa.Table(
+        "job_runs",
+        md,
+        sa.Column("job", sa.Text, primary_key=True),
+        sa.Column("generation", sa.BigInteger, primary_key=True),
+        sa.Column("run_id", sa.Text, nullable=False),
+        sa.Column("host", sa.Text, nullable=True),
+        sa.Column("started_at", _TS, nullable=False),
+        sa.Column("ended_at", _TS, nullable=True),
+        sa.Column("ended", sa.Text, nullable=True),
+        # the generation (and its run, if a run took it) that came after a fenced or expired run
+        sa.Column("ended_by_generation", sa.BigInteger, nullable=True),
+        sa.Column("ended_by_run", sa.Text, nullable=True),
+        # a failure's error class, and the first line of a txn_offsets error's message (no payload)
+        sa.Column("error_class", sa.Text, nullable=True),
+        sa.Column("cause", sa.Text, nullable=True),
+        sa.CheckConstraint(
+            "ended IS NULL OR ended IN (" + ", ".join(f"'{e}'" for e in RUN_ENDS) + ")", name="ended_known"
+        ),
+        sa.CheckConstraint("length(cause) <= 300", name="cause_short"),
+    )
+    return Tables(md, jobs, offsets, audit, dead_letters, stats, stream_plans, owners, commits, runs)
 
 
 def metadata_for(schema: str = DEFAULT_SCHEMA) -> sa.MetaData:
@@ -275,7 +306,8 @@ def run_role_grants(schema: str, role: str) -> list[str]:
     """The GRANTs a job's run role needs: read and move rows, never DDL, DELETE only of old lineage.
 
     Row locks (``FOR UPDATE`` / ``FOR KEY SHARE``) need UPDATE; the audit table is append-only.
-    The one DELETE is on ``commits``, the lineage: the planner prunes the job's old rows.
+    The DELETEs are on ``commits``, the lineage: the planner prunes the job's old rows; and on
+    ``job_runs``, whose trigger (run as the run role) keeps the newest 1,000 generations per job.
     Both names are validated identifiers, so quoting them is enough to make the SQL safe.
     """
     s = f'"{validate_identifier(schema, "schema")}"'
@@ -288,5 +320,6 @@ def run_role_grants(schema: str, role: str) -> list[str]:
         f"GRANT SELECT, INSERT, UPDATE ON {s}.job_stats TO {r}",
         f"GRANT SELECT, INSERT, UPDATE ON {s}.stream_plans TO {r}",
         f"GRANT SELECT, INSERT, DELETE ON {s}.commits TO {r}",
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.job_runs TO {r}",
         f"GRANT SELECT ON {s}.alembic_version TO {r}",
     ]

@@ -83,9 +83,9 @@ def test_overview_job_page_and_lineage(
 
     job = client.get(f"/console/jobs/{jobs.fenced}").text
     assert REASON in job and "reset" in job
-    assert f"ended before, or fenced by, generation {jobs.fenced_run.generation + 1} (reset by" in job
+    assert f"fenced by generation {jobs.fenced_run.generation + 1} (reset by" in job  # runs (0013)
     done = client.get(f"/console/jobs/{jobs.done}").text
-    assert "ended (lease released)" in done and jobs.done_run.run_id in done
+    assert "finished (lease released)" in done and jobs.done_run.run_id in done
 
     found = client.get(
         "/console/lineage", params={"job": jobs.done, "topic": jobs.topic, "partition": "0", "offset": "5"}
@@ -129,6 +129,17 @@ def test_token_header_cookie_and_headers(jobs: ConsoleJobs, serve: Callable[...,
     assert "default-src 'none'" in csp and "frame-ancestors 'none'" in csp and "script-src" not in csp
     assert page.headers["x-content-type-options"] == "nosniff"
     assert page.headers["content-type"].startswith("text/html")
+    assert 'action="/console/logout"' in page.text  # signed in with the cookie: a logout button
+
+    assert client.get("/console/logout").status_code == 405  # never a GET (a link, a prefetch)
+    out = client.post("/console/logout", follow_redirects=False)
+    assert out.status_code == 303 and out.headers["location"] == "/console/login"
+    cleared = out.headers["set-cookie"]
+    assert cleared.startswith(f'{COOKIE}=""') and "Max-Age=0" in cleared and "HttpOnly" in cleared
+    away = client.get("/console/", follow_redirects=False)
+    assert away.status_code == 303 and away.headers["location"] == "/console/login"
+    bearer = client.get("/console/", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert bearer.status_code == 200 and 'action="/console/logout"' not in bearer.text  # no session
 
 
 def test_without_a_token_loopback_only(jobs: ConsoleJobs, serve: Callable[..., TestClient]) -> None:

@@ -1,6 +1,8 @@
 """The console in a real browser: Debian's chromium, headless, driven by selenium through Debian's
 chromedriver (nothing downloaded), against ``txn-offsets serve`` (a subprocess, with a token) over
-the real stack and the jobs of :mod:`tests.integration.service.console_jobs`.
+the real stack and real jobs: :mod:`tests.integration.service.console_spark_jobs` runs them with
+``run_job`` on the test session's shared local Spark session, one paused in a batch (running), one
+fenced by an operator's reset through the CLI.
 
 One browser for the module. ``CONSOLE_SCREENSHOTS=<dir>`` saves the pages as PNGs there (how
 docs/img/console-*.png were made)."""
@@ -17,9 +19,10 @@ from typing import Any
 import pytest
 
 from tests.integration.helpers import Cli, produce_counts
-from tests.integration.service.console_jobs import HOSTILE_REASON, REASON, ConsoleJobs, jobs_for
+from tests.integration.service.console_jobs import HOSTILE_REASON, REASON
+from tests.integration.service.console_spark_jobs import PAYLOAD, SparkConsoleJobs, make_spark_jobs
 from tests.integration.service.test_serve_ops import serving
-from txn_offsets.config import DatabaseSettings
+from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.service.console.auth import COOKIE
 
 TOKEN = "browser-token-0123456789abcdef"
@@ -28,8 +31,15 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 
 
 @pytest.fixture
-def jobs(request: pytest.FixtureRequest) -> ConsoleJobs:
-    return jobs_for(request)
+def jobs(request: pytest.FixtureRequest, spark: Any) -> Iterator[SparkConsoleJobs]:
+    value = request.getfixturevalue
+    topic = value("topic_factory")(partitions=2)
+    kafka = KafkaSettings(value("kafka_bootstrap"))
+    made = make_spark_jobs(spark, value("engine"), value("migrated"), kafka, topic, value("run_cli"))
+    try:
+        yield made
+    finally:
+        made.stop()
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +107,7 @@ def _login(driver: Any, url: str, token: str) -> None:
 
 def test_console_in_a_browser(
     browser: Any,
-    jobs: ConsoleJobs,
+    jobs: SparkConsoleJobs,
     run_cli: Cli,
     database_url: str,
     kafka_bootstrap: str,
@@ -108,9 +118,9 @@ def test_console_in_a_browser(
     driver = browser
     driver.delete_all_cookies()
     with _serving(database_url, kafka_bootstrap, migrated.schema) as url:
-        driver.get(f"{url}/console/jobs/{jobs.running}")  # no cookie yet: the login form only
+        driver.get(f"{url}/console/jobs/{jobs.held}")  # no cookie yet: the login form only
         assert driver.current_url == f"{url}/console/login"
-        assert jobs.running not in driver.find_element(By.TAG_NAME, "body").text
+        assert jobs.held not in driver.find_element(By.TAG_NAME, "body").text
         _login(driver, url, "not-the-token-at-all")
         assert "Wrong token." in driver.find_element(By.TAG_NAME, "body").text
         assert driver.get_cookie(COOKIE) is None
@@ -120,20 +130,20 @@ def test_console_in_a_browser(
         cookie = driver.get_cookie(COOKIE)
         assert cookie is not None and cookie["httpOnly"] is True and cookie["sameSite"] == "Strict"
         assert TOKEN not in cookie["value"]
-        assert "running" in _row_text(driver, jobs.running).split()  # a live run that commits
+        assert "running" in _row_text(driver, jobs.held).split()  # a live run, paused in a batch
         assert "running" in _row_text(driver, jobs.fenced).split()  # not fenced yet
         assert "idle" in _row_text(driver, jobs.done).split()  # ended, caught up
 
         # the service has seen the jobs once; now an operator resets the fenced job's live run
         jobs.fence(run_cli)
-        produce_counts(kafka_bootstrap, jobs.topic, {0: 5})  # the running job's lag grows
+        produce_counts(kafka_bootstrap, jobs.topic, {0: 5})  # the held job's lag grows
         time.sleep(1.1)  # the next sample of the lag history
         driver.refresh()
         # every sample since saw its lag grow: lagging (the service's LAGGING), its chart red
-        assert "lagging" in _row_text(driver, jobs.running).split()
+        assert "lagging" in _row_text(driver, jobs.held).split()
         assert "fenced" in _row_text(driver, jobs.fenced).split()
         assert "stopped with lag" in _row_text(driver, jobs.done)  # ended; records came since
-        chart = driver.find_element(By.LINK_TEXT, jobs.running).find_element(
+        chart = driver.find_element(By.LINK_TEXT, jobs.held).find_element(
             By.XPATH, "./ancestor::tr//*[local-name()='svg']"
         )
         assert chart.get_attribute("class") == "growing"
@@ -143,15 +153,27 @@ def test_console_in_a_browser(
         history = driver.find_element(By.XPATH, "//h2[starts-with(., 'History')]/following-sibling::table[1]")
         newest = history.find_element(By.XPATH, ".//tbody/tr[1]").text
         assert "reset" in newest and REASON in newest
-        assert "fenced by, generation" in driver.find_element(By.TAG_NAME, "body").text
+        runs = driver.find_element(By.XPATH, "//h2[.='Runs']/following-sibling::table[1]").text
+        # how its run ended, as the store recorded it (runs, migration 0013)
+        assert "fenced by generation 2 (reset by " in runs and f": {REASON})" in runs
         _shot(driver, "job")
 
+        driver.get(f"{url}/console/jobs/{jobs.failing}")  # the runner noted its error's class only
+        runs = driver.find_element(By.XPATH, "//h2[.='Runs']/following-sibling::table[1]").text
+        assert "failed: BatchFailed: caused by RuntimeError" in runs and PAYLOAD not in driver.page_source
+
+        committed = jobs.committed(jobs.done, 0, 7)  # what the done job's run wrote, read in SQL
+        assert committed.generation == jobs.done_summary.generation
         driver.get(f"{url}/console/lineage")
         for name, value in (("job", jobs.done), ("topic", jobs.topic), ("partition", "0"), ("offset", "7")):
             driver.find_element(By.NAME, name).send_keys(value)
-        driver.find_element(By.XPATH, "//button[@type='submit']").click()
+        driver.find_element(By.XPATH, "//form[@action='/console/lineage']//button").click()
         verdict = driver.find_element(By.CLASS_NAME, "verdict").text
-        assert f"committed in [0, 10) by run {jobs.done_run.run_id} (generation 1)" in verdict
+        span = f"[{committed.from_off}, {committed.until_off})"
+        assert f"committed in {span} by run {committed.run_id} (generation {committed.generation})" in verdict
+        found = driver.find_element(By.XPATH, "//table/tbody/tr[1]").text
+        assert committed.run_id in found and span in found
+        assert committed.committed_at.isoformat(timespec="seconds") in found  # when
         _shot(driver, "lineage")
 
         driver.get(f"{url}/console/")
@@ -162,3 +184,15 @@ def test_console_in_a_browser(
         for tag in ("script", "img", "b"):  # nothing of the stored text became an element
             assert driver.find_elements(By.TAG_NAME, tag) == [], tag
         assert driver.find_element(By.TAG_NAME, "h1").text == f"Job {jobs.hostile}"
+        assert jobs.release().generation == 1  # the held run goes on, catches up, ends
+        driver.get(f"{url}/console/jobs/{jobs.held}")
+        runs = driver.find_element(By.XPATH, "//h2[.='Runs']/following-sibling::table[1]").text
+        assert "finished (lease released)" in runs
+
+        # logging out: the nav's button POSTs, the cookie is cleared, the pages ask for the token
+        driver.find_element(By.XPATH, "//nav//button[.='Log out']").click()
+        assert driver.current_url == f"{url}/console/login"
+        assert driver.get_cookie(COOKIE) is None
+        driver.get(f"{url}/console/jobs/{jobs.held}")
+        assert driver.current_url == f"{url}/console/login"
+        assert jobs.held not in driver.find_element(By.TAG_NAME, "body").text

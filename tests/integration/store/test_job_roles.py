@@ -204,6 +204,7 @@ def test_unowned_jobs_stay_with_the_old_shared_run_role(
     assert dict(privs) == {
         "alembic_version": "SELECT",
         "commits": "DELETE,INSERT,SELECT",
+        "job_runs": "DELETE,INSERT,SELECT,UPDATE",  # the runs' trigger (migration 0013)
         "dead_letters": "INSERT,SELECT",
         "job_stats": "INSERT,SELECT,UPDATE",
         "jobs": "INSERT,SELECT,UPDATE",
@@ -211,7 +212,7 @@ def test_unowned_jobs_stay_with_the_old_shared_run_role(
         "offsets": "INSERT,SELECT,UPDATE",
         "stream_plans": "INSERT,SELECT,UPDATE",
     }
-    assert len(run_role_grants(s, legacy.role)) == 8
+    assert len(run_role_grants(s, legacy.role)) == 9
 
 
 def test_grants_print_the_owner_row_and_result_tables(

@@ -37,6 +37,7 @@ def test_upgrade_downgrade_upgrade(engine: sa.Engine, db: DatabaseSettings) -> N
         "stream_plans",
         "job_owners",
         "commits",
+        "job_runs",
         "alembic_version",
     }
     migrate.check(db)
@@ -55,6 +56,7 @@ def test_upgrade_downgrade_upgrade(engine: sa.Engine, db: DatabaseSettings) -> N
         "stream_plans",
         "job_owners",
         "commits",
+        "job_runs",
         "alembic_version",
     }
     migrate.check(db)

@@ -77,6 +77,12 @@ class ConsoleAuth:
         cookie = request.cookies.get(COOKIE, "")
         return hmac.compare_digest(cookie.encode(), self._session.encode())
 
+    def signed_in(self, request: Request) -> bool:
+        """Whether `request` came with the login's cookie (a token set): its pages get a logout."""
+        if self._session is None:
+            return False
+        return hmac.compare_digest(request.cookies.get(COOKIE, "").encode(), self._session.encode())
+
     def login_page(self) -> Response:
         if not self.needed:
             return RedirectResponse("/console/", status_code=303, headers=HEADERS)

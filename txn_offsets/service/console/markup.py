@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from urllib.parse import quote, urlencode
 
-__all__ = ["attr", "cell_time", "link", "page", "segment", "table", "text", "url"]
+__all__ = ["LOGOUT", "attr", "cell_time", "link", "page", "segment", "table", "text", "url"]
 
 _STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1rem 2rem;color:#222}
@@ -25,7 +25,7 @@ td.n{text-align:right;font-variant-numeric:tabular-nums} code{background:#f4f4f4
 .running{color:#1a7f37}.lagging,.stalled,.stopped-with-lag{color:#b35900}
 .fenced,.out-of-log{color:#c00;font-weight:bold}.idle,.retired,.unknown{color:#666}
 .note{color:#555} .err{color:#c00} svg{vertical-align:middle}
-form.inline input{margin-right:.5rem}
+form.inline input{margin-right:.5rem} form.logout{display:inline;float:right}
 """
 
 
@@ -79,9 +79,18 @@ def table(head: Iterable[str], rows: Iterable[Iterable[str]], numeric: frozenset
     return "".join(out)
 
 
-def page(title: str, body: str, *, refresh_s: int | None = 15, nav: str = "") -> str:
-    """A whole page; `title` is plain text, `body` and `nav` HTML."""
+#: the nav's logout: a POST (a link or prefetch cannot log anyone out), no script needed
+LOGOUT = (
+    '<form method="post" action="/console/logout" class="logout">'
+    '<button type="submit">Log out</button></form>'
+)
+
+
+def page(title: str, body: str, *, refresh_s: int | None = 15, nav: str = "", logout: bool = False) -> str:
+    """A whole page; `title` is plain text, `body` and `nav` HTML; `logout`: with the logout button
+    (the visitor came in with the login's cookie)."""
     meta = f'<meta http-equiv="refresh" content="{int(refresh_s)}">' if refresh_s else ""
+    nav += LOGOUT if logout else ""
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         f"{meta}<title>{text(title)} - txn-offsets</title><style>{_STYLE}</style></head>"

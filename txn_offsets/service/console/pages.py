@@ -79,6 +79,7 @@ class Overview:
     grafana: str | None = None
     page: int = 1
     age_s: float = 0.0  # of the snapshot shown
+    logout: bool = False  # the logout button (signed in with the login's cookie)
 
 
 def overview_page(o: Overview) -> str:
@@ -113,7 +114,7 @@ def overview_page(o: Overview) -> str:
         + table(head, rows, frozenset({2, 6, 7, 9}))
         + pages.links("/console/")
     )
-    return page("Jobs", body)
+    return page("Jobs", body, logout=o.logout)
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,7 @@ class JobPage:
     kafka_error: str | None = None
     grafana: str | None = None
     page: int = 1
+    logout: bool = False
 
 
 def job_page(p: JobPage) -> str:
@@ -231,9 +233,10 @@ def job_page(p: JobPage) -> str:
         f"<h2>Partitions ({p.total_partitions})</h2>"
         + table(part_head, parts, frozenset({2, 3, 4, 5, 6}))
         + pages.links(job_url(job))
-        + f"<h2>Runs</h2>{runs if p.runs else '<p>No run has committed (commit rows kept).</p>'}"
-        + '<p class="note">The store does not record how a run ended: a run of an older generation '
-        "ended before the move that took the next one, or was fenced by it.</p>"
+        + f"<h2>Runs</h2>{runs if p.runs else '<p>No run recorded.</p>'}"
+        + '<p class="note">How each run ended is recorded by the store (its newest 1,000 generations); '
+        "a failure shows its error's class and a one-line cause that never quotes a record. A run marked "
+        "<i>not recorded</i> started before the store recorded it.</p>"
         + f"<h2>History (newest {len(p.audit)})</h2>"
         + (audit if p.audit else "<p>No reset, import, skip, prune or retire.</p>")
         + f"<h2>Dead letters ({p.dead_total})</h2>"
@@ -242,7 +245,7 @@ def job_page(p: JobPage) -> str:
         + "<h2>Lineage search</h2>"
         + lineage_form(LineageQuery(job=job))
     )
-    return page(f"Job {job}", body)
+    return page(f"Job {job}", body, logout=p.logout)
 
 
 @dataclass(frozen=True)
@@ -269,7 +272,9 @@ def lineage_form(q: LineageQuery) -> str:
     )
 
 
-def lineage_page(q: LineageQuery, found: Explanation | None, error: str | None) -> str:
+def lineage_page(
+    q: LineageQuery, found: Explanation | None, error: str | None, *, logout: bool = False
+) -> str:
     out = [lineage_form(q)]
     if error is not None:
         out.append(f'<p class="err">{text(error)}</p>')
@@ -294,4 +299,4 @@ def lineage_page(q: LineageQuery, found: Explanation | None, error: str | None) 
                 )
             )
         out.append(f"<p>{link(job_url(found.job), 'Job ' + text(found.job))}</p>")
-    return page("Lineage search", "".join(out), refresh_s=None)
+    return page("Lineage search", "".join(out), refresh_s=None, logout=logout)

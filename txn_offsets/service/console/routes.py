@@ -6,7 +6,8 @@ snapshot and status memory) and who may see it.
 * ``/console/jobs/{job}``: one job, reading that job alone: a page of 100 stored offsets with
   Kafka's facts for them (the service's cached view), its runs, audit history and dead letters;
 * ``/console/lineage?job=&topic=&partition=&offset=``: ``offsets explain``'s answer;
-* ``/console/login`` (GET: the form, POST: the cookie), ``/console/logout``.
+* ``/console/login`` (GET: the form, POST: the cookie), ``/console/logout`` (POST only: the
+  button every page shows to a visitor who came in with the cookie; it clears the cookie).
 
 Pages read the store in a worker thread, as /offsets does. ``TXN_OFFSETS_SERVE_GRAFANA_URL``
 (Grafana's root URL, http or https) turns on the links to the shipped dashboard
@@ -117,6 +118,7 @@ def overview(console: Console, request: Request) -> Response:
                 console.grafana,
                 page_number(request.query_params.get("page")),
                 age,
+                console.auth.signed_in(request),
             )
         )
     )
@@ -160,6 +162,7 @@ def job(console: Console, request: Request) -> Response:
                 kafka_error,
                 console.grafana,
                 asked.current,
+                console.auth.signed_in(request),
             )
         )
     )
@@ -168,18 +171,19 @@ def job(console: Console, request: Request) -> Response:
 def lineage(console: Console, request: Request) -> Response:
     params = request.query_params
     q = pages.LineageQuery(*(params.get(k, "").strip() for k in ("job", "topic", "partition", "offset")))
+    shown = functools.partial(pages.lineage_page, q, logout=console.auth.signed_in(request))
     if not (q.topic and q.partition and q.offset):
-        return _html(pages.lineage_page(q, None, None))
+        return _html(shown(None, None))
     try:
         partition, offset = int(q.partition), int(q.offset)
         found = explain(console.store, q.job, topic=q.topic, partition=partition, offset=offset)
     except ValueError:
-        return _html(pages.lineage_page(q, None, "give the partition and the offset as whole numbers"), 400)
+        return _html(shown(None, "give the partition and the offset as whole numbers"), 400)
     except UnknownJob:
-        return _html(pages.lineage_page(q, None, f"no job {q.job!r} in this store"), 404)
+        return _html(shown(None, f"no job {q.job!r} in this store"), 404)
     except TxnOffsetsError as exc:
-        return _html(pages.lineage_page(q, None, str(exc)), 400)
-    return _html(pages.lineage_page(q, found, None))
+        return _html(shown(None, str(exc)), 400)
+    return _html(shown(found, None))
 
 
 def console_routes(
