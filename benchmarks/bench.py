@@ -49,7 +49,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from benchmarks import latency, lineage, lowlatency, machine, partial, plot, report, scale, sink
+from benchmarks import latency, lineage, lowlatency, machine, partial, plot, report, scale, sink, user_scale
 from benchmarks.dataset import Dataset, delete_topics, produce_dataset
 from benchmarks.settings import (
     COPY,
@@ -97,7 +97,7 @@ class Bench:
         self.size, self.db, self.kafka, self.jars = size, db, kafka, jars
         self.engine = engine_for(db)
         self.points = size.points()
-        self.datasets: dict[tuple[int, int], Dataset] = {}
+        self.datasets: dict[tuple[int, int, bool], Dataset] = {}
         self.runs: list[dict[str, Any]] = []
         self.latency: list[dict[str, Any]] = []
         self.latency_phase_runs: list[dict[str, Any]] = []
@@ -105,6 +105,7 @@ class Bench:
         self.scale_runs: list[dict[str, Any]] = []
         self.memory: dict[str, Any] = {}
         self.scale_more: dict[str, Any] = {}
+        self.scale_user: list[dict[str, Any]] = []
         self.lineage: dict[str, Any] = {}
         # the reader limits run once per topic, not per point
         self.swept = tuple(c for c in (*SPARK_CONTENDERS, UPSERT, COPY) if c in size.contenders)
@@ -121,11 +122,12 @@ class Bench:
             for key in sorted({(p.partitions, p.messages) for p in self.points}):
                 self.topic(*key)
 
-    def topic(self, partitions: int, messages: int) -> Dataset:
-        """The topic of `messages` page views over `partitions` (produced on first use)."""
-        key = (partitions, messages)
+    def topic(self, partitions: int, messages: int, *, spread: bool = False) -> Dataset:
+        """The topic of `messages` page views over `partitions` (produced on first use); `spread`:
+        round-robin over every partition (the scale phase's), else in each user's partition."""
+        key = (partitions, messages, spread)
         if key not in self.datasets:
-            data = produce_dataset(self.kafka, *key)
+            data = produce_dataset(self.kafka, partitions, messages, spread=spread)
             self.datasets[key] = data
             say(
                 f"produced {data.messages:,} page views (+{data.aborted:,} aborted) to {data.topic} "
@@ -134,7 +136,7 @@ class Bench:
         return self.datasets[key]
 
     def dataset(self, point: Point) -> Dataset:
-        return self.datasets[(point.partitions, point.messages)]
+        return self.datasets[(point.partitions, point.messages, False)]
 
     def measure(self, worker: Worker, point: Point, label: str, round_: int) -> None:
         data = self.dataset(point)
@@ -289,9 +291,13 @@ class Bench:
         per_batch = self.size.scale_batch_records
         # about 25 batches per run (the sweep's topics when they have that size)
         messages = min(self.size.messages, per_batch * 25)
-        data = {p: self.topic(p, messages) for p in (a, b)}
+        # records round-robin over every partition: each batch at N partitions carries ~min(N,
+        # per_batch) ranges (a page-view topic, keyed by a skewed user, fills a few hundred of 4,096)
+        data = {p: self.topic(p, messages, spread=True) for p in (a, b)}
         more = self.size.scale_more  # thousands of partitions: fewer batches (scale.py)
-        data |= {p: self.topic(p, per_batch * more.many_batches) for p in more.many if p not in data}
+        data |= {
+            p: self.topic(p, per_batch * more.many_batches, spread=True) for p in more.many if p not in data
+        }
         counts = list(data)
         order = list(counts)
         for round_ in range(self.size.scale_runs):
@@ -320,9 +326,34 @@ class Bench:
                     f"{one['interval_p50_s']:.3f}s (job {one['job_p50_s']:.3f}s, outside "
                     f"{one['outside_p50_s']:.3f}s) p99 {one['interval_p99_s']:.3f}s"
                 )
+            self.scale_user = self.user_scale(worker, per_batch, (a, max(more.many, default=b)))
             self.scale_more = scale.measure(self.size, self.db, self.kafka, worker, app=app, topics=data)
         finally:
             worker.close()
+
+    def user_scale(self, worker: Worker, per_batch: int, counts: tuple[int, int]) -> list[dict[str, Any]]:
+        """The README-shaped job (benchmarks/user_scale.py: per-range ``write`` of an upsert, decode
+        -> 1, aggregate = sum) at `per_batch` records per batch on topics spread over `counts`
+        partitions: a first run of each, then ``user_rounds`` rounds alternating (ABBA...)."""
+        records = per_batch * self.size.scale_more.many_batches
+        topics = {n: user_scale.produce_spread(self.kafka, n, records) for n in counts}
+        order = list(counts)
+        for round_ in range(self.size.scale_more.user_rounds):
+            order += list(counts[::-1]) if round_ % 2 == 0 else list(counts)
+        runs: list[dict[str, Any]] = []
+        try:
+            for i, n in enumerate(order):
+                run = worker.call("user", data=topics[n], batch_records=per_batch)
+                run |= {"order": i, "label": WARM if any(r["partitions"] == n for r in runs) else "first"}
+                runs.append(run)
+                say(
+                    f"scale user p{n:<4} {run['label']:5} {run['seconds']:7.2f}s batches {run['batches']:3d} "
+                    f"ranges/batch {run['ranges_p50']:.0f} per-batch p50 {run['interval_p50_s']:.3f}s "
+                    f"(job {run['job_p50_s']:.3f}s)"
+                )
+        finally:
+            delete_topics(self.kafka, [t.topic for t in topics.values()])
+        return runs
 
     def memory_phase(self) -> None:
         """One job of many small batches in a fresh worker; its Python workers' RSS over time."""
@@ -428,7 +459,7 @@ def measure(size: Size) -> dict[str, Any]:
                     "partitions": p.partitions,
                     "cap": p.cap,
                     "messages": p.messages,
-                    "topic": getattr(bench.datasets.get((p.partitions, p.messages)), "topic", None),
+                    "topic": getattr(bench.datasets.get((p.partitions, p.messages, False)), "topic", None),
                 }
                 for p in bench.points
             ],
@@ -442,7 +473,8 @@ def measure(size: Size) -> dict[str, Any]:
         "runs": bench.runs,
         "latency": bench.latency,
         "scale": report.scale_summary(bench.scale_runs, size.scale_partitions, size.scale_batch_records)
-        | ({"more": bench.scale_more} if bench.scale_more else {}),
+        | ({"more": bench.scale_more} if bench.scale_more else {})
+        | ({"user": bench.scale_user} if bench.scale_user else {}),
         "memory": bench.memory,
         # the latency phase; the low-latency mode's throughput at the large cap over batch mode's
         # (best warm run of each, lowlatency.throughput_ratio; None without the phase)

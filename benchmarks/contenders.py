@@ -180,8 +180,9 @@ def eo_batch(spark: Any, ctx: Context) -> Outcome:
         until_caught_up=True,
         on_batch=lambda _report: out.committed(),
     )
-    # a BatchWriter reports no per-range counts (compute saw the batch whole): the oracle check
-    # that follows every run is what proves the records were all counted, once
+    # a BatchWriter reports the offsets it committed (compute saw the batch whole; the page views'
+    # aborted transactions and markers among them): the oracle check that follows every run is
+    # what proves the records were all counted, once
     out.records = -1
     return out
 

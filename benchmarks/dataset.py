@@ -74,7 +74,11 @@ def delete_topics(kafka: KafkaSettings, topics: list[str]) -> None:
             print(f"bench: could not delete a topic ({exc})", flush=True)
 
 
-def produce_dataset(kafka: KafkaSettings, partitions: int, messages: int, seed: int = 7) -> Dataset:
+def produce_dataset(
+    kafka: KafkaSettings, partitions: int, messages: int, seed: int = 7, *, spread: bool = False
+) -> Dataset:
+    """A topic of `messages` page views over `partitions`, each in its user's partition (skewed: a
+    batch of a few thousand fills a few hundred of 4,096 partitions) or, `spread`, round-robin."""
     topic = create_topic(kafka, partitions)
     t0 = time.perf_counter()
     # small data sets get smaller transactions, so that they too hold aborted ones
@@ -86,6 +90,7 @@ def produce_dataset(kafka: KafkaSettings, partitions: int, messages: int, seed: 
         partitions=partitions,
         per_transaction=per_transaction,
         seed=seed,
+        spread=spread,
     )
     seconds = time.perf_counter() - t0
     expected = {key: (views, oracle.durations[key]) for key, views in oracle.windows.items()}

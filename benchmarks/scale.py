@@ -10,12 +10,14 @@ bench.py times on every partition count in one alternating session):
 
 :func:`line` is the last-lines row ``bench: per_batch_1024_vs_8=.. per_batch_4096_vs_8=..
 plan_4096_p50_ms=.. hot_ratio=.. jobs32_vs_1=.. jobs32_exact=yes|no peak_connections=n/budget``
-(the counts are the run's: the smoke's row names its own smaller ones).
+(the counts are the run's: the smoke's row names its own smaller ones), with
+``user_per_batch_4096_vs_8=..`` after the bench's own: the README-shaped job (benchmarks/user_scale.py).
 """
 
 from __future__ import annotations
 
 import uuid
+from statistics import median
 from typing import Any
 
 from benchmarks import scale_jobs, store_scale
@@ -139,6 +141,9 @@ def values(result: dict[str, Any]) -> dict[str, Any]:
         out[f"per_batch_{n}_vs_{few}"] = ratio(
             mine and mine["interval_p50_s"], base and base["interval_p50_s"]
         )
+    user = scale.get("user") or []
+    if user:  # the README-shaped job (bench.py user_scale): warm runs, else the first
+        out[f"user_per_batch_{max(r['partitions'] for r in user)}_vs_{few}"] = user_ratio(user)
     if "plan" in more:
         out[f"plan_{more['plan']['partitions']}_p50_ms"] = more["plan"]["p50_ms"]
     out["hot_ratio"] = more["hot"]["hot_ratio"]
@@ -148,6 +153,22 @@ def values(result: dict[str, Any]) -> dict[str, Any]:
     out[f"jobs{j['jobs']}_exact"] = "yes" if all(w["exact"] for w in both) else "no"
     out["peak_connections"] = f"{max(w['peak_connections'] for w in both)}/{j['budget']}"
     return out
+
+
+def user_ratio(runs: list[dict[str, Any]]) -> float | None:
+    """The user job's per-batch p50 at its most partitions over its fewest: the median of its warm
+    runs' p50s at each (of its first runs when it has no warm ones)."""
+    counts = sorted({r["partitions"] for r in runs})
+    if len(counts) < 2:
+        return None
+    warm = [r for r in runs if r["label"] == WARM] or runs
+    p50 = {
+        n: median(
+            [r["interval_p50_s"] for r in warm if r["partitions"] == n and r["interval_p50_s"]] or [0.0]
+        )
+        for n in counts
+    }
+    return ratio(p50[counts[-1]] or None, p50[counts[0]] or None)
 
 
 def line(result: dict[str, Any]) -> str | None:
@@ -197,6 +218,18 @@ def markdown(result: dict[str, Any]) -> list[str]:
         )
         + _attempts(hot.get("attempts", [])),
     ]
+    user = (result.get("scale") or {}).get("user") or []
+    if user:
+        runs = ", ".join(
+            f"{r['partitions']:,} {r['label']} {_x(r['interval_p50_s'], '.3f')} s "
+            f"({r['ranges_p50'] or 0:,.0f} ranges)"
+            for r in user
+        )
+        lines.append(
+            "- The job as the README writes one (`benchmarks/user_scale.py`: per-range `write` of an "
+            "`upsert_add`, decode -> 1, aggregate = sum) on topics spread over every partition, per-batch "
+            f"p50 (ranges per batch) in run order: {runs}; warm over warm **{_x(user_ratio(user))}x**."
+        )
     for w in (j, *([j["small"]] if "small" in j else [])):
         lines += [
             f"- {w['jobs']} jobs on threads of one Spark application (`run_jobs`: shared rounds, one "

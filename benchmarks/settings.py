@@ -117,6 +117,9 @@ class ScaleMore:
     job_batches: int  # batches per job (each capped at job_records / job_batches offsets)
     job_small_records: int  # the same again with this many records per topic (0: not run)
     job_rounds: int  # rounds of (N jobs, one job over the N topics), alternating
+    # the README-shaped job (benchmarks/user_scale.py) at scale_partitions[0] and max(many): a first
+    # run of each, then this many rounds, alternating
+    user_rounds: int = 2
 
 
 FULL_MORE = ScaleMore(
@@ -144,9 +147,10 @@ SMOKE_MORE = ScaleMore(
     jobs=2,
     job_partitions=2,
     job_records=300,
-    job_batches=2,
+    job_batches=1,  # one batch per job: the smoke checks the fields, not the figure
     job_small_records=0,
     job_rounds=1,
+    user_rounds=0,  # the first runs only: the smoke checks the field, not the figure
 )
 
 

@@ -21,7 +21,18 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from benchmarks import contenders, limits, lowlatency, resources, rtm, scale_jobs, sink, sss, stream
+from benchmarks import (
+    contenders,
+    limits,
+    lowlatency,
+    resources,
+    rtm,
+    scale_jobs,
+    sink,
+    sss,
+    stream,
+    user_scale,
+)
 from benchmarks import lineage as lineage_phase
 from benchmarks.contenders import Context, Outcome
 from benchmarks.dataset import Dataset, Expected, expected_of
@@ -179,6 +190,11 @@ class Service:
         ]
         return {"seconds": seconds, "records": out.records, "batches": batches}
 
+    def user(self, data: user_scale.SpreadTopic, batch_records: int) -> dict[str, Any]:
+        """The README-shaped job (benchmarks.user_scale: per-range ``write``) over a spread topic."""
+        user_scale.create_table(self.engine)
+        return user_scale.run(self.spark, self.spec.db, self.spec.kafka, data, batch_records=batch_records)
+
     def jobs(self, datasets: list[Dataset], batch_records: int, mode: str, app: str) -> dict[str, Any]:
         """N jobs on threads of this session vs one job over their topics (benchmarks.scale_jobs)."""
         return scale_jobs.run(self.spark, self.spec.db, self.spec.kafka, datasets, batch_records, mode, app)
@@ -294,6 +310,7 @@ def serve(conn: Connection, spec: Spec) -> None:
             handler = {
                 "run": service.run,
                 "scale": service.scale,
+                "user": service.user,
                 "memory": service.memory,
                 "jobs": service.jobs,
                 "follow": service.follow,

@@ -115,8 +115,11 @@ def produce(
     abort_every: int = 10,
     seed: int = 7,
     progress: Callable[[int], None] | None = None,
+    spread: bool = False,
 ) -> Oracle:
-    """Produce `messages` committed page views (plus aborted transactions) and return the oracle."""
+    """Produce `messages` committed page views (plus aborted transactions) and return the oracle.
+    A view goes to its user's partition, or with `spread` to the next partition in turn (every
+    partition gets its share, whatever the users' skew)."""
     if abort_every == 1 or abort_every < 0:
         raise ValueError(f"abort_every: use 0 (no aborted transactions) or >= 2, got {abort_every}")
     if per_transaction < 1:
@@ -137,6 +140,7 @@ def produce(
     oracle = Oracle()
     clock = first_event_time(int(time.time() * 1000), messages, per_transaction, abort_every)
     delivered: list[Any] = []  # per transaction: each record's delivery report (its error or None)
+    sent = itertools.count()
     for n, abort in transactions(messages, per_transaction, abort_every):
         delivered.clear()
         producer.begin_transaction()
@@ -151,7 +155,7 @@ def produce(
                 topic,
                 key=view.user.encode(),
                 value=value.encode(),
-                partition=u % partitions,
+                partition=next(sent) % partitions if spread else u % partitions,
                 timestamp=view.time_ms,
                 on_delivery=lambda err, _msg: delivered.append(err),
             )

@@ -78,3 +78,19 @@ def test_the_markdown_shows_the_figures() -> None:
     assert "20,000 records each in batches of 5,000" in text and "(batches of 160,000)" in text
     assert "2,000 records each in batches of 500" in text and "**0.41x**" in text
     assert scale.markdown({"scale": {}}) == [] and report.scale_rows({"scale": {}}) == []
+
+
+def test_the_readme_shaped_job_is_beside_the_bench_s_own() -> None:
+    shown = result()
+    runs = [(8, "first", 0.5), (4096, "first", 3.0), (4096, "warm", 2.0), (8, "warm", 0.4), (8, "warm", 0.6)]
+    shown["scale"]["user"] = [
+        {"partitions": n, "label": label, "interval_p50_s": p50} for n, label, p50 in runs
+    ]
+    line = scale.line(shown) or ""
+    # the warm runs' median p50s: 2.0 at 4,096 over 0.5 at 8
+    assert "per_batch_4096_vs_8=4.75 user_per_batch_4096_vs_8=4.00 plan_4096_p50_ms=123" in line
+    assert scale.user_ratio([{"partitions": 8, "label": "first", "interval_p50_s": 0.5}]) is None
+    for run in shown["scale"]["user"]:
+        run["ranges_p50"] = min(run["partitions"], 8_000)
+    text = "\n".join(scale.markdown(shown))
+    assert "4,096 warm 2.000 s (4,096 ranges)" in text and "warm over warm **4.00x**" in text

@@ -10,7 +10,13 @@ ranges travel as bound arrays, unnested in the statement, and the statement
    the same order and cannot deadlock, and a duplicate attempt waits on its first row before it
    has written anything. Under READ COMMITTED a row locked after a wait is its newest version;
 3. advances each locked row that is at its range's start (``off = from``) and of the topic
-   incarnation the range was planned from to the range's end;
+   incarnation the range was planned from to the range's end. The UPDATE is gated on ``locked``
+   (a one-time filter: every row is locked, in order, before any is updated; none is when the
+   generation is not current) and joins the wanted ranges only, by hash: joined to the ``locked``
+   CTE as well, PostgreSQL (estimating one offsets row behind the row-level security filter)
+   rescanned the CTE for every row - 16.7M comparisons, seconds, at 4,096 ranges. Under READ
+   COMMITTED the UPDATE re-checks ``off`` and the topic id on the newest row version, the one
+   ``locked`` holds: the same row ``locked`` returns;
 4. inserts one ``commits`` row per range (the lineage, :mod:`txn_offsets.store.lineage`) only when
    every range was claimed: a transaction with any range not claimed is rolled back anyway;
 5. returns, per range in input order, whether it was claimed, the row it found (offset, topic id)
@@ -111,9 +117,9 @@ def _statement(schema: str, *, record: bool) -> sa.TextClause:
 , lineage AS (
     INSERT INTO {commits} (job, topic, part, from_off, until_off, generation, run_id, batch,
                            first_record_at, last_record_at)
-    SELECT :job, w.topic, w.part, w.from_off, w.until_off, :generation, :run_id, :batch,
-           w.first_at, w.last_at
-    FROM want w JOIN claimed c ON c.topic = w.topic AND c.part = w.part
+    SELECT :job, c.topic, c.part, c.from_off, c.until_off, :generation, :run_id, :batch,
+           c.first_at, c.last_at
+    FROM claimed c
     WHERE (SELECT count(*) FROM claimed) = :n
 )"""  # noqa: S608 - identifiers from a validated schema name, values bound
     sql = f"""WITH want AS (
@@ -132,10 +138,11 @@ def _statement(schema: str, *, record: bool) -> sa.TextClause:
     FOR UPDATE
 ), claimed AS (
     UPDATE {offsets} o SET off = w.until_off, updated_at = now()
-    FROM want w JOIN locked l ON l.topic = w.topic AND l.part = w.part
-    WHERE o.job = :job AND o.topic = w.topic AND o.part = w.part
-      AND l.off = w.from_off AND (w.topic_id IS NULL OR l.topic_id = w.topic_id)
-    RETURNING o.topic, o.part
+    FROM want w
+    WHERE (SELECT count(*) FROM locked) > 0
+      AND o.job = :job AND o.topic = w.topic AND o.part = w.part
+      AND o.off = w.from_off AND (w.topic_id IS NULL OR o.topic_id = w.topic_id)
+    RETURNING o.topic, o.part, w.from_off, w.until_off, w.first_at, w.last_at
 ){lineage if record else ""}
 SELECT c.topic IS NOT NULL AS claimed, l.off, l.topic_id, (SELECT g.generation FROM gen g) AS generation,
     pg_catalog.pg_current_xact_id_if_assigned()::text AS xid

@@ -12,6 +12,7 @@ Both run on either execution path of the batch (:mod:`txn_offsets.spark.batch`):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
@@ -137,7 +138,8 @@ class BatchWriter(Generic[R]):
       RDD execution path (under Spark Connect it is refused with a ConfigError naming compute_df).
 
     Either returns a driver-side result (e.g. a collected list of rows). Nothing is claimed until
-    it has finished.
+    it has finished. A batch's ``records`` (``on_batch``, the job's summary) are the offsets its
+    ranges committed: compute saw the batch whole, and counting its records would cost a Spark job.
     """
 
     write: Callable[[sa.Connection, Sequence[OffsetRange], R], None]
@@ -162,8 +164,10 @@ class BatchWriter(Generic[R]):
             Lineage(batch.number),  # record timestamps unknown: compute() saw the batch whole
             source=batch.kafka,  # compute() has read every record: prove the topics are the planned ones
         )
-        # records unknown per range: compute() saw the batch as a whole
-        return commit_reporting(batch.database, unit, isolation_level=self.isolation_level, records=-1)
+        reports = commit_reporting(batch.database, unit, isolation_level=self.isolation_level, records=0)
+        # compute() saw the batch whole, so no range has a count of its own: each reports the
+        # offsets it committed (records, and in a transactional topic its markers and aborted records)
+        return [dataclasses.replace(r, records=r.range.span) for r in reports]
 
     def _compute(self, batch: Batch) -> R:
         if self.compute_df is not None:

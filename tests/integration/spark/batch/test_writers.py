@@ -45,6 +45,9 @@ def test_per_batch_writer_with_a_shuffle(counting: Counting) -> None:
     assert counting.totals() == dict(expected)
     assert summary.batches == 4  # 10,000 records in batches of at most 3,000
     assert counting.offsets() == counting.ends(topic, 4)
+    # what it committed: the offsets of its ranges (a plain topic: one record each), not 0
+    assert summary.records == sum(expected.values()) == 10_000
+    assert sum(r.records for r in summary.outcomes) == 10_000
 
 
 def test_replaying_a_committed_batch_is_a_no_op(spark: Any, counting: Counting) -> None:

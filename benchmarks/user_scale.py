@@ -1,0 +1,202 @@
+"""A job written as the README writes one, timed per batch on topics whose records fill every partition.
+
+The job: ``PartitionWriter(write=..., decode=lambda rec: 1, aggregate=sum)`` with an ``upsert_add``
+per range (or ``write_all``: one upsert per transaction), ``Limits(max_records_per_batch=...)``, over
+a topic whose records are spread round-robin over all of its partitions, so that each batch at N
+partitions carries ~min(N, batch records) ranges (the page-view topics of the sweep, keyed by a
+skewed user, fill only a few hundred partitions per batch). :func:`run` times one job's batches
+(from one batch's commit to the next; the first batch, which also holds run_job's start, is left
+out); ``python -m benchmarks.user_scale`` alternates the partition counts in one Spark application
+and prints each run's per-batch p50 and ranges per batch (the reproduction of issue 46).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from confluent_kafka import Producer
+
+from benchmarks.dataset import create_topic, delete_topics
+from benchmarks.stats import percentile
+from txn_offsets import BatchReport, Limits, PartitionWriter, StartPolicy, run_job, upsert_add
+from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.ranges import OffsetRange
+
+SCHEMA = "bench_user"
+TABLE = sa.Table(
+    "counts",
+    sa.MetaData(schema=SCHEMA),
+    sa.Column("topic", sa.Text, primary_key=True),
+    sa.Column("part", sa.Integer, primary_key=True),
+    sa.Column("n", sa.BigInteger),
+)
+
+
+@dataclass(frozen=True)
+class SpreadTopic:
+    """A topic of `records` records, round-robin over its `partitions` (each ~records/partitions)."""
+
+    topic: str
+    partitions: int
+    records: int
+
+
+def produce_spread(kafka: KafkaSettings, partitions: int, records: int) -> SpreadTopic:
+    topic = create_topic(kafka, partitions, prefix="bench-spread")
+    producer = Producer(kafka.client_config() | {"linger.ms": 20, "batch.num.messages": 10_000})
+    for i in range(records):
+        while True:
+            try:
+                producer.produce(topic, value=b"1", partition=i % partitions)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    if producer.flush(120):
+        raise RuntimeError(f"{topic}: records left undelivered")
+    return SpreadTopic(topic, partitions, records)
+
+
+def create_table(engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}"))
+        TABLE.create(conn, checkfirst=True)
+
+
+def _one(_record: Any) -> int:
+    return 1
+
+
+def _write(conn: sa.Connection, rng: OffsetRange, n: int) -> None:  # the README's shape: per range
+    upsert_add(
+        conn, TABLE, [{"topic": rng.topic, "part": rng.partition, "n": n}], keys=["topic", "part"], add=["n"]
+    )
+
+
+def _write_all(conn: sa.Connection, items: Sequence[tuple[OffsetRange, int]]) -> None:
+    rows = [{"topic": r.topic, "part": r.partition, "n": n} for r, n in items]
+    upsert_add(conn, TABLE, rows, keys=["topic", "part"], add=["n"])
+
+
+WRITE: PartitionWriter[int, int] = PartitionWriter(write=_write, decode=_one, aggregate=sum)
+WRITE_ALL: PartitionWriter[int, int] = PartitionWriter(write_all=_write_all, decode=_one, aggregate=sum)
+WRITERS = {"write": WRITE, "write_all": WRITE_ALL}
+
+
+def run(
+    spark: Any,
+    db: DatabaseSettings,
+    kafka: KafkaSettings,
+    data: SpreadTopic,
+    *,
+    batch_records: int,
+    mode: str = "write",
+) -> dict[str, Any]:
+    """One job over the whole topic: its batches' intervals, ranges and records, checked exact."""
+    from txn_offsets.store.database import engine_for
+
+    engine = engine_for(db)
+    try:
+        with engine.begin() as conn:
+            conn.execute(TABLE.delete().where(TABLE.c.topic == data.topic))
+        commits: list[float] = []
+        reports: list[BatchReport] = []
+
+        def committed(report: BatchReport) -> None:
+            commits.append(time.perf_counter())
+            reports.append(report)
+
+        t0 = time.perf_counter()
+        summary = run_job(
+            spark,
+            job=f"bench-user-{uuid.uuid4().hex[:8]}",
+            kafka=kafka,
+            database=db,
+            writer=WRITERS[mode],
+            topics=[data.topic],
+            start=StartPolicy.earliest(),
+            limits=Limits(max_records_per_batch=batch_records),
+            until_caught_up=True,
+            batch_interval_s=0.0,
+            on_batch=committed,
+        )
+        seconds = time.perf_counter() - t0
+        with engine.connect() as conn:
+            total, parts = conn.execute(
+                sa.select(sa.func.coalesce(sa.func.sum(TABLE.c.n), 0), sa.func.count()).where(
+                    TABLE.c.topic == data.topic
+                )
+            ).one()
+        with engine.begin() as conn:
+            conn.execute(TABLE.delete().where(TABLE.c.topic == data.topic))
+    finally:
+        engine.dispose()
+    exact = int(total) == data.records == summary.records and int(parts) == min(data.partitions, data.records)
+    if not exact:
+        raise RuntimeError(
+            f"user scale p{data.partitions} {mode}: summed {total} over {parts} partitions, counted "
+            f"{summary.records}; the topic has {data.records} records"
+        )
+    intervals = [b - a for a, b in itertools.pairwise(commits)]
+    later = reports[1:]
+    return {
+        "partitions": data.partitions,
+        "mode": mode,
+        "seconds": seconds,
+        "records": summary.records,
+        "batches": len(reports),
+        "interval_p50_s": percentile(intervals, 50),
+        "job_p50_s": percentile([r.seconds for r in later], 50),
+        "ranges_p50": percentile([r.ranges for r in later], 50),
+        "records_p50": percentile([r.records for r in later], 50),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--partitions", default="8,1024,4096")
+    parser.add_argument("--records", type=int, default=64_000)
+    parser.add_argument("--batch-records", type=int, default=8_000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--modes", default="write,write_all")
+    args = parser.parse_args()
+    from txn_offsets import from_env, local_session
+
+    db, kafka = from_env()
+    db = DatabaseSettings(os.environ.get("TXN_OFFSETS_OWNER_DATABASE_URL", db.url), schema=db.schema)
+    from txn_offsets.store.database import engine_for
+
+    engine = engine_for(db)
+    create_table(engine)
+    engine.dispose()
+    counts = [int(p) for p in args.partitions.split(",")]
+    topics = {n: produce_spread(kafka, n, args.records) for n in counts}
+    spark = local_session("bench-user-scale", master="local[2]")
+    try:
+        for mode in args.modes.split(","):
+            for round_ in range(args.rounds + 1):  # round 0: first runs (warming)
+                order = counts if round_ % 2 == 0 else counts[::-1]
+                for n in order:
+                    r = run(spark, db, kafka, topics[n], batch_records=args.batch_records, mode=mode)
+                    print(
+                        f"user-scale {mode:9} round {round_} p{n:<5} {r['seconds']:6.2f}s "
+                        f"batches {r['batches']:2d} "
+                        f"ranges/batch {r['ranges_p50']:.0f} per-batch p50 {r['interval_p50_s']:.3f}s "
+                        f"(job {r['job_p50_s']:.3f}s)",
+                        flush=True,
+                    )
+    finally:
+        spark.stop()
+        delete_topics(kafka, [t.topic for t in topics.values()])
+
+
+if __name__ == "__main__":
+    main()
