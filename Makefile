@@ -57,7 +57,7 @@ $(BIN)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "txn_offsets needs Python >= 3.11; set PYTHON=python3.11 (or newer)")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q --no-compile -e '.[dev]'
 	touch $@
 
 install: $(BIN)/.installed
