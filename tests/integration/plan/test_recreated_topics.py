@@ -9,9 +9,10 @@ A plan asks Kafka for the topics' ids and their partitions' (log start, end) at 
 is deleted and created again between the two answers, the id can be the new topic's and the offsets
 the old one's. Before: the skip of a re-created topic resumed at that old log start, passing over the
 new topic's first records (audited as a data-loss skip of the wrong size). Now the offsets of a
-re-created topic are asked again after its new id was seen, and the id once more after them
-(plan.moves._confirmed). The old log's answer is injected by replacing the first watermarks call:
-the interleaving itself is a race no test can schedule on a real broker."""
+re-created topic are asked again after its new id was seen and confirmed by a Fetch that names the
+topic by that id (plan.moves._confirmed, kafka/recreated.py). The old log's answer is injected by
+replacing the first watermarks call: the interleaving itself is a race no test can schedule on one
+broker (the lab's lagging leader gives it for real: tests/lab/test_lab_recreated_topic.py)."""
 
 from __future__ import annotations
 

@@ -3,8 +3,8 @@ to a controller listener, so that "ready" means every voter caught up with the m
 just ports that answer.
 
 librdkafka has no DescribeQuorum and the cached Kafka jars hold no MetadataQuorumCommand, so the
-request is written by hand (flexible versions: compact arrays and strings, tagged fields) and the
-answer read the same way; :func:`lagging` is the pure judgement (tests/unit/devstack/test_lab_quorum.py).
+request is written by hand with :mod:`txn_offsets.kafka.wire` and the answer read the same way;
+:func:`lagging` is the pure judgement (tests/unit/devstack/test_lab_quorum.py).
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import socket
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from txn_offsets.kafka import wire
 
 __all__ = ["Quorum", "Voter", "decode", "describe", "encode", "lagging"]
 
@@ -39,60 +41,17 @@ class Quorum:
     voters: tuple[Voter, ...]
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
 def encode(correlation: int, client: str = "txo-lab") -> bytes:
-    """The size-prefixed request: header v2 (client id a plain nullable string), then the body."""
-    name = client.encode()
-    header = struct.pack(">hhih", API_KEY, VERSION, correlation, len(name)) + name + b"\0"
-    topic = TOPIC.encode()
-    partitions = _uvarint(2) + struct.pack(">i", 0) + b"\0"  # one partition: index 0, no tags
-    body = _uvarint(2) + _uvarint(len(topic) + 1) + topic + partitions + b"\0" + b"\0"
-    message = header + body
-    return struct.pack(">i", len(message)) + message
-
-
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data, self.at = data, 0
-
-    def take(self, fmt: str) -> int:
-        (value,) = struct.unpack_from(fmt, self.data, self.at)
-        self.at += struct.calcsize(fmt)
-        return int(value)
-
-    def uvarint(self) -> int:
-        shift = value = 0
-        while True:
-            byte = self.data[self.at]
-            self.at += 1
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-
-    def skip_string(self) -> None:
-        size = max(0, self.uvarint() - 1)  # read before self.at is: the varint moves it
-        self.at += size
-
-    def skip_tags(self) -> None:
-        for _ in range(self.uvarint()):
-            self.uvarint()
-            size = self.uvarint()
-            self.at += size
+    """The size-prefixed request: header v2, then the body (one topic, one partition, no tags)."""
+    partitions = wire.compact_array([struct.pack(">i", 0) + b"\0"])
+    body = wire.compact_array([wire.compact_string(TOPIC) + partitions + b"\0"]) + b"\0"
+    return wire.frame(API_KEY, VERSION, correlation, body, flexible=True, client=client)
 
 
 def decode(response: bytes, correlation: int) -> Quorum:
     """The first partition of a DescribeQuorum v1 response (without its size prefix)."""
-    r = _Reader(response)
-    if r.take(">i") != correlation:
+    r = wire.Reader(response)
+    if r.int32() != correlation:
         raise ValueError("a response to another request")
     r.skip_tags()  # response header v1
     top_error = r.take(">h")
@@ -119,23 +78,13 @@ def describe(controllers: Sequence[tuple[str, int]], timeout_s: float = 5.0) -> 
         try:
             with socket.create_connection((host, port), timeout=timeout_s) as sock:
                 sock.sendall(encode(n))
-                size = struct.unpack(">i", _exactly(sock, 4))[0]
-                last = decode(_exactly(sock, size), n)
+                size = struct.unpack(">i", wire.read_exactly(sock, 4))[0]
+                last = decode(wire.read_exactly(sock, size), n)
         except (OSError, ValueError, struct.error, IndexError):
             continue
         if last.error == 0:
             return last
     return last
-
-
-def _exactly(sock: socket.socket, n: int) -> bytes:
-    data = bytearray()
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise OSError("the controller closed the connection")
-        data += chunk
-    return bytes(data)
 
 
 def lagging(quorum: Quorum, voters: int, now_ms: int) -> str:
