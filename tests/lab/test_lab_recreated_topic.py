@@ -12,7 +12,12 @@ and the marks the planner takes for a job whose row was stored under the old id
 (:func:`txn_offsets.plan.moves._confirmed`): the new log's (0, 0), never the old log's (20, 30) -
 with the old log's start a skip would pass over the new topic's first 20 records. Also refused: the
 topic "re-created" back to the old id X still describes, and, once X is fenced, a retention skip
-for a row already on the new id from X's ListOffsets answer."""
+for a row already on the new id from X's ListOffsets answer.
+
+Where nothing moves (a row already on the new id at 0, X's old log (0, 30)): what librdkafka's
+consumer sends (Fetch version, topic id, broker: read off the driver's interface), the records the
+task's reader (:func:`read_ranges`) gets, and the commit's proof (:func:`check_incarnation`): the
+old log's records are never proven the new topic's."""
 
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -31,13 +37,16 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.lab.conftest import RunningLab
+from txn_offsets.commit.proof import check_incarnation
 from txn_offsets.config import KafkaSettings
 from txn_offsets.devstack.lab import faults, kafka3, quorum
 from txn_offsets.devstack.lab.spawn import entered
-from txn_offsets.errors import ServiceUnavailable, TopicChanged
+from txn_offsets.errors import KafkaReadError, ServiceUnavailable, TopicChanged
 from txn_offsets.kafka import direct, metadata, wire
+from txn_offsets.kafka.reader import read_ranges
 from txn_offsets.plan import moves
 from txn_offsets.plan.data_loss import lost
+from txn_offsets.ranges import OffsetRange
 from txn_offsets.store.offset_rows import StoredOffset
 
 pytestmark = pytest.mark.lab
@@ -77,10 +86,14 @@ def _delete(conn: direct.Connection, topic: str) -> int:
 
 class Sniffer:
     """Every ListOffsets request leaving the driver host's interface (a raw packet socket in its
-    namespace): (version, [(partition, current leader epoch, timestamp)])."""
+    namespace): (version, [(partition, current leader epoch, timestamp)]); every Fetch request:
+    (broker address, version, [(topic id, partition, current leader epoch, offset)]); the broker
+    address of every Metadata request."""
 
     def __init__(self, lab: RunningLab) -> None:
         self.lab, self.seen = lab, []  # type: ignore[var-annotated]
+        self.fetches: list[tuple[str, int, list[tuple[str | None, int, int, int]]]] = []
+        self.metadata_to: list[str] = []  # the broker each Metadata request went to
         self.stop = threading.Event()
         self.ready = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -105,9 +118,49 @@ class Sniffer:
             if struct.unpack(">H", tcp[2:4])[0] != PORT:
                 continue
             payload = tcp[(tcp[12] >> 4) * 4 :]
-            if len(payload) > 12 and struct.unpack(">h", payload[4:6])[0] == 2:
+            if len(payload) <= 12:
+                continue
+            api_key = struct.unpack(">h", payload[4:6])[0]
+            if api_key == 2:
                 self.seen.append(self._decode(payload))
+            elif api_key == 1:
+                self.fetches.append((socket.inet_ntoa(ip[16:20]), *self._decode_fetch(payload)))
+            elif api_key == 3:
+                self.metadata_to.append(socket.inet_ntoa(ip[16:20]))
         sock.close()
+
+    @staticmethod
+    def _decode_fetch(payload: bytes) -> tuple[int, list[tuple[str | None, int, int, int]]]:
+        """A Fetch request v12+ (librdkafka's): (version, [(topic id from v13 on, else name,
+        partition, current leader epoch, fetch offset)])."""
+        r = wire.Reader(payload[4:])
+        r.int16()
+        version = r.int16()
+        r.int32()
+        r.string()
+        r.skip_tags()
+        if version < 12:
+            return version, []
+        if version < 15:
+            r.int32()  # replica id
+        r.int32()
+        r.int32()
+        r.int32()
+        r.int8()
+        r.int32()
+        r.int32()
+        parts: list[tuple[str | None, int, int, int]] = []
+        for _ in range(r.array()):
+            topic = r.uuid() if version >= 13 else r.compact_string()
+            for _ in range(r.array()):
+                index, epoch, offset = r.int32(), r.int32(), r.int64()
+                r.int32()
+                r.int64()
+                r.int32()
+                r.skip_tags()
+                parts.append((topic, index, epoch, offset))
+            r.skip_tags()
+        return version, parts
 
     @staticmethod
     def _decode(payload: bytes) -> tuple[int, list[tuple[int, int, int]]]:
@@ -151,9 +204,26 @@ def _own(conn_to: direct.Connection, topic: str) -> dict[str, Any]:
     return {"id": t.topic_id, "leader": p.leader if p else None, "epoch": p.leader_epoch if p else None}
 
 
-def test_a_lagging_leader_never_gives_the_old_logs_marks_for_a_re_created_topic(
-    running_lab: RunningLab,
-) -> None:
+@dataclass
+class Lagging:
+    """Topic T re-created while its old partition-0 leader X is cut from the other brokers."""
+
+    kafka: KafkaSettings
+    topic: str
+    x: int
+    to_x: direct.Connection
+    to_y: direct.Connection
+    old: dict[str, Any]
+    new: dict[str, Any]
+    isolated_at: float
+    evidence: dict[str, Any]
+
+
+@contextmanager
+def _lagging_leader(running_lab: RunningLab, records: int, deleted_to: int) -> Iterator[Lagging]:
+    """T (partition 0 on [X, Y, Z], X the leader at epoch 0, not the active controller) with
+    `records` records, those before `deleted_to` deleted; X cut off, T deleted and created again on
+    [X, Y, Z], in the driver host's namespace; X rejoined and T deleted on leaving."""
     net = running_lab.lab.net
     kafka_hosts = [h for h in net.hosts if h.role == "kafka"]
     address = {i: h.address for i, h in enumerate(kafka_hosts, 1)}
@@ -168,17 +238,25 @@ def test_a_lagging_leader_never_gives_the_old_logs_marks_for_a_re_created_topic(
         topic = f"lab-recreated-{uuid.uuid4().hex[:8]}"
         to_y = direct.connect({}, address[y], PORT, 10)
         to_x = direct.connect({}, address[x], PORT, 10)
+        waited = time.monotonic()  # X back and unfenced (a test before may have cut it off)
+        while x not in direct.metadata(to_y, []).brokers:
+            assert time.monotonic() - waited < 60, f"broker {x} not listed by broker {y} after 60s"
+            time.sleep(0.2)
         assert _create(to_y, topic, [x, y, z]) == 0
+        while _own(to_x, topic).get("leader") != x:
+            assert time.monotonic() - waited < 60, f"broker {x} does not lead {topic} after 60s"
+            time.sleep(0.1)
         producer = Producer({"bootstrap.servers": servers, "acks": "all"})
-        for i in range(30):
+        for i in range(records):
             producer.produce(topic, b"old-%d" % i, partition=0)
         assert producer.flush(60) == 0
-        admin = AdminClient({"bootstrap.servers": servers})
-        done = admin.delete_records([TopicPartition(topic, 0, 20)])
-        next(iter(done.values())).result(30)
+        if deleted_to:
+            admin = AdminClient({"bootstrap.servers": servers})
+            done = admin.delete_records([TopicPartition(topic, 0, deleted_to)])
+            next(iter(done.values())).result(30)
         old = _own(to_x, topic)
         assert (old["leader"], old["epoch"]) == (x, 0), old
-        assert direct.list_offsets(to_x, topic, {0: 0}, direct.EARLIEST)[0].offset == 20
+        assert direct.list_offsets(to_x, topic, {0: 0}, direct.EARLIEST)[0].offset == deleted_to
         isolated_at = faults.isolate(net, name[x], [name[y], name[z]])
         try:
             assert _delete(to_y, topic) == 0
@@ -187,71 +265,12 @@ def test_a_lagging_leader_never_gives_the_old_logs_marks_for_a_re_created_topic(
             assert _create(to_y, topic, [x, y, z]) == 0
             while (new := _own(to_y, topic)).get("id") in (None, old["id"]):
                 time.sleep(0.05)
+            evidence["x"] = x
+            evidence["addresses"] = address
             evidence["recreated_s"] = round(time.monotonic() - isolated_at, 2)
             evidence["y_metadata"] = new
             evidence["x_metadata"] = _own(to_x, topic)
-            asks = {"epoch_0": {0: 0}, "epoch_unset": {0: -1}}
-            evidence["x_list_offsets_v7"] = {
-                k: [
-                    vars(direct.list_offsets(to_x, topic, ask, spec)[0])
-                    for spec in (direct.EARLIEST, direct.LATEST)
-                ]
-                for k, ask in asks.items()
-            }
-            evidence["x_fetch_v13_new_id"] = vars(direct.fetch(to_x, new["id"], {0: (0, 0)})[0])
-            evidence["x_fetch_v13_old_id"] = vars(direct.fetch(to_x, old["id"], {0: (20, 0)})[0])
-            sniffer = Sniffer(running_lab)
-            with sniffer.running():
-                evidence["librdkafka_watermarks"] = metadata.watermarks(kafka, [(topic, 0)], timeout_s=5)[
-                    (topic, 0)
-                ]
-                time.sleep(0.3)
-            evidence["librdkafka_list_offsets_sent"] = sniffer.seen
-            evidence["asked_s"] = round(time.monotonic() - isolated_at, 2)
-            # the flip: a row already moved to the NEW id, and X describing the topic with its OLD
-            # id, as it does to whoever asks it; never "re-created back" to the old log
-            moved = StoredOffset(off=0, topic_id=new["id"])
-            started = time.monotonic()
-            try:
-                back = moves._confirmed(
-                    kafka,
-                    {(topic, 0): moved},
-                    [(topic, 0)],
-                    {(topic, 0): (20, 30)},
-                    {topic: old["id"]},
-                    timeout_s=3,
-                )
-                evidence["flip_marks"] = back[(topic, 0)]
-            except (ServiceUnavailable, TopicChanged) as exc:  # refused: nothing moves, planned again
-                evidence["flip_refused"] = str(exc)
-            evidence["flip_s"] = round(time.monotonic() - started, 2)
-            row = StoredOffset(off=25, topic_id=old["id"])
-            started = time.monotonic()
-            marks = moves._confirmed(
-                kafka,
-                {(topic, 0): row},
-                [(topic, 0)],
-                {(topic, 0): (20, 30)},
-                {topic: new["id"]},
-                timeout_s=30,
-            )
-            evidence["planner_marks"] = marks[(topic, 0)]
-            evidence["planner_s"] = round(time.monotonic() - started, 2)
-            evidence["skip_to"] = lost(row, new["id"], marks[(topic, 0)])
-            # X fenced now, the leader moved; X, still cut off, answers ListOffsets from the old log to
-            # whoever asks it (librdkafka does when its metadata came from X): for a row already on
-            # the new id that is "retention" - a skip to 20 - unless the marks are confirmed
-            stale = [
-                direct.list_offsets(to_x, topic, {0: -1}, spec)[0]
-                for spec in (direct.EARLIEST, direct.LATEST)
-            ]
-            evidence["x_fenced_list_offsets"] = [(a.error, a.offset) for a in stale]
-            moved = StoredOffset(off=0, topic_id=new["id"])
-            stale_marks = {(topic, 0): (stale[0].offset, stale[1].offset)}
-            again = moves._confirmed(
-                kafka, {(topic, 0): moved}, [(topic, 0)], stale_marks, {topic: new["id"]}, timeout_s=10
-            )
-            evidence["retention_marks"] = again[(topic, 0)]
+            yield Lagging(kafka, topic, x, to_x, to_y, old, new, isolated_at, evidence)
         finally:
             faults.rejoin(net, name[x])
             evidence["after_heal_y"] = _own(to_y, topic)
@@ -259,6 +278,75 @@ def test_a_lagging_leader_never_gives_the_old_logs_marks_for_a_re_created_topic(
             to_x.close()
             to_y.close()
             print("\n" + json.dumps(evidence, default=str))
+
+
+def test_a_lagging_leader_never_gives_the_old_logs_marks_for_a_re_created_topic(
+    running_lab: RunningLab,
+) -> None:
+    with _lagging_leader(running_lab, 30, 20) as lag:
+        kafka, topic, to_x, old, new = lag.kafka, lag.topic, lag.to_x, lag.old, lag.new
+        evidence, isolated_at = lag.evidence, lag.isolated_at
+        asks = {"epoch_0": {0: 0}, "epoch_unset": {0: -1}}
+        evidence["x_list_offsets_v7"] = {
+            k: [
+                vars(direct.list_offsets(to_x, topic, ask, spec)[0])
+                for spec in (direct.EARLIEST, direct.LATEST)
+            ]
+            for k, ask in asks.items()
+        }
+        evidence["x_fetch_v13_new_id"] = vars(direct.fetch(to_x, new["id"], {0: (0, 0)})[0])
+        evidence["x_fetch_v13_old_id"] = vars(direct.fetch(to_x, old["id"], {0: (20, 0)})[0])
+        sniffer = Sniffer(running_lab)
+        with sniffer.running():
+            evidence["librdkafka_watermarks"] = metadata.watermarks(kafka, [(topic, 0)], timeout_s=5)[
+                (topic, 0)
+            ]
+            time.sleep(0.3)
+        evidence["librdkafka_list_offsets_sent"] = sniffer.seen
+        evidence["asked_s"] = round(time.monotonic() - isolated_at, 2)
+        # the flip: a row already moved to the NEW id, and X describing the topic with its OLD
+        # id, as it does to whoever asks it; never "re-created back" to the old log
+        moved = StoredOffset(off=0, topic_id=new["id"])
+        started = time.monotonic()
+        try:
+            back = moves._confirmed(
+                kafka,
+                {(topic, 0): moved},
+                [(topic, 0)],
+                {(topic, 0): (20, 30)},
+                {topic: old["id"]},
+                timeout_s=3,
+            )
+            evidence["flip_marks"] = back[(topic, 0)]
+        except (ServiceUnavailable, TopicChanged) as exc:  # refused: nothing moves, planned again
+            evidence["flip_refused"] = str(exc)
+        evidence["flip_s"] = round(time.monotonic() - started, 2)
+        row = StoredOffset(off=25, topic_id=old["id"])
+        started = time.monotonic()
+        marks = moves._confirmed(
+            kafka,
+            {(topic, 0): row},
+            [(topic, 0)],
+            {(topic, 0): (20, 30)},
+            {topic: new["id"]},
+            timeout_s=30,
+        )
+        evidence["planner_marks"] = marks[(topic, 0)]
+        evidence["planner_s"] = round(time.monotonic() - started, 2)
+        evidence["skip_to"] = lost(row, new["id"], marks[(topic, 0)])
+        # X fenced now, the leader moved; X, still cut off, answers ListOffsets from the old log to
+        # whoever asks it (librdkafka does when its metadata came from X): for a row already on
+        # the new id that is "retention" - a skip to 20 - unless the marks are confirmed
+        stale = [
+            direct.list_offsets(to_x, topic, {0: -1}, spec)[0] for spec in (direct.EARLIEST, direct.LATEST)
+        ]
+        evidence["x_fenced_list_offsets"] = [(a.error, a.offset) for a in stale]
+        moved = StoredOffset(off=0, topic_id=new["id"])
+        stale_marks = {(topic, 0): (stale[0].offset, stale[1].offset)}
+        again = moves._confirmed(
+            kafka, {(topic, 0): moved}, [(topic, 0)], stale_marks, {topic: new["id"]}, timeout_s=10
+        )
+        evidence["retention_marks"] = again[(topic, 0)]
     # what X answered (Kafka 4.1.1, librdkafka 2.16): ListOffsets v7 from the old log whatever the
     # current leader epoch said; Fetch v13 by the new id UNKNOWN_TOPIC_ID; librdkafka sent epoch 0
     assert evidence["x_metadata"]["id"] == old["id"] and evidence["y_metadata"]["id"] == new["id"]
@@ -271,3 +359,43 @@ def test_a_lagging_leader_never_gives_the_old_logs_marks_for_a_re_created_topic(
     assert evidence["x_fenced_list_offsets"] == [(0, 20), (0, 30)], evidence
     assert evidence["retention_marks"] == (0, 0), evidence
     assert evidence["skip_to"] is not None and evidence["skip_to"][1] == 0, evidence
+
+
+def test_a_lagging_leaders_old_records_are_never_proven_the_new_topics(running_lab: RunningLab) -> None:
+    """Nothing moves: a row already on the new id at offset 0, X's old log (0, 30) never deleted
+    from. The plan's marks (librdkafka ListOffsets) and id (describe), the task's read
+    (:func:`read_ranges`) and the commit's proof (:func:`check_incarnation`), each as the product
+    asks them, while X is cut off: records read from the old log must never pass the proof."""
+    with _lagging_leader(running_lab, 30, 0) as lag:
+        kafka, topic, evidence = lag.kafka, lag.topic, lag.evidence
+        sniffer = Sniffer(running_lab)
+        with sniffer.running():
+            started = time.monotonic()
+            evidence["plan_marks"] = metadata.watermarks(kafka, [(topic, 0)], timeout_s=5)[(topic, 0)]
+            evidence["plan_id"] = metadata.describe_topics(kafka, [topic])[topic].topic_id
+            rng = OffsetRange(topic, 0, 0, evidence["plan_marks"][1], lag.new["id"])
+            try:
+                got = read_ranges(kafka, [rng], stall_timeout_s=5)[(topic, 0)]
+                evidence["read"] = [(r.offset, (r.value or b"")[:4].decode()) for r in got]
+            except KafkaReadError as exc:
+                evidence["read_error"] = str(exc)
+            evidence["read_s"] = round(time.monotonic() - started, 2)
+            proofs = []
+            for _ in range(6):
+                try:
+                    check_incarnation(kafka, [rng])
+                    proofs.append("proven")
+                except TopicChanged as exc:
+                    proofs.append(f"refused: {exc}")
+            evidence["proofs"] = proofs
+            evidence["proof_s"] = round(time.monotonic() - lag.isolated_at, 2)
+            time.sleep(0.3)
+        evidence["fetches_sent"] = sniffer.fetches
+        evidence["metadata_to"] = sniffer.metadata_to
+    # what happened (Kafka 4.1.1, librdkafka 2.16): the reader's Fetch v16 went to X by the old id
+    # (its metadata from X; or by the new id first, UNKNOWN_TOPIC_ID, then X's old id) and got the
+    # old log's 30 records at the planned offsets; before the every-broker proof, 5 of 6 proofs
+    # passed them as the new topic's (one broker described the new id): a commit of them
+    assert [v for _, v in evidence.get("read", [])] == ["old-"] * 30, evidence
+    assert (16, lag.old["id"]) in {(v, p[0][0]) for _, v, p in evidence["fetches_sent"]}, evidence
+    assert evidence["proofs"] and all(p.startswith("refused") for p in evidence["proofs"]), evidence

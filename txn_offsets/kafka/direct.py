@@ -33,10 +33,13 @@ __all__ = [
     "Partition",
     "Topic",
     "Unsupported",
+    "check_settings",
     "connect",
     "fetch",
     "list_offsets",
     "metadata",
+    "metadata_answer",
+    "send_metadata",
 ]
 
 METADATA, LIST_OFFSETS, FETCH, SASL_HANDSHAKE, SASL_AUTHENTICATE = 3, 2, 1, 17, 36
@@ -99,9 +102,17 @@ class Connection:
         self.correlation = 0
 
     def ask(self, api_key: int, version: int, body: bytes, *, flexible: bool) -> wire.Reader:
+        return self.answer(self.send(api_key, version, body, flexible=flexible), flexible=flexible)
+
+    def send(self, api_key: int, version: int, body: bytes, *, flexible: bool) -> int:
+        """Send a request without waiting for its answer (:meth:`answer`): its correlation id."""
         self.correlation += 1
-        request = wire.frame(api_key, version, self.correlation, body, flexible=flexible)
-        return wire.exchange(self.sock, request, self.correlation, flexible=flexible)
+        self.sock.sendall(wire.frame(api_key, version, self.correlation, body, flexible=flexible))
+        return self.correlation
+
+    def answer(self, correlation: int, *, flexible: bool) -> wire.Reader:
+        """The answer to the request :meth:`send` sent as `correlation`."""
+        return wire.response(self.sock, correlation, flexible=flexible)
 
     def close(self) -> None:
         self.sock.close()
@@ -140,6 +151,11 @@ def _security(config: Mapping[str, Any]) -> tuple[str, str | None]:
     if mechanism not in _MECHANISMS:
         raise Unsupported(f"sasl.mechanism {mechanism}")
     return protocol, mechanism
+
+
+def check_settings(config: Mapping[str, Any]) -> None:
+    """Unsupported when the client's settings name something :func:`connect` cannot do."""
+    _security(config)
 
 
 def _ssl_context(config: Mapping[str, Any]) -> ssl.SSLContext:
@@ -216,8 +232,18 @@ def _sasl_step(conn: Connection, data: bytes) -> bytes:
 def metadata(conn: Connection, topics: Sequence[str]) -> Cluster:
     """The broker's own metadata for `topics` (Metadata v12): the brokers it lists (the live,
     unfenced ones as it knows them) and each topic's id and partitions' leaders and leader epochs."""
+    return metadata_answer(conn, send_metadata(conn, topics))
+
+
+def send_metadata(conn: Connection, topics: Sequence[str]) -> int:
+    """Ask :func:`metadata` without waiting (several brokers asked at once): the correlation id."""
     requested = wire.compact_array([bytes(16) + wire.compact_string(t) + b"\0" for t in topics])
-    r = conn.ask(METADATA, METADATA_V, requested + b"\0\0\0", flexible=True)
+    return conn.send(METADATA, METADATA_V, requested + b"\0\0\0", flexible=True)
+
+
+def metadata_answer(conn: Connection, correlation: int) -> Cluster:
+    """The answer to :func:`send_metadata`'s request `correlation`."""
+    r = conn.answer(correlation, flexible=True)
     r.int32()  # throttle
     brokers: dict[int, tuple[str, int]] = {}
     for _ in range(r.array()):

@@ -19,12 +19,22 @@ UNKNOWN_TOPIC_ID or INCONSISTENT_TOPIC_ID; an answer without error carries the m
 that id (log start; last stable offset or high watermark), which are the ones taken
 (:func:`confirm`). Anything short of that is asked again until the plan's timeout. One connection
 per broker and one Fetch per (topic, leader), only for partitions whose stored offset would move.
+
+The same broker serves a reader whose librdkafka took the OLD id from its metadata: a Fetch by
+that id returns the old log's records at the planned offsets (lab: librdkafka 2.16 sent Fetch v16
+by the new id, got UNKNOWN_TOPIC_ID, asked metadata again, got X's old id and read the old
+records), while any other broker still describes the new id. So the commit's proof asks every
+broker it can reach, on connections kept per process (:class:`Brokers`), its own view of the
+topics: no answering broker may name another id (:func:`contradiction`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import socket
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -37,11 +47,21 @@ from txn_offsets.kafka import direct, metadata
 from txn_offsets.kafka.admins import connected_admin, describe_error, forget_admin_client
 from txn_offsets.ranges import TopicPartition as TP
 
-__all__ = ["View", "confirm", "leader_for", "watermarks"]
+__all__ = [
+    "Brokers",
+    "View",
+    "brokers",
+    "confirm",
+    "contradiction",
+    "leader_for",
+    "unsupported",
+    "watermarks",
+]
 
 logger = logging.getLogger(__name__)
 RETRY_S = 0.5  # between attempts while a leader still holds another log under the name
 CONNECT_S = 5.0  # per broker connection and request: one that answers nothing is not waited for longer
+DOWN_S = 10.0  # a broker that did not answer the proof is not asked again for this long
 _warned: set[str] = set()
 
 
@@ -91,6 +111,133 @@ def leader_for(views: Mapping[int, View | None], partition: int, topic_id: str) 
     return leader
 
 
+def contradiction(views: Mapping[str, View | None], topic_id: str) -> tuple[str, str | None] | None:
+    """None when the brokers' own views of a topic (by broker; None: no answer) prove `topic_id`:
+    at least one names it and no other id is named by any (a broker that does not know the topic
+    serves none of it). Else (the broker, the id it names; None: no broker has the topic)."""
+    answered = {b: v for b, v in views.items() if v is not None}
+    for broker, view in sorted(answered.items()):
+        if view.topic_id is not None and view.topic_id != topic_id:
+            return broker, view.topic_id
+    if any(v.topic_id == topic_id for v in answered.values()):
+        return None
+    return min(answered, default=""), None
+
+
+class Brokers:
+    """Connections to every broker of one cluster, kept by this process: each broker's own view of
+    some topics (:meth:`views`). The brokers: the bootstrap servers and every broker one of them
+    lists; one that does not answer is left out for DOWN_S (a dead broker costs the proof nothing)."""
+
+    def __init__(self, kafka: KafkaSettings) -> None:
+        self.config = kafka.client_config()
+        direct.check_settings(self.config)  # Unsupported now, not at the first proof
+        self.known: dict[str, tuple[str, int]] = {}
+        self.seen: set[tuple[str, int]] = set()
+        for server in kafka.bootstrap_servers.split(","):
+            host, _, port = server.strip().rpartition("/")[2].rpartition(":")
+            if host and port.isdigit():
+                self._learn(host.strip("[]"), int(port))
+            elif server.strip():  # librdkafka's default port
+                self._learn(server.strip().rpartition("/")[2].strip("[]"), 9092)
+        self.conns: dict[str, direct.Connection] = {}
+        self.down_until: dict[str, float] = {}
+        self.lock = threading.Lock()
+
+    def _learn(self, host: str, port: int) -> None:
+        if (host, port) in self.seen:  # resolved once
+            return
+        self.seen.add((host, port))
+        try:
+            address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][0]
+        except OSError:
+            address = host
+        self.known.setdefault(f"{address}:{port}", (host, port))
+
+    def views(self, topics: Sequence[str], timeout_s: float) -> dict[str, dict[str, View | None]]:
+        """Each broker's own view of each of `topics`, by broker address; None for a broker that
+        did not answer (now, or within DOWN_S)."""
+        with self.lock:
+            out: dict[str, dict[str, View | None]] = {}
+            while todo := sorted(set(self.known) - set(out)):
+                answers = self._ask(todo, topics, timeout_s)
+                for broker in todo:
+                    cluster = answers.get(broker)
+                    out[broker] = {t: _view(cluster, t) for t in topics}
+                    for host, port in cluster.brokers.values() if cluster else ():
+                        self._learn(host, port)
+            return out
+
+    def _ask(
+        self, brokers: Sequence[str], topics: Sequence[str], timeout_s: float
+    ) -> dict[str, direct.Cluster]:
+        """The metadata `brokers` answer, asked at once: every request sent (on the kept
+        connection, else a new one) before any answer is read. A kept connection that fails (the
+        broker closed it meanwhile) is replaced once; a broker not reached is down for DOWN_S."""
+        sent: dict[str, tuple[direct.Connection, int]] = {}
+        again: list[str] = []
+        for broker in brokers:
+            if self.down_until.get(broker, 0.0) > time.monotonic():
+                continue
+            conn = self.conns.pop(broker, None)
+            if conn is None:
+                again.append(broker)
+                continue
+            try:
+                sent[broker] = (conn, direct.send_metadata(conn, topics))
+            except OSError:
+                conn.close()
+                again.append(broker)
+        out: dict[str, direct.Cluster] = {}
+        for broker, (conn, correlation) in sent.items():
+            try:
+                out[broker] = direct.metadata_answer(conn, correlation)
+                self.conns[broker] = conn
+            except (OSError, ValueError):
+                conn.close()
+                again.append(broker)
+        for broker in again:  # new connections: the first proof, or a kept one gone
+            try:
+                conn = direct.connect(self.config, *self.known[broker], min(timeout_s, CONNECT_S))
+            except (OSError, ValueError) as exc:
+                self._down(broker, exc)
+                continue
+            try:
+                out[broker] = direct.metadata(conn, topics)
+                self.conns[broker] = conn
+            except (OSError, ValueError) as exc:
+                conn.close()
+                self._down(broker, exc)
+        return out
+
+    def _down(self, broker: str, exc: Exception) -> None:
+        logger.info("broker %s did not answer the topic-id proof: %s", broker, exc)
+        self.down_until[broker] = time.monotonic() + DOWN_S
+
+
+_BROKERS: dict[tuple[int, KafkaSettings], Brokers] = {}  # per (forked) process and cluster
+
+
+def brokers(kafka: KafkaSettings) -> Brokers:
+    """This process's :class:`Brokers` of `kafka` (Unsupported: settings the direct client lacks)."""
+    key = (os.getpid(), kafka)
+    found = _BROKERS.get(key)
+    if found is None:
+        found = _BROKERS.setdefault(key, Brokers(kafka))
+    return found
+
+
+def unsupported(exc: direct.Unsupported, instead: str) -> None:
+    """Warn once per setting that the direct client cannot use it, and what is done `instead`."""
+    if exc.args[0] not in _warned:
+        _warned.add(exc.args[0])
+        logger.warning(
+            "%s: the topic-id check cannot use %s (docs/reliability.md, re-created topics)",
+            instead,
+            exc.args[0],
+        )
+
+
 def _name(code: int) -> str:
     try:
         return KafkaError(code).name()
@@ -114,13 +261,7 @@ def watermarks(
         try:
             answers, refusals = _fetched(kafka, asked, topic_ids, left)
         except direct.Unsupported as exc:
-            if exc.args[0] not in _warned:
-                _warned.add(exc.args[0])
-                logger.warning(
-                    "a re-created topic's marks are taken from ListOffsets unconfirmed: the topic-id check "
-                    "cannot use %s (docs/reliability.md, re-created topics)",
-                    exc.args[0],
-                )
+            unsupported(exc, "a re-created topic's marks are taken from ListOffsets unconfirmed")
             return asked
         out: dict[TP, tuple[int, int]] = {}
         refused: dict[TP, str] = {}

@@ -22,6 +22,7 @@ __all__ = [
     "frame",
     "nullable_string",
     "read_exactly",
+    "response",
     "uuid_bytes",
     "uuid_text",
     "uvarint",
@@ -162,6 +163,11 @@ def exchange(sock: socket.socket, request: bytes, correlation: int, *, flexible:
     """Send one framed request and read its response; the reader stands at the response body
     (response header v1 - tagged fields - when `flexible`). ValueError: an answer to another request."""
     sock.sendall(request)
+    return response(sock, correlation, flexible=flexible)
+
+
+def response(sock: socket.socket, correlation: int, *, flexible: bool) -> Reader:
+    """Read the response to the request sent as `correlation` (see :func:`exchange`)."""
     size = struct.unpack(">i", read_exactly(sock, 4))[0]
     reader = Reader(read_exactly(sock, size))
     if reader.int32() != correlation:
