@@ -49,7 +49,19 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from benchmarks import latency, lineage, lowlatency, machine, partial, plot, report, scale, sink, user_scale
+from benchmarks import (
+    latency,
+    lineage,
+    lowlatency,
+    machine,
+    modes,
+    partial,
+    plot,
+    report,
+    scale,
+    sink,
+    user_scale,
+)
 from benchmarks.dataset import Dataset, delete_topics, produce_dataset
 from benchmarks.settings import (
     COPY,
@@ -61,6 +73,7 @@ from benchmarks.settings import (
     LATENCY_PARTITIONS,
     LINEAGE,
     MEMORY,
+    MODES,
     READERS,
     RTM_FOLLOWERS,
     SCALE,
@@ -107,18 +120,19 @@ class Bench:
         self.scale_more: dict[str, Any] = {}
         self.scale_user: list[dict[str, Any]] = []
         self.lineage: dict[str, Any] = {}
+        self.modes: dict[str, Any] = {}
         # the reader limits run once per topic, not per point
         self.swept = tuple(c for c in (*SPARK_CONTENDERS, UPSERT, COPY) if c in size.contenders)
         self.readers_run = tuple(c for c in READERS if c in size.contenders)
         self.headline_points = {size.headline(size.small_cap), size.headline(size.large_cap)}
         self.followers = tuple(c for c in FOLLOWERS if c in size.contenders)
 
-    def spec(self, contender: str) -> Spec:
+    def spec(self, contender: str, *, connect: bool = False) -> Spec:
         spark = contender in SPARK_CONTENDERS or contender in RTM_FOLLOWERS
-        return Spec(contender, self.db, self.kafka, self.jars if spark else ())
+        return Spec(contender, self.db, self.kafka, self.jars if spark else (), connect=connect)
 
     def produce(self) -> None:
-        if SWEEP in self.size.phases:
+        if SWEEP in self.size.phases or MODES in self.size.phases:
             for key in sorted({(p.partitions, p.messages) for p in self.points}):
                 self.topic(*key)
 
@@ -441,6 +455,8 @@ def measure(size: Size) -> dict[str, Any]:
             bench.latency_phase()
         if LINEAGE in size.phases:
             bench.lineage = lineage.phase(bench)
+        if MODES in size.phases:
+            bench.modes = modes.phase(bench)
     finally:
         bench.close()
     small, large = size.headline(size.small_cap), size.headline(size.large_cap)
@@ -485,6 +501,7 @@ def measure(size: Size) -> dict[str, Any]:
         },
         "low_latency_throughput_vs_batch": lowlatency.throughput_ratio(bench.throughput_runs)["ratio"],
         "lineage": bench.lineage,
+        "modes": bench.modes,
     }
     result["headline"] = report.headline(result)
     result["findings"] = report.findings(result)
@@ -509,7 +526,7 @@ def publish(result: dict[str, Any], out: Path, docs: bool) -> None:
     if result.get("lineage"):
         print(lineage.line(result["lineage"]), flush=True)
     print(report.findings_line(report.findings(result)), flush=True)
-    print(report.final_line(report.headline(result)), flush=True)
+    print(report.final_line(report.headline(result), result), flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

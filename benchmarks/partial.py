@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from benchmarks.settings import LATENCY, LINEAGE, MEMORY, PHASES, SCALE, SWEEP
+from benchmarks.settings import LATENCY, LINEAGE, MEMORY, MODES, PHASES, SCALE, SWEEP
 
 __all__ = ["OWNED", "OWNED_META", "is_partial", "merge"]
 
@@ -19,6 +19,7 @@ OWNED: dict[str, tuple[str, ...]] = {
     MEMORY: ("memory",),
     LATENCY: ("latency_phase", "low_latency_throughput", "low_latency_throughput_vs_batch"),
     LINEAGE: ("lineage",),
+    MODES: ("modes",),
 }
 
 

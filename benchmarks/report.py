@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from benchmarks import lineage
+from benchmarks import lineage, modes
 from benchmarks import scale as scale_more
 from benchmarks.settings import (
     ALO,
@@ -319,7 +319,7 @@ def latency_phase_markdown(result: dict[str, Any]) -> list[str]:
     rows = latency_phase_rows(result)
     if not rows:
         return []
-    first = next((p for p in result["latency_phase"] if p.get("rate")), {})
+    first: dict[str, Any] = next((p for p in result["latency_phase"] if p.get("rate")), {})
     load = (
         f"{first['rate']:,} records/s over {first['topic_partitions']} partitions, {first['seconds']:.0f} s"
         if first
@@ -351,9 +351,10 @@ def _throughput_markdown(found: dict[str, Any]) -> list[str]:
     ]
 
 
-def final_line(ratios: dict[str, float | None]) -> str:
+def final_line(ratios: dict[str, float | None], result: dict[str, Any] | None = None) -> str:
+    """The sweep's ratios, then the modes phase's (benchmarks.modes.line: nan where it did not run)."""
     shown = " ".join(f"{k}={_r(ratios[k])}" for k in HEADLINE_KEYS)
-    return f"bench: {shown}"
+    return f"bench: {shown} {modes.line((result or {}).get('modes'))}"
 
 
 def _r(value: float | None) -> str:
@@ -512,7 +513,7 @@ def markdown(result: dict[str, Any], plot_name: str | None) -> str:
         latency_line(latency_figures(result)),
         *[x for x in (scale_more.line(result),) if x],
         findings_line(findings(result)),
-        final_line(ratios),
+        final_line(ratios, result),
         "```",
         "",
         "| " + " | ".join(COLUMNS) + " |",
@@ -535,6 +536,7 @@ def markdown(result: dict[str, Any], plot_name: str | None) -> str:
         *scale_markdown(result),
         *memory_markdown(result),
         *lineage.markdown(result),
+        *modes.markdown(result),
     ]
     if plot_name:
         out += [f"![throughput and latency]({plot_name})", ""]

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 EO_PARTITION = "eo_partition"  # txn_offsets run_job + PartitionWriter (examples/windowed_counts.py)
 EO_FRAME = "eo_frame"  # the same job on the DataFrame execution path (run_job(execution="dataframe"))
 EO_BATCH = "eo_batch"  # txn_offsets run_job + BatchWriter (Spark computes, the driver commits)
+EO_CONNECT = "eo_connect"  # eo_partition through a Spark Connect session (the modes phase only)
 EO_STREAM = "eo_stream"  # txn_offsets Structured Streaming adapter: format("txn_offsets") + exactly-once sink
 ALO = "alo"  # the same read/aggregate/upsert per range, no claim and no stored offsets
 SSS = "sss"  # Spark Structured Streaming, JVM Kafka source, foreachBatch upsert
@@ -56,6 +57,7 @@ LATENCY_PARTITIONS, LATENCY_RATE = 8, 2_000
 LABELS = {
     EO_PARTITION: "txn_offsets PartitionWriter",
     EO_FRAME: "txn_offsets PartitionWriter, DataFrame path",
+    EO_CONNECT: "txn_offsets PartitionWriter, Spark Connect",
     EO_BATCH: "txn_offsets BatchWriter",
     EO_STREAM: "txn_offsets Structured Streaming",
     ALO: "at-least-once (no offsets)",
@@ -76,9 +78,11 @@ WARM = "warm"  # a later run in the same process and SparkSession (what a long-r
 # records per batch ("scale"), the Python workers' memory over many small batches ("memory"), and
 # the caught-up latency of every follower at LATENCY_RATE over LATENCY_PARTITIONS ("latency"; not in
 # the smoke size's default phases: BENCH_PHASES=latency runs it alone); the lineage's cost in
-# records/s ("lineage", benchmarks/lineage.py; not in the smoke size).
-SWEEP, SCALE, MEMORY, LATENCY, LINEAGE = "sweep", "scale", "memory", "latency", "lineage"
-PHASES = (SWEEP, SCALE, MEMORY, LATENCY, LINEAGE)
+# records/s ("lineage", benchmarks/lineage.py; not in the smoke size); each mode of txn_offsets
+# against its reference in alternating warm rounds of one worker ("modes", benchmarks/modes.py; not
+# in the smoke size).
+SWEEP, SCALE, MEMORY, LATENCY, LINEAGE, MODES = "sweep", "scale", "memory", "latency", "lineage", "modes"
+PHASES = (SWEEP, SCALE, MEMORY, LATENCY, LINEAGE, MODES)
 
 
 @dataclass(frozen=True)
@@ -190,6 +194,8 @@ class Size:
     # the latency phase's throughput comparison: warm runs of the low-latency mode and of batch mode
     # each (alternating, after a first run of each) on a topic of `messages` over LATENCY_PARTITIONS
     low_latency_runs: int = 2
+    # modes: warm rounds of every mode and its reference, alternating, after a first run of each
+    modes_rounds: int = 5
 
     @property
     def headline_partitions(self) -> int:
@@ -267,7 +273,8 @@ def size_from_env(name: str | None = None) -> Size:
     BENCH_REPEAT, BENCH_WARM_RUNS, BENCH_HEADLINE_WARM_RUNS, BENCH_MAX_BATCHES, BENCH_CONTENDERS
     (e.g. "eo_partition,sss"), BENCH_LATENCY_SECONDS, BENCH_LATENCY_RATE, BENCH_PHASES (e.g.
     "scale,memory", "latency" or "lineage"), BENCH_SCALE_RECORDS, BENCH_SCALE_RUNS, BENCH_MEMORY_BATCHES,
-    BENCH_LINEAGE_RUNS, BENCH_LOW_LATENCY_RUNS; the scale phase's extension: more_from_env."""
+    BENCH_LINEAGE_RUNS, BENCH_LOW_LATENCY_RUNS, BENCH_MODES_ROUNDS; the scale phase's extension:
+    more_from_env."""
     chosen = (name or os.environ.get("BENCH_SIZE") or "full").strip().lower()
     sizes = {FULL.name: FULL, SMOKE.name: SMOKE}
     if chosen not in sizes:
@@ -313,6 +320,7 @@ def size_from_env(name: str | None = None) -> Size:
         phases=phases,
         low_latency_runs=int(env.get("BENCH_LOW_LATENCY_RUNS", base.low_latency_runs)),
         lineage_runs=int(env.get("BENCH_LINEAGE_RUNS", base.lineage_runs)),
+        modes_rounds=int(env.get("BENCH_MODES_ROUNDS", base.modes_rounds)),
         scale_more=more_from_env(base.scale_more),
     )
 

@@ -182,10 +182,13 @@ def main() -> None:
     spark = local_session("bench-user-scale", master="local[2]")
     try:
         for mode in args.modes.split(","):
+            ratios = []
             for round_ in range(args.rounds + 1):  # round 0: first runs (warming)
                 order = counts if round_ % 2 == 0 else counts[::-1]
+                p50 = {}
                 for n in order:
                     r = run(spark, db, kafka, topics[n], batch_records=args.batch_records, mode=mode)
+                    p50[n] = r["interval_p50_s"]
                     print(
                         f"user-scale {mode:9} round {round_} p{n:<5} {r['seconds']:6.2f}s "
                         f"batches {r['batches']:2d} "
@@ -193,6 +196,18 @@ def main() -> None:
                         f"(job {r['job_p50_s']:.3f}s)",
                         flush=True,
                     )
+                ratio = p50[max(counts)] / p50[min(counts)]
+                ratios.append(ratio)
+                print(
+                    f"user-scale {mode:9} round {round_} p{max(counts)} / p{min(counts)} {ratio:.1f}",
+                    flush=True,
+                )
+            warm = sorted(ratios[1:]) or ratios
+            print(
+                f"user-scale {mode:9} warm rounds' ratio median {warm[len(warm) // 2]:.1f} (all: "
+                f"{', '.join(f'{x:.1f}' for x in ratios)})",
+                flush=True,
+            )
     finally:
         spark.stop()
         delete_topics(kafka, [t.topic for t in topics.values()])

@@ -39,6 +39,7 @@ from benchmarks.dataset import Dataset, Expected, expected_of
 from benchmarks.resources import Sampler
 from benchmarks.settings import (
     COPY,
+    EO_CONNECT,
     EO_LOW_LATENCY,
     EO_PARTITION,
     EO_STREAM,
@@ -75,6 +76,7 @@ class Spec:
     kafka: KafkaSettings
     jars: tuple[str, ...]  # spark.jars of every Spark worker (Spark's Kafka connector)
     conf: tuple[tuple[str, str], ...] = ()  # more Spark settings (the scale phase's jobs: FAIR)
+    connect: bool = False  # the session also serves Spark Connect, with a client in this process
 
 
 class Service:
@@ -83,6 +85,7 @@ class Service:
     def __init__(self, spec: Spec) -> None:
         self.spec = spec
         self.spark: Any = None
+        self.connect: Any = None  # a Spark Connect session to self.spark's server (Spec.connect)
         self.engine = engine_for(spec.db)
         self.prepared: dict[str, limits.RangeWrites] = {}
         self.following: Any = None
@@ -100,15 +103,31 @@ class Service:
             conf |= dict(self.spec.conf)
             # real-time mode runs a task per partition for a whole epoch: a slot for each
             master = rtm.MASTER if self.spec.contender in rtm.FOLLOWERS else SPARK_MASTER
-            self.spark = local_session(f"bench-{self.spec.contender}", master=master, conf=conf)
+            self.spark = local_session(
+                f"bench-{self.spec.contender}", master=master, conf=conf, serve_connect=self.spec.connect
+            )
+            if self.spec.connect:
+                from txn_offsets.spark.session import connect_client
+
+                self.connect = connect_client(self.spark)
         return {"startup_s": time.perf_counter() - t0, "startup_cpu_s": usage.cpu_s}
 
-    def keep_warm(self) -> None:
-        """A tiny job on every task slot: Spark kills Python workers idle for a minute, and a warm
-        run (which a long-running job's batches always are) must find them, also after waiting
-        while the contenders interleaved with this one ran."""
-        if self.spark is not None and self.following is None:  # a following job keeps them busy
-            self.spark.sparkContext.parallelize(range(SPARK_TASK_SLOTS), SPARK_TASK_SLOTS).map(abs).count()
+    def keep_warm(self) -> dict[str, Any]:
+        """A tiny job on every task slot of each pool of Python workers: Spark kills Python workers
+        idle for a minute, and a warm run (which a long-running job's batches always are) must find
+        them, also after waiting while the contenders interleaved with this one ran. Spark keeps a
+        pool per kind of Python work - RDD functions, the classic session's Arrow UDFs (mapInArrow,
+        a Python data source's reads), each Spark Connect session's - each idling out on its own
+        (until 2026-11-28 only the RDD pool was kept: the DataFrame path's and the stream adapter's
+        warm runs started new workers that imported pandas, pyarrow and txn_offsets again)."""
+        if self.spark is None or self.following is not None:  # a following job keeps them busy
+            return {}
+        slots = SPARK_TASK_SLOTS
+        self.spark.sparkContext.parallelize(range(slots), slots).mapPartitions(_warm_rdd).count()
+        for session in (self.spark, self.connect):
+            if session is not None:
+                session.range(0, slots, 1, slots).mapInArrow(_warm_arrow, "n long").collect()
+        return {}
 
     def context(self, topic: str, partitions: int, cap: int) -> Context:
         return Context(self.spec.db, self.spec.kafka, topic, partitions, cap)
@@ -127,7 +146,9 @@ class Service:
             timed = None
             t0 = time.perf_counter()
             with Sampler() as usage:
-                if name in contenders.RUNNERS:
+                if name == EO_CONNECT:
+                    out = contenders.eo_frame(self.connect, ctx)
+                elif name in contenders.RUNNERS:
                     out = contenders.RUNNERS[name](self.spark, ctx)
                 elif name == EO_LOW_LATENCY:
                     out = lowlatency.run(self.spark, ctx)
@@ -267,9 +288,27 @@ class Service:
         return {"peak_rss_mb": usage.peak_rss_mb, "cpu_s": usage.cpu_s}
 
     def close(self) -> None:
+        if self.connect is not None:
+            self.connect.stop()
         if self.spark is not None:
             self.spark.stop()
         self.engine.dispose()
+
+
+def _warm_rdd(items: Any) -> Any:
+    """A Python worker's part of keep_warm: what the contenders' tasks import, imported."""
+    import txn_offsets.spark.writers  # noqa: F401  (and with it the reader, the commit core, SQLAlchemy)
+
+    return [sum(1 for _ in items)]
+
+
+def _warm_arrow(batches: Any) -> Any:
+    import pyarrow as pa
+
+    import txn_offsets.spark.writers  # noqa: F401
+
+    rows = sum(b.num_rows for b in batches)
+    yield pa.RecordBatch.from_arrays([pa.array([rows], pa.int64())], names=["n"])
 
 
 def _expected_before(ctx: Context, stored: dict[tuple[str, int], int]) -> Expected:
@@ -309,6 +348,7 @@ def serve(conn: Connection, spec: Spec) -> None:
                 break
             handler = {
                 "run": service.run,
+                "warm": service.keep_warm,
                 "scale": service.scale,
                 "user": service.user,
                 "memory": service.memory,

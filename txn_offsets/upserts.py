@@ -13,14 +13,17 @@ as data, never as SQL; identifiers come from the SQLAlchemy Table, quoted by the
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import decimal
+import functools
 import hashlib
 import math
 import operator
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, cast
 
 import psycopg
@@ -29,7 +32,7 @@ from sqlalchemy.dialects import postgresql
 
 from txn_offsets.errors import ConfigError
 
-__all__ = ["COPY_MIN_ROWS", "upsert_add"]
+__all__ = ["COPY_MIN_ROWS", "merging_upserts", "upsert_add"]
 
 _DIALECT: sa.Dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
 
@@ -127,10 +130,16 @@ def _refuse(name: str, type_name: str, problem: str) -> ConfigError:
     return ConfigError("upsert_add", f"column {name!r} ({type_name}){problem}")
 
 
+@functools.lru_cache(maxsize=256)
+def _category(type_name: str) -> str | None:
+    """The conversion table's category of a column type (None: outside the table)."""
+    return _CATEGORY.get(re.sub(r"\(\d+(, *\d+)?\)", "", type_name))
+
+
 def _column(name: str, type_name: str, values: list[Any]) -> _Column:
     """`values` of column `name` as the conversion table sends them; a ConfigError naming the
     column (never a value) for a value it does not take. Pure Python: nothing is sent yet."""
-    category = _CATEGORY.get(re.sub(r"\(\d+(, *\d+)?\)", "", type_name))
+    category = _category(type_name)
     if category is None:
         return _Column([(type_name, values)], staged=False)
     accepted = _TABLE[category]
@@ -236,22 +245,66 @@ def upsert_add(
     INTERVAL, arrays...: psycopg's own adaptation). Values a column's type does not take (a str
     in a number column, a bool in an integer column, an int out of range, a list...) are a
     ConfigError naming the column, never the value; naive and aware datetimes may share a column
-    (each converted as PostgreSQL converts it alone: docs/configuration.md)."""
+    (each converted as PostgreSQL converts it alone: docs/configuration.md).
+
+    Inside :func:`merging_upserts` (a PartitionWriter's transaction) the rows may be held back and
+    sent with the other calls' rows of the same table as one statement (see there)."""
     if not rows:
         return 0
+    call = _Call.of(table, rows, keys, add)
+    pending = _PENDING.get(conn)
+    if pending is not None and _held(conn, pending, call):
+        return len(rows)
+    _send(conn, call, _sent(call, call.values), calls=None)
+    return len(rows)
+
+
+class _Call(NamedTuple):
+    """One call's rows as column lists (their values not checked yet: :func:`_sent` does)."""
+
+    table: sa.Table
+    keys: tuple[str, ...]
+    add: tuple[str, ...]
+    types: tuple[str, ...]  # the columns' types as the dialect names them
+    values: list[list[Any]]  # per column (keys, then add), the rows' values
+
+    @classmethod
+    def of(
+        cls, table: sa.Table, rows: Sequence[Mapping[str, Any]], keys: Sequence[str], add: Sequence[str]
+    ) -> _Call:
+        columns = (*keys, *add)
+        unknown = [c for c in columns if c not in table.c]
+        if unknown:
+            raise ConfigError("upsert_add", f"table {table.fullname} has no column(s) {', '.join(unknown)}")
+        if not add or not keys:
+            raise ConfigError("upsert_add", "give at least one key column and one column to add")
+        try:
+            values = [[row[col] for row in rows] for col in columns]
+        except KeyError as exc:
+            raise ConfigError("upsert_add", f"a row has no value for column {exc.args[0]!r}") from None
+        return cls(table, tuple(keys), tuple(add), _types(table, columns), values)
+
+
+@functools.lru_cache(maxsize=256)
+def _types(table: sa.Table, columns: tuple[str, ...]) -> tuple[str, ...]:
+    """The columns' types as the dialect names them (compiling a type costs ~20 us: once per table
+    and columns, not per call - a per-range write calls once per range)."""
+    return tuple(table.c[c].type.compile(dialect=_DIALECT) for c in columns)
+
+
+def _sent(call: _Call, values: list[list[Any]]) -> list[_Column]:
+    """`values` (of `call`'s columns) as the conversion table sends them: a value a column does not
+    take is a ConfigError naming the column, before anything is sent."""
+    return [_column(c, t, v) for c, t, v in zip((*call.keys, *call.add), call.types, values, strict=True)]
+
+
+def _send(conn: sa.Connection, call: _Call, sent: list[_Column], *, calls: list[int] | None) -> None:
+    """One statement (unnest, or COPY + merge) into `call`'s table for the rows of `sent`. `calls`:
+    each row's call (rows of several calls merged, :func:`merging_upserts`), None for one call's."""
+    table, keys, add, types = call.table, call.keys, call.add, call.types
     columns = [*keys, *add]
-    unknown = [c for c in columns if c not in table.c]
-    if unknown:
-        raise ConfigError("upsert_add", f"table {table.fullname} has no column(s) {', '.join(unknown)}")
-    if not add or not keys:
-        raise ConfigError("upsert_add", "give at least one key column and one column to add")
-    try:
-        values = [[row[col] for row in rows] for col in columns]
-    except KeyError as exc:
-        raise ConfigError("upsert_add", f"a row has no value for column {exc.args[0]!r}") from None
     prep = _DIALECT.identifier_preparer
     target = prep.format_table(table)
-    types = [table.c[c].type.compile(dialect=_DIALECT) for c in columns]
     # Rows in key order: concurrent transactions (one per range) that touch the same keys then
     # lock them in the same order and wait for each other instead of deadlocking. The order is
     # PostgreSQL's (ORDER BY the key columns), the same in both paths.
@@ -259,29 +312,123 @@ def upsert_add(
     sets = ", ".join(f"{prep.quote(c)} = {target}.{prep.quote(c)} + excluded.{prep.quote(c)}" for c in add)
     tail = f"ORDER BY {order} ON CONFLICT ({', '.join(prep.quote(c) for c in keys)}) DO UPDATE SET {sets}"
     insert = f"INSERT INTO {target} ({', '.join(prep.quote(c) for c in columns)}) SELECT "
-    sent = [_column(c, t, v) for c, t, v in zip(columns, types, values, strict=True)]
     slots = [
         (f"c{i}_{j}", wire, group) for i, col in enumerate(sent) for j, (wire, group) in enumerate(col.slots)
     ]
     # each column's value: its group of the row's value cast to the column's type (a value is in
     # one group, NULL in the others), the same expression over an unnest or a staging table
-    selected = ", ".join(
+    exprs = [
         _merged([f"CAST(s.c{i}_{j} AS {t})" for j in range(len(col.slots))])
         for i, (t, col) in enumerate(zip(types, sent, strict=True))
-    )
+    ]
+    if calls is not None:
+        slots.append(("c_call", "int8", calls))
     raw = cast("psycopg.Connection[Any]", conn.connection.driver_connection)
-    if len(rows) < COPY_MIN_ROWS or raw.autocommit or not all(col.staged for col in sent):
+    if len(slots[0][2]) < COPY_MIN_ROWS or raw.autocommit or not all(col.staged for col in sent):
         arrays = ", ".join(f"CAST(:{name} AS {wire}[])" for name, wire, _ in slots)
-        conn.execute(
-            sa.text(
-                f"{insert}{selected} FROM unnest({arrays}) AS s({', '.join(n for n, _, _ in slots)}) {tail}"
-            ),
-            {name: group for name, _, group in slots},
-        )
-        return len(rows)
+        source = f"unnest({arrays}) AS s({', '.join(n for n, _, _ in slots)})"
+        sql = _select(insert, exprs, len(keys), types, source, merged=calls is not None)
+        conn.execute(sa.text(f"{sql} {tail}"), {name: group for name, _, group in slots})
+        return
     stage = _copy(conn, raw, [(name, wire) for name, wire, _ in slots], [group for _, _, group in slots])
-    conn.exec_driver_sql(f"{insert}{selected} FROM {stage} AS s {tail}", execution_options=_NO_PARAMETERS)
-    return len(rows)
+    sql = _select(insert, exprs, len(keys), types, f"{stage} AS s", merged=calls is not None)
+    conn.exec_driver_sql(f"{sql} {tail}", execution_options=_NO_PARAMETERS)
+
+
+def _select(
+    insert: str, exprs: list[str], keys: int, types: Sequence[str], source: str, *, merged: bool
+) -> str:
+    """The INSERT's select over `source` (up to its ORDER BY). `merged`: the rows of several calls
+    (a ``c_call`` column), summed per key: each add column's sum (NULL if any of its values is
+    NULL, as adding them one after the other gives) cast to the column's type. A merged statement
+    groups by the keys and by the row's number among its own call's rows of that key: 1 for all
+    but a call's repeated key, whose second row lands in a group of its own, so the statement
+    meets the same CardinalityViolation as that call alone."""
+    if not merged:
+        return f"{insert}{', '.join(exprs)} FROM {source}"
+    inner = ", ".join(f"{e} AS v{i}" for i, e in enumerate(exprs))
+    dup = f"row_number() OVER (PARTITION BY s.c_call, {', '.join(exprs[:keys])}) AS dup"
+    outer = [f"g.v{i}" for i in range(keys)] + [
+        f"CASE WHEN count(g.v{i}) = count(*) THEN CAST(sum(g.v{i}) AS {types[i]}) END"
+        for i in range(keys, len(exprs))
+    ]
+    grouped = ", ".join([f"g.v{i}" for i in range(keys)] + ["g.dup"])
+    return f"{insert}{', '.join(outer)} FROM (SELECT {inner}, {dup} FROM {source}) AS g GROUP BY {grouped}"  # noqa: S608
+
+
+@contextlib.contextmanager
+def merging_upserts(conn: sa.Connection) -> Iterator[None]:
+    """Within: consecutive :func:`upsert_add` calls on `conn` into the same table with the same
+    keys and add columns are sent as ONE statement, summed per key - what a PartitionWriter's
+    per-range ``write`` makes of a transaction's ranges (one statement instead of one per range).
+
+    A call is held back when every add column is a number (integer, numeric, float: ``sum`` adds
+    as ``+`` does), no key is NULL and no savepoint is open (``begin_nested``: a call's error is
+    raised inside it, as without merging). Its columns are checked at the call; its values (the
+    conversion table) when the held calls are sent, all together: a value a column does not take
+    is the same ConfigError, raised then. The held calls are sent before any other statement on
+    `conn` (a read of the user's sees its earlier writes), before a call that is not held, and
+    when the block ends. The rows end up as the calls one after the other leave them: per key the
+    sum of its values added once (NULL if any of them is NULL), a key repeated in one call the
+    same ``CardinalityViolation``. The differences: floats are summed in another order (rounding),
+    only the final sum must fit the column (not each step), a database error of a held call is
+    raised by the statement that sends it, and triggers fire once per key. Statements run through
+    the driver's own connection (``conn.connection``) do not send them: run such reads on `conn`.
+    AUTOCOMMIT connection holds nothing back."""
+    raw = cast("psycopg.Connection[Any]", conn.connection.driver_connection)
+    if conn in _PENDING or raw.autocommit:
+        yield
+        return
+    _PENDING[conn] = []
+    sa.event.listen(conn, "before_cursor_execute", _send_held_first)
+    try:
+        yield
+        _send_held(conn)
+    finally:
+        sa.event.remove(conn, "before_cursor_execute", _send_held_first)
+        del _PENDING[conn]
+
+
+#: the calls each connection inside merging_upserts holds back (consecutive, of one table, keys, add)
+_PENDING: weakref.WeakKeyDictionary[sa.Connection, list[_Call]] = weakref.WeakKeyDictionary()
+#: the categories of the conversion table whose values sum() adds as `+` does
+_SUMMABLE = frozenset({"integer", "numeric", "float"})
+
+
+def _held(conn: sa.Connection, pending: list[_Call], call: _Call) -> bool:
+    """Hold `call` back with the `pending` ones, if it can be merged with them."""
+    if pending and pending[0][:3] != call[:3]:
+        return False  # another table or other columns: the held calls are sent first
+    if conn.in_nested_transaction():
+        return False  # its error must be raised inside the savepoint, which rolls back to it
+    n = len(call.keys)
+    if any(_category(t) not in _SUMMABLE for t in call.types[n:]):
+        return False
+    if any(v is None for column in call.values[:n] for v in column):
+        return False  # NULL keys never conflict (each row its own): not merged
+    pending.append(call)
+    return True
+
+
+def _send_held_first(conn: sa.Connection, *_: Any) -> None:
+    _send_held(conn)
+
+
+def _send_held(conn: sa.Connection) -> None:
+    """Send the calls `conn` holds back: one alone as it is, several as one merged statement."""
+    pending = _PENDING.get(conn)
+    if not pending:
+        return
+    calls = pending[:]
+    pending.clear()  # first: the statements sent below run this hook again
+    first = calls[0]
+    if len(calls) == 1:
+        _send(conn, first, _sent(first, first.values), calls=None)
+        return
+    values = [[v for call in calls for v in call.values[i]] for i in range(len(first.types))]
+    sent = _sent(first, values)  # checked once, all the calls' values together
+    numbers = [n for n, call in enumerate(calls) for _ in call.values[0]]
+    _send(conn, first, sent, calls=numbers)
 
 
 def _copy(

@@ -98,9 +98,23 @@ def check_execution(execution: object, spark: Any = None) -> Execution:
     return found
 
 
+# (session key, tasks) -> that session's spark.range(0, tasks, 1, tasks): a DataFrame keeps its
+# analysed schema, which mapInArrow asks for (its columns), so every batch after a session's first
+# of that many tasks skips a JVM round trip (classic) or an AnalyzePlan RPC (Spark Connect)
+_TASK_FRAMES: dict[tuple[str, int], Any] = {}
+_TASK_FRAMES_MAX = 64
+
+
 def task_frame(spark: Any, tasks: int) -> Any:
     """A DataFrame of `tasks` partitions holding one row each: the task's group index."""
-    return spark.range(0, tasks, 1, tasks)
+    key = (session.session_key(spark), tasks)
+    frame = _TASK_FRAMES.get(key)
+    if frame is None or frame.sparkSession is not spark:  # (a classic key is id(spark): reusable)
+        frame = spark.range(0, tasks, 1, tasks)
+        if len(_TASK_FRAMES) >= _TASK_FRAMES_MAX:
+            _TASK_FRAMES.clear()
+        _TASK_FRAMES[key] = frame
+    return frame
 
 
 def run_tasks(spark: Any, groups: Sequence[tuple[int, ...]], body: TaskBody) -> list[TaskReport]:

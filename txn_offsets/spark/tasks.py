@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+import sqlalchemy as sa
+
 from txn_offsets.commit import Outcome, RangeOutcome, Unit, commit_unit
 from txn_offsets.commit.staging import Prepare, Prepared, RangesWrite, Stop, prepare_range, unit_of
 from txn_offsets.config import DatabaseSettings, KafkaSettings
@@ -25,6 +27,7 @@ from txn_offsets.kafka.reader import Record, read_range, read_ranges
 from txn_offsets.ranges import OffsetRange, TopicPartition
 from txn_offsets.store.database import worker_engine
 from txn_offsets.store.runs import Run
+from txn_offsets.upserts import merging_upserts
 
 logger = logging.getLogger(__name__)
 
@@ -199,8 +202,11 @@ class PartitionTask(Generic[A]):
         return prepare_range(rng, source, self.prepare, dead_letters=self.dead_letters)
 
     def unit(self, prepared: Sequence[Prepared[A]]) -> Unit:
-        """What one transaction commits for the `prepared` ranges (proven against this task's Kafka)."""
-        return unit_of(self.run, self.database, prepared, self.write, source=self.kafka, batch=self.batch)
+        """What one transaction commits for the `prepared` ranges (proven against this task's Kafka).
+        The write runs inside :func:`~txn_offsets.upserts.merging_upserts`: a per-range ``write``'s
+        ``upsert_add`` calls go as one statement per transaction, not one per range."""
+        write = _MergingWrite(self.write)
+        return unit_of(self.run, self.database, prepared, write, source=self.kafka, batch=self.batch)
 
     def commit(self, prepared: list[Prepared[A]]) -> list[TaskReport]:
         """Commit the `prepared` ranges in one transaction of their own."""
@@ -237,6 +243,17 @@ class Staged(Generic[A]):
         if self.stop is None or any(r.error is not None for r in reports):
             return reports
         return [*reports, self.stop]
+
+
+@dataclass(frozen=True)
+class _MergingWrite(Generic[A]):
+    """A transaction's write with its consecutive upserts of one table merged (merging_upserts)."""
+
+    write: RangesWrite[A]
+
+    def __call__(self, conn: sa.Connection, items: Sequence[tuple[OffsetRange, A]]) -> None:
+        with merging_upserts(conn):
+            self.write(conn, items)
 
 
 def _range_indexes(assigned: Iterable[Any]) -> list[int]:

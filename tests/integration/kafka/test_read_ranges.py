@@ -16,7 +16,7 @@ from tests.kafka_ends import settled_ends
 from txn_offsets.config import KafkaSettings
 from txn_offsets.errors import ConfigError, KafkaReadError
 from txn_offsets.kafka.consumers import pool
-from txn_offsets.kafka.reader import read_range, read_ranges
+from txn_offsets.kafka.reader import PAUSE_MIN_LEFT, read_range, read_ranges
 from txn_offsets.ranges import OffsetRange
 
 
@@ -200,3 +200,47 @@ def test_a_position_from_before_the_assignment_ends_no_range_early(
     finally:
         for small in (True, False):
             pool.discard(pool.take(kafka, (), small=small))
+
+
+class _Pauses:
+    """A pooled consumer that notes the partitions paused; the real consumer does the reading."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+        self.paused: list[tuple[str, int]] = []
+
+    def pause(self, parts: list[TopicPartition]) -> None:
+        self.paused += [(tp.topic, tp.partition) for tp in parts]
+        self._real.pause(parts)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+def test_a_complete_range_is_paused_only_when_much_of_its_log_is_left(
+    kafka_bootstrap: str, topic_factory: TopicFactory
+) -> None:
+    """A pause is one librdkafka op per partition, answered by its broker thread (2,048 of them
+    took ~1 s of a read of 2,048 small ranges under load): a partition whose log holds at most
+    PAUSE_MIN_LEFT offsets past its range is left to deliver them (skipped), one with more is
+    paused. The records read are the same either way."""
+    topic = topic_factory(partitions=2)
+    kafka = KafkaSettings(kafka_bootstrap)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5})
+    sizes = {0: 20, 1: 5 + PAUSE_MIN_LEFT + 400}  # past the ranges [0, 5): 15 offsets, and 500 over
+    for part, n in sizes.items():
+        for i in range(n):
+            producer.produce(topic, value=f"p{part}-{i}".encode(), partition=part)
+    assert producer.flush(30) == 0
+    assert settled_ends(kafka, topic, 2) == {(topic, p): n for p, n in sizes.items()}
+    noted = _Pauses(pool.take(kafka, (topic,), small=True))
+    pool.give_back(kafka, noted, small=True)
+    try:
+        ranges = [OffsetRange(topic, 0, 0, 5), OffsetRange(topic, 1, 0, 5)]
+        got = read_ranges(kafka, ranges)
+        assert {tp: [r.value for r in rs] for tp, rs in got.items()} == {
+            (topic, p): [f"p{p}-{i}".encode() for i in range(5)] for p in (0, 1)
+        }
+        assert noted.paused == [(topic, 1)]
+    finally:
+        pool.discard(pool.take(kafka, (), small=True))

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import modes
 from benchmarks.settings import (
     FOLLOWERS,
     LIMIT_CONTENDERS,
@@ -43,7 +44,7 @@ SCALE = re.compile(
 )
 FINAL = re.compile(
     r"^bench: eo_vs_sss_small=(?P<a>\S+) eo_vs_sss_large=(?P<b>\S+) eo_vs_alo=(?P<c>\S+) "
-    r"reader_vs_raw=(?P<d>\S+) writes_vs_copy=(?P<e>\S+)$"
+    r"reader_vs_raw=(?P<d>\S+) writes_vs_copy=(?P<e>\S+) (?P<modes>connect_vs_rdd_small=.*)$"
 )
 
 
@@ -90,7 +91,13 @@ def test_bench_smoke(knobs: dict[str, str], services: Services, tmp_path: Path) 
     match = FINAL.match(last)
     assert match, f"unexpected last line: {last!r}"
     ratios = {"a": "eo_vs_sss_small", "b": "eo_vs_sss_large", "c": "eo_vs_alo"}
+    # the modes phase's fields (benchmarks/modes.py): not in the smoke's phases, so nan
+    shown_modes = dict(field.split("=") for field in match["modes"].split())
+    assert set(shown_modes) == set(modes.line(None).replace("=nan", "").split()), last
+    assert set(shown_modes.values()) == {"nan"}, last
     for key, value in match.groupdict().items():
+        if key == "modes":
+            continue
         if AGAINST.get(ratios.get(key, ""), "eo_partition") in contenders:
             assert math.isfinite(float(value)) and float(value) > 0, last
         else:

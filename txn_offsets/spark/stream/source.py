@@ -115,6 +115,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._store: Store | None = None
         self._target: dict[TopicPartition, int] | None = None  # Trigger.AvailableNow
         self._waiting: dict[str, float] = {}  # why planning gives no batch (a topic missing...): since
+        # the batch this reader last stored (save_plan): partitions() of that same batch, which Spark
+        # asks right after latestOffset planned it, need not store it again (a round trip a batch)
+        self._saved: tuple[OffsetRange, ...] | None = None
 
     @property
     def store(self) -> Store:
@@ -167,6 +170,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         positions = _flat(start.get("next", {}))
         positions.update({r.key: r.until for r in ranges})
         save_plan(self.store, cfg.run, self.reader_id, ranges)
+        self._saved = ranges
         return {
             "generation": cfg.run.generation,
             "next": _nested(positions),
@@ -179,7 +183,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return []
         self._check_generation(end)
         # stored again: a batch Spark replays from its checkpoint is not planned by latestOffset
-        save_plan(self.store, self.config.run, self.reader_id, ranges)
+        # (this reader stored nothing yet, or another batch)
+        if ranges != self._saved:
+            save_plan(self.store, self.config.run, self.reader_id, ranges)
+            self._saved = ranges
         groups = assign_ranges([r.span for r in ranges], max(1, min(len(ranges), self.config.tasks)))
         return [InputPartition(tuple(ranges[i] for i in group)) for group in groups]
 
