@@ -248,7 +248,7 @@ def _name(code: int) -> str:
 def watermarks(
     kafka: KafkaSettings, partitions: Sequence[TP], topic_ids: Mapping[str, str], *, timeout_s: float
 ) -> dict[TP, tuple[int, int]]:
-    """(log start, end) of `partitions` of re-created topics (`topic_ids`: each topic's id now), each
+    """(log start, end) of `partitions` an offset moves or is seeded on (`topic_ids`: their ids now), each
     confirmed by the partition's leader for that id (see the module); asked again until `timeout_s`
     (a lagging leader is fenced, or catches up, within seconds), then ServiceUnavailable naming the
     partition and the broker's answer (the topic re-created once more meanwhile ends so too: the
@@ -278,7 +278,7 @@ def watermarks(
             raise ServiceUnavailable(
                 "Kafka",
                 kafka.bootstrap_servers,
-                f"{tp[0]}[{tp[1]}] was re-created, and the brokers do not confirm its topic id "
+                f"{tp[0]}[{tp[1]}]: the brokers do not confirm its topic id "
                 f"{topic_ids[tp[0]]} ({why}) after {timeout_s:.0f}s; the next plan asks again",
             )
         logger.info(

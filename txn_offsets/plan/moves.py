@@ -59,6 +59,10 @@ def settle_offsets(
         return quick, marks
     missing = [tp for tp in partitions if tp not in rows]
     if missing:
+        # a row is seeded at its log's start or end as Kafka answers them: confirmed first by the
+        # log that holds the topic's id (a lagging leader answers ListOffsets from a deleted topic's
+        # log: a seed at that log's start passes over the new topic's first records)
+        marks = {**marks, **recreated.watermarks(kafka, missing, topic_ids, timeout_s=timeout_s)}
         _seed(
             conn,
             db=db,

@@ -91,7 +91,7 @@ def test_a_leader_that_never_holds_the_new_id_is_service_unavailable_naming_it(
     with pytest.raises(ServiceUnavailable) as info:
         recreated.watermarks(kafka, [(topic, 0)], {topic: other_id}, timeout_s=1.5)
     said = str(info.value)
-    assert f"{topic}[0] was re-created, and the brokers do not confirm its topic id {other_id}" in said
+    assert f"{topic}[0]: the brokers do not confirm its topic id {other_id}" in said
     assert f"has topic id {metadata.describe_topics(kafka, [topic])[topic].topic_id}" in said
     assert "\n" not in said
 

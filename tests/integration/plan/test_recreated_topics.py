@@ -77,6 +77,42 @@ def test_a_recreated_topic_resumes_at_the_new_logs_start_whatever_offsets_came_w
         engine.dispose()
 
 
+def test_a_first_plan_seeds_at_the_log_that_holds_the_topic_id_whatever_offsets_came_with_it(
+    migrated: DatabaseSettings,
+    kafka_bootstrap: str,
+    topic_factory: TopicFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A job's first plan seeds its rows at the log start Kafka gives. On the lab a leader lagging
+    behind the metadata log gave a deleted topic's (20, 30) beside the new id: seeded at 20, the
+    new topic's first 20 records were never read. Before: the seed took that answer as it came."""
+    kafka = KafkaSettings(kafka_bootstrap)
+    topic = topic_factory(partitions=1)
+    produce_counts(kafka_bootstrap, topic, {0: 10})
+    topic_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
+    engine = engine_for(migrated)
+    try:
+        run = start_run(Store(engine, migrated), "seeded-marks")
+        real = metadata.watermarks
+        calls: list[int] = []
+
+        def old_log_first(
+            kafka: KafkaSettings, tps: Any, **kw: Any
+        ) -> dict[tuple[str, int], tuple[int, int]]:
+            calls.append(1)
+            if len(calls) == 1:  # the deleted topic's log, as the lagging leader answered
+                return dict.fromkeys(tps, (20, 30))
+            return real(kafka, tps, **kw)
+
+        monkeypatch.setattr(metadata, "watermarks", old_log_first)
+        plan = _plan(engine, migrated, kafka, run, topic=topic)
+        assert offsets_of(engine, migrated, run.job) == {(topic, 0): 0}  # before: seeded at 20
+        assert plan.ranges == (OffsetRange(topic, 0, 0, 10, topic_id),)  # every record of the topic
+        assert len(calls) >= 2  # the seed's marks asked again and confirmed by topic id
+    finally:
+        engine.dispose()
+
+
 def _plan(engine: sa.Engine, db: DatabaseSettings, kafka: KafkaSettings, run: Run, **kw: Any) -> Plan:
     return plan_batch(
         Store(engine, db),
