@@ -56,18 +56,8 @@ def test_a_recreated_topic_resumes_at_the_new_logs_start_whatever_offsets_came_w
         new_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
         assert new_id != old_id
 
-        real = metadata.watermarks
-        calls: list[int] = []
-
-        def old_log_first(
-            kafka: KafkaSettings, tps: Any, **kw: Any
-        ) -> dict[tuple[str, int], tuple[int, int]]:
-            calls.append(1)
-            if len(calls) == 1:  # the answer the old topic's log gave (its start, had retention run)
-                return dict.fromkeys(tps, (50, 100))
-            return real(kafka, tps, **kw)
-
-        monkeypatch.setattr(metadata, "watermarks", old_log_first)
+        # the answer the old topic's log gave (its start, had retention run)
+        calls = _old_log_first(monkeypatch, (50, 100))
         plan = _plan(engine, migrated, kafka, run, topic=topic, on_data_loss="skip")
         assert len(calls) >= 2  # the offsets asked again once the new id was seen
         assert plan.ranges == (OffsetRange(topic, 0, 0, 150, new_id),)  # every record of the new topic
@@ -93,24 +83,29 @@ def test_a_first_plan_seeds_at_the_log_that_holds_the_topic_id_whatever_offsets_
     engine = engine_for(migrated)
     try:
         run = start_run(Store(engine, migrated), "seeded-marks")
-        real = metadata.watermarks
-        calls: list[int] = []
-
-        def old_log_first(
-            kafka: KafkaSettings, tps: Any, **kw: Any
-        ) -> dict[tuple[str, int], tuple[int, int]]:
-            calls.append(1)
-            if len(calls) == 1:  # the deleted topic's log, as the lagging leader answered
-                return dict.fromkeys(tps, (20, 30))
-            return real(kafka, tps, **kw)
-
-        monkeypatch.setattr(metadata, "watermarks", old_log_first)
+        calls = _old_log_first(
+            monkeypatch, (20, 30)
+        )  # the deleted topic's log, as the lagging leader answered
         plan = _plan(engine, migrated, kafka, run, topic=topic)
         assert offsets_of(engine, migrated, run.job) == {(topic, 0): 0}  # before: seeded at 20
         assert plan.ranges == (OffsetRange(topic, 0, 0, 10, topic_id),)  # every record of the topic
         assert len(calls) >= 2  # the seed's marks asked again and confirmed by topic id
     finally:
         engine.dispose()
+
+
+def _old_log_first(monkeypatch: pytest.MonkeyPatch, old_marks: tuple[int, int]) -> list[int]:
+    """Kafka's first (log start, end) answer is `old_marks` (the old log's), later ones real: the
+    calls made, one entry each."""
+    real = metadata.watermarks
+    calls: list[int] = []
+
+    def answer(kafka: KafkaSettings, tps: Any, **kw: Any) -> dict[tuple[str, int], tuple[int, int]]:
+        calls.append(1)
+        return dict.fromkeys(tps, old_marks) if len(calls) == 1 else real(kafka, tps, **kw)
+
+    monkeypatch.setattr(metadata, "watermarks", answer)
+    return calls
 
 
 def _plan(engine: sa.Engine, db: DatabaseSettings, kafka: KafkaSettings, run: Run, **kw: Any) -> Plan:
