@@ -191,6 +191,10 @@ def test_console_in_a_browser(
 
         # logging out: the nav's button POSTs, the cookie is cleared, the pages ask for the token
         driver.find_element(By.XPATH, "//nav//button[.='Log out']").click()
+        # click() returns before the POST's redirect has loaded: wait for it (CI saw the old URL)
+        deadline = time.monotonic() + 10
+        while driver.current_url != f"{url}/console/login" and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert driver.current_url == f"{url}/console/login"
         assert driver.get_cookie(COOKIE) is None
         driver.get(f"{url}/console/jobs/{jobs.held}")
