@@ -42,7 +42,7 @@ from txn_offsets.config import KafkaSettings
 from txn_offsets.devstack.lab import faults, kafka3, quorum
 from txn_offsets.devstack.lab.spawn import entered
 from txn_offsets.errors import KafkaReadError, ServiceUnavailable, TopicChanged
-from txn_offsets.kafka import direct, metadata, wire
+from txn_offsets.kafka import direct, metadata, recreated, wire
 from txn_offsets.kafka.reader import read_ranges
 from txn_offsets.plan import moves
 from txn_offsets.plan.data_loss import lost
@@ -399,3 +399,56 @@ def test_a_lagging_leaders_old_records_are_never_proven_the_new_topics(running_l
     assert [v for _, v in evidence.get("read", [])] == ["old-"] * 30, evidence
     assert (16, lag.old["id"]) in {(v, p[0][0]) for _, v, p in evidence["fetches_sent"]}, evidence
     assert evidence["proofs"] and all(p.startswith("refused") for p in evidence["proofs"]), evidence
+
+
+def test_a_plan_is_held_back_until_the_lagging_broker_has_caught_up(running_lab: RunningLab) -> None:
+    """The rest of the hole the proof leaves: X catches up between the read and the proof. Nothing
+    moves (a row on the new id at 0, X's old log (0, 30)). With the pieces as they ran before the
+    plan's barrier: the read gets X's old records; X rejoins and applies the deletion and the new
+    topic; the proof, asked then, passes them (every broker names the new id). The planner's barrier
+    (:func:`recreated.settle`, what :func:`plan_batch` calls before handing out ranges) refuses while
+    X names the old id, and once X caught up the marks it plans from are the new log's (0, 0)."""
+    with _lagging_leader(running_lab, 30, 0) as lag:
+        kafka, topic, evidence = lag.kafka, lag.topic, lag.evidence
+        new_id = lag.new["id"]
+        marks = metadata.watermarks(kafka, [(topic, 0)], timeout_s=5)[(topic, 0)]
+        evidence["plan_marks"] = marks
+        rng = OffsetRange(topic, 0, 0, marks[1], new_id)
+        started = time.monotonic()
+        try:
+            recreated.settle(kafka, {topic: new_id}, timeout_s=3)
+            evidence["barrier_lagging"] = "handed out"
+        except ServiceUnavailable as exc:
+            evidence["barrier_lagging"] = f"refused: {exc.detail}"
+        evidence["barrier_lagging_s"] = round(time.monotonic() - started, 2)
+        try:
+            got = read_ranges(kafka, [rng], stall_timeout_s=5)[(topic, 0)]
+            evidence["read"] = [(r.offset, (r.value or b"")[:4].decode()) for r in got]
+        except KafkaReadError as exc:
+            evidence["read_error"] = str(exc)
+        faults.rejoin(running_lab.lab.net, _host_of(running_lab, lag.x))
+        healed = time.monotonic()
+        while _own(lag.to_x, topic).get("id") != new_id:
+            assert time.monotonic() - healed < 60, f"broker {lag.x} did not catch up within 60s"
+            time.sleep(0.1)
+        evidence["caught_up_s"] = round(time.monotonic() - healed, 2)
+        try:
+            check_incarnation(kafka, [rng])
+            evidence["proof_after_catch_up"] = "proven"
+        except TopicChanged as exc:
+            evidence["proof_after_catch_up"] = f"refused: {exc}"
+        recreated.settle(kafka, {topic: new_id}, timeout_s=30)  # X caught up: handed out
+        evidence["marks_after"] = metadata.watermarks(kafka, [(topic, 0)], timeout_s=5)[(topic, 0)]
+    # without the barrier: the old log's 30 records read at the planned offsets, then proven the new
+    # topic's once X had caught up - a commit of them
+    assert [v for _, v in evidence.get("read", [])] == ["old-"] * 30, evidence
+    assert evidence["proof_after_catch_up"] == "proven", evidence
+    # with it: no range of that plan is handed out while X names the old id
+    assert evidence["barrier_lagging"].startswith("refused"), evidence
+    assert lag.old["id"] in evidence["barrier_lagging"], evidence
+    assert evidence["marks_after"] == (0, 0), evidence
+
+
+def _host_of(running_lab: RunningLab, broker: int) -> str:
+    """The lab host name of Kafka broker `broker` (1-based, in the lab's order)."""
+    return [h.name for h in running_lab.lab.net.hosts if h.role == "kafka"][broker - 1]

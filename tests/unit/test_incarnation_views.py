@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from txn_offsets.commit import proof
 from txn_offsets.config import KafkaSettings
-from txn_offsets.errors import TopicChanged
+from txn_offsets.errors import ServiceUnavailable, TopicChanged
 from txn_offsets.kafka import recreated
 from txn_offsets.kafka.described import TopicInfo
 from txn_offsets.kafka.recreated import Brokers, View, contradiction
@@ -137,3 +137,49 @@ def test_the_bootstrap_servers_are_read_as_librdkafka_reads_them() -> None:
         "127.0.0.2:19093": ("127.0.0.2", 19093),
         "127.0.0.3:9092": ("127.0.0.3", 9092),
     }
+
+
+# A plan's ranges are handed out only once no broker names another id for their topics
+# (recreated.settle): the proof comes after the read, and a lagging broker that catches up in
+# between would name the new id too, passing the old log's records it served.
+class _Settling(_Brokers):
+    def __init__(self, answers: list[dict[str, dict[str, View | None]]]) -> None:
+        super().__init__(answers[0])
+        self.answers, self.settled = answers, set[tuple[str, str]]()
+
+    def views(self, topics: Any, timeout_s: float) -> dict[str, dict[str, View | None]]:
+        self.asked += 1
+        return self.answers[min(self.asked, len(self.answers)) - 1]
+
+
+@given(views=VIEWS)
+def test_a_plan_is_held_back_exactly_while_a_broker_names_another_id(views: dict[str, View | None]) -> None:
+    fake = _Settling([{b: {"t": v} for b, v in views.items()}])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(recreated, "brokers", lambda kafka: fake)
+        mp.setattr(recreated, "RETRY_S", 0.0)
+        named = [v.topic_id for v in views.values() if v is not None]
+        if OLD in named and NEW not in named:  # the plan's id is gone: planned again at once
+            with pytest.raises(TopicChanged, match=OLD):
+                recreated.settle(KAFKA, {"t": NEW}, timeout_s=10.0)
+            assert (fake.asked, fake.settled) == (1, set())
+        elif OLD in named:
+            with pytest.raises(ServiceUnavailable, match=f"names topic id {OLD} for 't', planned as {NEW}"):
+                recreated.settle(KAFKA, {"t": NEW}, timeout_s=0.0)
+            assert fake.settled == set()
+        else:
+            recreated.settle(KAFKA, {"t": NEW}, timeout_s=0.0)
+            remembered = None not in views.values() and NEW in named  # every broker answered, one named it
+            assert fake.settled == ({("t", NEW)} if remembered else set())
+
+
+def test_a_plan_waits_for_the_lagging_broker_then_is_not_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    lagging = {"kafka-1:9092": {"t": _view(NEW)}, "kafka-2:9092": {"t": _view(OLD)}}
+    caught_up = {"kafka-1:9092": {"t": _view(NEW)}, "kafka-2:9092": {"t": _view(NEW)}}
+    fake = _Settling([lagging, lagging, caught_up])
+    monkeypatch.setattr(recreated, "brokers", lambda kafka: fake)
+    monkeypatch.setattr(recreated, "RETRY_S", 0.01)
+    recreated.settle(KAFKA, {"t": NEW}, timeout_s=10)
+    assert (fake.asked, fake.settled) == (3, {("t", NEW)})
+    recreated.settle(KAFKA, {"t": NEW}, timeout_s=10)  # every broker named it: never asked again
+    assert fake.asked == 3

@@ -26,6 +26,14 @@ by the new id, got UNKNOWN_TOPIC_ID, asked metadata again, got X's old id and re
 records), while any other broker still describes the new id. So the commit's proof asks every
 broker it can reach, on connections kept per process (:class:`Brokers`), its own view of the
 topics: no answering broker may name another id (:func:`contradiction`).
+
+That proof comes AFTER the read: a lagging broker that catches up in between (it applies the
+deletion and the new topic, as every other broker did) then names the new id too, and the old
+log's records it served would pass. So a plan's ranges are not handed out before every broker
+named each of their topic ids at least once (:func:`settle`): a broker that names the new id has
+applied the deletion before it (brokers apply the metadata log in order) and never serves the old
+log again, so no read after that moment can get the old records, whatever the broker does later.
+Once every broker this process reaches has said so for a (topic, id), it is not asked again.
 """
 
 from __future__ import annotations
@@ -42,7 +50,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError
 
 from txn_offsets.config import KafkaSettings
-from txn_offsets.errors import ServiceUnavailable
+from txn_offsets.errors import ServiceUnavailable, TopicChanged
 from txn_offsets.kafka import direct, metadata
 from txn_offsets.kafka.admins import connected_admin, describe_error, forget_admin_client
 from txn_offsets.ranges import TopicPartition as TP
@@ -54,6 +62,7 @@ __all__ = [
     "confirm",
     "contradiction",
     "leader_for",
+    "settle",
     "unsupported",
     "watermarks",
 ]
@@ -143,6 +152,7 @@ class Brokers:
         self.conns: dict[str, direct.Connection] = {}
         self.down_until: dict[str, float] = {}
         self.lock = threading.Lock()
+        self.settled: set[tuple[str, str]] = set()  # (topic, id) every broker named (:func:`settle`)
 
     def _learn(self, host: str, port: int) -> None:
         if (host, port) in self.seen:  # resolved once
@@ -225,6 +235,50 @@ def brokers(kafka: KafkaSettings) -> Brokers:
     if found is None:
         found = _BROKERS.setdefault(key, Brokers(kafka))
     return found
+
+
+def settle(kafka: KafkaSettings, topic_ids: Mapping[str, str], *, timeout_s: float) -> None:
+    """Return once no broker this process reaches names another id for a topic of `topic_ids` (the
+    ids a plan's ranges carry, before any of them is read: see the module); asked again until
+    `timeout_s`, then ServiceUnavailable naming the broker and the id it still names; TopicChanged
+    at once when no broker names the plan's id but one names another (re-created since). A (topic, id)
+    every known broker named is remembered for the process; with a broker silent, the next plan
+    asks again. Settings the direct client cannot speak: one warning, nothing asked."""
+    try:
+        reach = brokers(kafka)
+    except direct.Unsupported as exc:
+        unsupported(exc, "plans are not held back for a broker behind the cluster's metadata")
+        return
+    todo = {t: i for t, i in topic_ids.items() if (t, i) not in reach.settled}
+    deadline = time.monotonic() + timeout_s
+    while todo:
+        views = reach.views(sorted(todo), min(CONNECT_S, max(0.1, deadline - time.monotonic())))
+        behind: dict[str, tuple[str, str]] = {}
+        for topic, topic_id in sorted(todo.items()):
+            named = {b: v.topic_id for b, by_topic in views.items() if (v := by_topic[topic]) is not None}
+            other = sorted((b, i) for b, i in named.items() if i is not None and i != topic_id)
+            if other and topic_id not in named.values():  # the plan's id is gone (re-created since)
+                raise TopicChanged(topic, topic_id, other[0][1])
+            if other:
+                behind[topic] = other[0]
+                continue
+            del todo[topic]
+            if len(named) == len(views) and topic_id in named.values():
+                reach.settled.add((topic, topic_id))
+        if not behind:
+            return
+        topic, (broker, found) = next(iter(behind.items()))
+        if time.monotonic() + RETRY_S > deadline:
+            raise ServiceUnavailable(
+                "Kafka",
+                kafka.bootstrap_servers,
+                f"broker {broker} still names topic id {found} for {topic!r}, planned as "
+                f"{topic_ids[topic]} (a broker behind the cluster's metadata - cut off from the "
+                f"controllers? - may serve the deleted topic's records) after {timeout_s:.0f}s; "
+                f"the next plan asks again",
+            )
+        logger.info("%s: broker %s still names topic id %s; asking again", topic, broker, found)
+        time.sleep(RETRY_S)
 
 
 def unsupported(exc: direct.Unsupported, instead: str) -> None:

@@ -12,7 +12,8 @@ A stored offset is a claim about one incarnation of a topic (its Kafka topic id 
 it). Data loss is any stored offset that no longer points into the topic's log: below the log
 start (retention), above the end (truncation), or of an older topic id (deleted and re-created).
 It raises ``DataLoss`` by default, or is an audited skip with ``on_data_loss="skip"``
-(:mod:`txn_offsets.plan.data_loss`; the moves: :mod:`txn_offsets.plan.moves`).
+(:mod:`txn_offsets.plan.data_loss`; the moves: :mod:`txn_offsets.plan.moves`). A plan's ranges are
+handed out once no broker names another id for their topics (:func:`txn_offsets.kafka.recreated.settle`).
 
 The plans of N jobs are made together (:func:`plan_jobs`): ONE Kafka request for all their topics
 and ONE statement that renews every running job's lease and reads its rows; the jobs with something
@@ -34,7 +35,7 @@ import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError, TxnOffsetsError
-from txn_offsets.kafka import metadata
+from txn_offsets.kafka import metadata, recreated
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.plan.data_loss import OnDataLoss, check_on_data_loss
 from txn_offsets.plan.moves import settle_offsets, unmoved
@@ -265,7 +266,7 @@ def plan_jobs(
                 continue
         todo.append(i)
     if not todo:
-        return plans
+        return _settled_ids(kafka, plans, timeout_s)
     moving = sorted({t for i in todo for t in topics_of[i]})
     if not all(infos[t].described for t in moving):  # moves are decided on Kafka's word of now
         fresh, fresh_marks = metadata.topics_and_watermarks(kafka, moving, timeout_s=timeout_s)
@@ -292,6 +293,16 @@ def plan_jobs(
                     conn, db, kafka, request, topics_of[i], infos, marks, rows[request.job],
                     first_plan=state.first_plan_at is None, timeout_s=timeout_s, alone=alone,
                 )  # fmt: skip
+    return _settled_ids(kafka, plans, timeout_s)
+
+
+def _settled_ids(kafka: KafkaSettings, plans: list[Plan | None], timeout_s: float) -> list[Plan | None]:
+    """`plans`, once no broker names another id for a topic they read (a broker behind the
+    cluster's metadata would serve the deleted topic's records at their offsets, and could catch up
+    before the commit's proof: :func:`txn_offsets.kafka.recreated.settle`)."""
+    ids = {r.topic: r.topic_id for plan in plans if plan for r in plan.ranges if r.topic_id is not None}
+    if ids:
+        recreated.settle(kafka, ids, timeout_s=timeout_s)
     return plans
 
 

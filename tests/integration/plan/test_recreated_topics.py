@@ -27,8 +27,8 @@ from tests.integration.helpers import offsets_of, produce_counts
 from tests.kafka_topics import recreate_topic
 from txn_offsets.admin.reset import ResetTarget, apply_reset, plan_reset
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.errors import DataLoss
-from txn_offsets.kafka import metadata
+from txn_offsets.errors import DataLoss, ServiceUnavailable
+from txn_offsets.kafka import metadata, recreated
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.plan.planner import Limits, Plan, TopicSelection, plan_batch
 from txn_offsets.ranges import OffsetRange
@@ -90,6 +90,55 @@ def test_a_first_plan_seeds_at_the_log_that_holds_the_topic_id_whatever_offsets_
         assert offsets_of(engine, migrated, run.job) == {(topic, 0): 0}  # before: seeded at 20
         assert plan.ranges == (OffsetRange(topic, 0, 0, 10, topic_id),)  # every record of the topic
         assert len(calls) >= 2  # the seed's marks asked again and confirmed by topic id
+    finally:
+        engine.dispose()
+
+
+def test_a_plan_is_not_handed_out_while_a_broker_names_the_topics_old_id(
+    migrated: DatabaseSettings,
+    kafka_bootstrap: str,
+    kafka_admin: AdminClient,
+    topic_factory: TopicFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On the lab a broker cut off from the controllers still names a re-created topic's old id and
+    serves the old log's records at the planned offsets (tests/lab/test_lab_recreated_topic.py);
+    the commit's proof asks every broker AFTER the read, so if that broker catches up in between,
+    the old records pass as the new topic's. Now a plan's ranges are handed out only once no
+    broker names another id. That broker's answer is injected beside the stack's one real broker.
+    Before: the plan was handed out at once."""
+    kafka = KafkaSettings(kafka_bootstrap)
+    topic = topic_factory(partitions=1)
+    produce_counts(kafka_bootstrap, topic, {0: 10})
+    old_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
+    recreate_topic(kafka_admin, topic, 1)
+    produce_counts(kafka_bootstrap, topic, {0: 30})
+    new_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
+    engine = engine_for(migrated)
+    try:
+        run = start_run(Store(engine, migrated), "lagging-broker")
+        with engine.begin() as conn:  # nothing to move: a row on the new id at 0
+            offset_rows.seed_offsets(
+                conn, migrated, run.job, {(topic, 0): 0}, reason="t", actor="t", topic_ids={topic: new_id}
+            )
+        real = recreated.Brokers.views
+        behind = [True]
+
+        def views(self: recreated.Brokers, topics: Any, timeout_s: float) -> dict[str, Any]:
+            got = real(self, topics, timeout_s)
+            if behind[0]:
+                got["10.47.45.99:9092"] = {
+                    t: recreated.View(old_id if t == topic else None, {}, frozenset()) for t in topics
+                }
+            return got
+
+        monkeypatch.setattr(recreated.Brokers, "views", views)
+        with pytest.raises(ServiceUnavailable, match=f"10.47.45.99:9092 still names topic id {old_id}"):
+            _plan(engine, migrated, kafka, run, topic=topic, timeout_s=1.0)
+        behind[0] = False  # caught up: it applied the deletion and the new topic
+        plan = _plan(engine, migrated, kafka, run, topic=topic)
+        assert plan.ranges == (OffsetRange(topic, 0, 0, 30, new_id),)
+        assert offsets_of(engine, migrated, run.job) == {(topic, 0): 0}
     finally:
         engine.dispose()
 
