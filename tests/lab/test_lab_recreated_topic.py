@@ -17,7 +17,9 @@ for a row already on the new id from X's ListOffsets answer.
 Where nothing moves (a row already on the new id at 0, X's old log (0, 30)): what librdkafka's
 consumer sends (Fetch version, topic id, broker: read off the driver's interface), the records the
 task's reader (:func:`read_ranges`) gets, and the commit's proof (:func:`check_incarnation`): the
-old log's records are never proven the new topic's."""
+old log's records are never proven the new topic's. And once X rejoins and catches up, the proof
+alone would pass them: the planner's barrier (:func:`recreated.settle`) hands no range out while X
+names the old id."""
 
 from __future__ import annotations
 
