@@ -62,6 +62,9 @@ $(BIN)/.installed: pyproject.toml
 	@# with PYTHONDONTWRITEBYTECODE set (as on the CI machine) a module not compiled here is compiled
 	@# again by every process that imports it (each Spark Python worker, each CLI run: +250 s of make test)
 	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib >/dev/null || echo "compileall: some files did not compile (pip ignores those too)"
+	@# Spark's Python workers import pyspark from its pyspark.zip, never from the package: bytecode
+	@# beside its sources there too (txn_offsets/devstack/pyspark_bytecode.py; ~1 s of CPU per process)
+	$(BIN)/python -m txn_offsets.devstack.pyspark_bytecode
 	touch $@
 
 install: $(BIN)/.installed
@@ -123,8 +126,9 @@ TEST_WORKERS ?= -n 2 --dist loadfile --no-loadscope-reorder
 # lint and the stack's start run side by side (Kafka's JVM and initdb wait on their disks while
 # mypy works); either failing fails the target
 test: install
-	$(MAKE) stack-up POOLER=pgbouncer TLS=1 & up=$$!; lint=0; $(MAKE) lint || lint=$$?; \
-		wait $$up || exit $$?; exit $$lint
+	@# beside lint and the stack's start: the Spark JVMs' class-data archive, once (tests/jvm_archive.py)
+	$(MAKE) stack-up POOLER=pgbouncer TLS=1 & up=$$!; $(BIN)/python -m tests.jvm_archive & cds=$$!; \
+		lint=0; $(MAKE) lint || lint=$$?; wait $$up || exit $$?; wait $$cds || exit $$?; exit $$lint
 	$(WITH_ENV) $(BIN)/pytest -m "not slow and not lab" --durations=40 $(TEST_WORKERS) $(PYTEST_ARGS)
 
 test-unit: install

@@ -39,7 +39,9 @@ from benchmarks.dataset import Dataset, Expected, expected_of
 from benchmarks.resources import Sampler
 from benchmarks.settings import (
     COPY,
+    EO_BATCH,
     EO_CONNECT,
+    EO_FRAME,
     EO_LOW_LATENCY,
     EO_PARTITION,
     EO_STREAM,
@@ -79,6 +81,11 @@ class Spec:
     connect: bool = False  # the session also serves Spark Connect, with a client in this process
 
 
+#: the contenders whose tasks run as Arrow Python work (mapInArrow, a Python data source's reads):
+#: another pool of Python workers than the RDD functions'
+ARROW_CONTENDERS = (EO_FRAME, EO_CONNECT, EO_STREAM, EO_BATCH)
+
+
 class Service:
     """The worker side: holds the SparkSession and answers commands."""
 
@@ -90,6 +97,9 @@ class Service:
         self.prepared: dict[str, limits.RangeWrites] = {}
         self.following: Any = None
         self.follow_usage: Sampler | None = None
+        # keep_warm keeps the Arrow workers' pools too once such a contender ran here, and from the
+        # start in the modes phase's session (it serves Spark Connect: every mode runs in it)
+        self.arrow_pools = bool(spec.connect)
 
     def start(self) -> dict[str, Any]:
         if self.spec.contender not in (*SPARK_CONTENDERS, *rtm.FOLLOWERS, EO_LOW_LATENCY):
@@ -124,7 +134,7 @@ class Service:
             return {}
         slots = SPARK_TASK_SLOTS
         self.spark.sparkContext.parallelize(range(slots), slots).mapPartitions(_warm_rdd).count()
-        for session in (self.spark, self.connect):
+        for session in (self.spark, self.connect) if self.arrow_pools else ():  # none to keep yet
             if session is not None:
                 session.range(0, slots, 1, slots).mapInArrow(_warm_arrow, "n long").collect()
         return {}
@@ -134,6 +144,7 @@ class Service:
 
     def run(self, point: Point, data: Dataset, label: str, contender: str | None = None) -> dict[str, Any]:
         name = contender or self.spec.contender  # another contender in this session (the same Spark)
+        self.arrow_pools = self.arrow_pools or name in ARROW_CONTENDERS
         ctx = self.context(data.topic, data.partitions, point.cap)
         if name in (UPSERT, COPY) and point.name not in self.prepared:
             self.prepared[point.name] = limits.range_writes(ctx)  # before the clock

@@ -14,17 +14,21 @@ import os
 
 import pytest
 
+from tests import jvm_archive
+
 #: every JVM the tests start (Spark drivers, Connect servers, standalone masters and workers, the
 #: README's private Kafka) compiles with C1 only: they live seconds to minutes on small data, where
 #: C2's compiler threads cost more CPU than they give back on two shared cores (2026-11-28, a
 #: local[2] session: 22 s -> 14 s of JVM CPU to start, five small jobs 23 s -> 13 s). The JIT tier
 #: changes no result; the broker `make stack-up` starts before pytest keeps the JVM's defaults, and
-#: `make bench` measures with them
+#: `make bench` measures with them. And a class-data archive of pyspark's jars when one exists
+#: (tests/jvm_archive.py: ~5 s less CPU per Spark JVM)
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 
 def _with_test_jvm_options(current: str) -> str:
-    return current if TEST_JVM_OPTIONS in current.split() else f"{current} {TEST_JVM_OPTIONS}".strip()
+    extra = [o for o in (TEST_JVM_OPTIONS, *jvm_archive.options().split()) if o not in current.split()]
+    return " ".join([current, *extra]).strip()
 
 
 os.environ["JAVA_TOOL_OPTIONS"] = _with_test_jvm_options(os.environ.get("JAVA_TOOL_OPTIONS", ""))

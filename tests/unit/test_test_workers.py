@@ -15,6 +15,9 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
+from tests import jvm_archive
 from tests.conftest import (
     _LONG_FILES,
     TEST_JVM_OPTIONS,
@@ -92,7 +95,18 @@ def test_the_long_files_are_handed_out_first_and_exist() -> None:
 def test_every_jvm_the_tests_start_compiles_with_c1_only() -> None:
     """Set once when pytest loads the conftest, inherited by every JVM a test starts (pyspark's
     spark-submit, subprocess jobs, Connect servers, private stacks); a user's own options stay."""
+    ours = " ".join([TEST_JVM_OPTIONS, jvm_archive.options()]).strip()  # + the archive once built
     assert TEST_JVM_OPTIONS in os.environ["JAVA_TOOL_OPTIONS"].split()
-    assert _with_test_jvm_options("") == TEST_JVM_OPTIONS
-    assert _with_test_jvm_options("-Xss2m") == f"-Xss2m {TEST_JVM_OPTIONS}"
-    assert _with_test_jvm_options(f"-Xss2m {TEST_JVM_OPTIONS}") == f"-Xss2m {TEST_JVM_OPTIONS}"
+    assert _with_test_jvm_options("") == ours
+    assert _with_test_jvm_options("-Xss2m") == f"-Xss2m {ours}"
+    assert _with_test_jvm_options(f"-Xss2m {ours}") == f"-Xss2m {ours}"
+
+
+def test_the_class_data_archive_is_used_only_once_it_exists(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(jvm_archive, "archive", lambda: tmp_path / "spark.jsa")
+    assert jvm_archive.options() == ""  # a JVM told of a missing archive runs without the JDK's own
+    (tmp_path / "spark.jsa").write_bytes(b"archive")
+    uses = f"-XX:SharedArchiveFile={tmp_path / 'spark.jsa'} -Xlog:cds=off,cds+dynamic=off"
+    assert jvm_archive.options() == uses
