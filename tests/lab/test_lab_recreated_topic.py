@@ -44,7 +44,7 @@ from txn_offsets.config import KafkaSettings
 from txn_offsets.devstack.lab import faults, kafka3, quorum
 from txn_offsets.devstack.lab.spawn import entered
 from txn_offsets.errors import KafkaReadError, ServiceUnavailable, TopicChanged
-from txn_offsets.kafka import direct, metadata, recreated, wire
+from txn_offsets.kafka import direct, metadata, reader, recreated, wire
 from txn_offsets.kafka.reader import read_ranges
 from txn_offsets.plan import moves
 from txn_offsets.plan.data_loss import lost
@@ -363,7 +363,9 @@ def test_a_lagging_leader_never_gives_the_old_logs_marks_for_a_re_created_topic(
     assert evidence["skip_to"] is not None and evidence["skip_to"][1] == 0, evidence
 
 
-def test_a_lagging_leaders_old_records_are_never_proven_the_new_topics(running_lab: RunningLab) -> None:
+def test_a_lagging_leaders_old_records_are_never_proven_the_new_topics(
+    running_lab: RunningLab, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Nothing moves: a row already on the new id at offset 0, X's old log (0, 30) never deleted
     from. The plan's marks (librdkafka ListOffsets) and id (describe), the task's read
     (:func:`read_ranges`) and the commit's proof (:func:`check_incarnation`), each as the product
@@ -376,11 +378,14 @@ def test_a_lagging_leaders_old_records_are_never_proven_the_new_topics(running_l
             evidence["plan_marks"] = metadata.watermarks(kafka, [(topic, 0)], timeout_s=5)[(topic, 0)]
             evidence["plan_id"] = metadata.describe_topics(kafka, [topic])[topic].topic_id
             rng = OffsetRange(topic, 0, 0, evidence["plan_marks"][1], lag.new["id"])
-            try:
-                got = read_ranges(kafka, [rng], stall_timeout_s=5)[(topic, 0)]
-                evidence["read"] = [(r.offset, (r.value or b"")[:4].decode()) for r in got]
-            except KafkaReadError as exc:
-                evidence["read_error"] = str(exc)
+            evidence["reader_barrier"] = _read_refused(monkeypatch, kafka, rng)
+            with monkeypatch.context() as before:  # the reader as it was before its barrier
+                before.setattr(reader, "_settle", lambda kafka, ranges: None)
+                try:
+                    got = read_ranges(kafka, [rng], stall_timeout_s=5)[(topic, 0)]
+                    evidence["read"] = [(r.offset, (r.value or b"")[:4].decode()) for r in got]
+                except KafkaReadError as exc:
+                    evidence["read_error"] = str(exc)
             evidence["read_s"] = round(time.monotonic() - started, 2)
             proofs = []
             for _ in range(6):
@@ -401,9 +406,13 @@ def test_a_lagging_leaders_old_records_are_never_proven_the_new_topics(running_l
     assert [v for _, v in evidence.get("read", [])] == ["old-"] * 30, evidence
     assert (16, lag.old["id"]) in {(v, p[0][0]) for _, v, p in evidence["fetches_sent"]}, evidence
     assert evidence["proofs"] and all(p.startswith("refused") for p in evidence["proofs"]), evidence
+    # and the reader, asked as the product asks it, reads nothing while X names the old id
+    assert evidence["reader_barrier"].startswith("refused") and lag.old["id"] in evidence["reader_barrier"]
 
 
-def test_a_plan_is_held_back_until_the_lagging_broker_has_caught_up(running_lab: RunningLab) -> None:
+def test_a_plan_is_held_back_until_the_lagging_broker_has_caught_up(
+    running_lab: RunningLab, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The rest of the hole the proof leaves: X catches up between the read and the proof. Nothing
     moves (a row on the new id at 0, X's old log (0, 30)). With the pieces as they ran before the
     plan's barrier: the read gets X's old records; X rejoins and applies the deletion and the new
@@ -423,11 +432,14 @@ def test_a_plan_is_held_back_until_the_lagging_broker_has_caught_up(running_lab:
         except ServiceUnavailable as exc:
             evidence["barrier_lagging"] = f"refused: {exc.detail}"
         evidence["barrier_lagging_s"] = round(time.monotonic() - started, 2)
-        try:
-            got = read_ranges(kafka, [rng], stall_timeout_s=5)[(topic, 0)]
-            evidence["read"] = [(r.offset, (r.value or b"")[:4].decode()) for r in got]
-        except KafkaReadError as exc:
-            evidence["read_error"] = str(exc)
+        evidence["reader_barrier"] = _read_refused(monkeypatch, kafka, rng)
+        with monkeypatch.context() as before:  # the reader as it was before its barrier
+            before.setattr(reader, "_settle", lambda kafka, ranges: None)
+            try:
+                got = read_ranges(kafka, [rng], stall_timeout_s=5)[(topic, 0)]
+                evidence["read"] = [(r.offset, (r.value or b"")[:4].decode()) for r in got]
+            except KafkaReadError as exc:
+                evidence["read_error"] = str(exc)
         faults.rejoin(running_lab.lab.net, _host_of(running_lab, lag.x))
         healed = time.monotonic()
         while _own(lag.to_x, topic).get("id") != new_id:
@@ -448,7 +460,19 @@ def test_a_plan_is_held_back_until_the_lagging_broker_has_caught_up(running_lab:
     # with it: no range of that plan is handed out while X names the old id
     assert evidence["barrier_lagging"].startswith("refused"), evidence
     assert lag.old["id"] in evidence["barrier_lagging"], evidence
+    assert evidence["reader_barrier"].startswith("refused"), evidence  # a task's read too
     assert evidence["marks_after"] == (0, 0), evidence
+
+
+def _read_refused(monkeypatch: pytest.MonkeyPatch, kafka: KafkaSettings, rng: OffsetRange) -> str:
+    """What the product's reader does with `rng` now (its barrier waits 3 s here, 10 s in a task)."""
+    with monkeypatch.context() as short:
+        short.setattr(reader, "SETTLE_TIMEOUT_S", 3.0)
+        try:
+            got = read_ranges(kafka, [rng], stall_timeout_s=5)[(rng.topic, rng.partition)]
+        except ServiceUnavailable as exc:
+            return f"refused: {exc.detail}"
+    return f"read {len(got)} records"
 
 
 def _host_of(running_lab: RunningLab, broker: int) -> str:

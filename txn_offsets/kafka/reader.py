@@ -22,6 +22,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from txn_offsets.config import KafkaSettings
 from txn_offsets.errors import ConfigError, KafkaReadError
+from txn_offsets.kafka import recreated
 from txn_offsets.kafka.consumers import pool
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.ranges import TopicPartition as TP
@@ -90,6 +91,7 @@ def read_range(
         raise ConfigError("stall_timeout_s", f"must be > 0 seconds, got {stall_timeout_s}")
     if rng.empty:
         return
+    _settle(kafka, [rng])
     consumer = pool.take(kafka, (rng.topic,))
     clean = False
     # per record: no attribute lookups that can be made once, no call that can be avoided (the
@@ -203,6 +205,7 @@ def read_ranges(
     fresh: set[TP] = set()  # partitions whose position() is used (see above)
     if not todo:
         return out
+    _settle(kafka, list(todo.values()))
     consumer = pool.take(kafka, {r.topic for r in todo.values()}, small=True)
     clean = False
     resume: list[TopicPartition] = []  # a pause outlives the assignment: resumed before pooling
@@ -292,6 +295,23 @@ def read_ranges(
         else:  # an error: the consumer's state is unknown
             pool.discard(consumer)
     return out
+
+
+#: how long a read waits for a broker that names another id for its topic (:func:`_settle`)
+SETTLE_TIMEOUT_S = 10.0
+
+
+def _settle(kafka: KafkaSettings, ranges: Sequence[OffsetRange]) -> None:
+    """Read nothing while a broker this process reaches names another id for a topic of `ranges`
+    (a broker behind the cluster's metadata serves the deleted topic's log to a reader that took its
+    id): the planner's barrier asked from the driver; asked here again, once per process and topic
+    id (:func:`txn_offsets.kafka.recreated.settle`), because an executor may reach a broker the
+    driver cannot. ServiceUnavailable after SETTLE_TIMEOUT_S: the task fails, the batch is planned
+    again. A topic whose planned id no broker names any more is read: the commit's proof refuses it
+    (TopicChanged), as for any topic re-created after its plan."""
+    ids = {r.topic: r.topic_id for r in ranges if r.topic_id is not None}
+    if ids:
+        recreated.settle(kafka, ids, timeout_s=SETTLE_TIMEOUT_S, gone="proof")
 
 
 #: A complete range's partition is paused (its fetching stops) unless at most this many offsets

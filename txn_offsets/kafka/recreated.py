@@ -46,12 +46,13 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from confluent_kafka import KafkaError
 
 from txn_offsets.config import KafkaSettings
-from txn_offsets.errors import ServiceUnavailable
-from txn_offsets.kafka import described, direct, metadata
+from txn_offsets.errors import ServiceUnavailable, TopicChanged
+from txn_offsets.kafka import direct, metadata
 from txn_offsets.kafka.admins import connected_admin, describe_error, forget_admin_client
 from txn_offsets.ranges import TopicPartition as TP
 
@@ -237,11 +238,19 @@ def brokers(kafka: KafkaSettings) -> Brokers:
     return found
 
 
-def settle(kafka: KafkaSettings, topic_ids: Mapping[str, str], *, timeout_s: float) -> None:
+def settle(
+    kafka: KafkaSettings,
+    topic_ids: Mapping[str, str],
+    *,
+    timeout_s: float,
+    gone: Literal["raise", "proof"] = "raise",
+) -> None:
     """Return once no broker this process reaches names another id for a topic of `topic_ids` (the
     ids a plan's ranges carry, before any of them is read: see the module); asked again until
-    `timeout_s`, then ServiceUnavailable naming the broker and the id it still names; at once when
-    no broker names the plan's id but one names another (re-created since). A (topic, id)
+    `timeout_s`, then ServiceUnavailable naming the broker and the id it still names; TopicChanged
+    at once when no broker names the plan's id but one names another (re-created since; with
+    ``gone="proof"`` left to the commit's proof, as a reader does: its task's commit then refuses
+    the records on the path every re-created topic takes). A (topic, id)
     every known broker named is remembered for the process; with a broker silent, the next plan
     asks again. Settings the direct client cannot speak: one warning, nothing asked."""
     try:
@@ -258,13 +267,10 @@ def settle(kafka: KafkaSettings, topic_ids: Mapping[str, str], *, timeout_s: flo
             named = {b: v.topic_id for b, by_topic in views.items() if (v := by_topic[topic]) is not None}
             other = sorted((b, i) for b, i in named.items() if i is not None and i != topic_id)
             if other and topic_id not in named.values():  # the plan's id is gone (re-created since)
-                described.forget_descriptions([topic])
-                raise ServiceUnavailable(
-                    "Kafka",
-                    kafka.bootstrap_servers,
-                    f"{topic!r} was re-created since the plan described it (planned as {topic_id}, "
-                    f"broker {other[0][0]} names {other[0][1]}); the next plan describes it again",
-                )
+                if gone == "raise":
+                    raise TopicChanged(topic, topic_id, other[0][1])
+                del todo[topic]  # gone="proof": the commit's proof refuses what is read
+                continue
             if other:
                 behind[topic] = other[0]
                 continue

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.errors import ConfigError, TxnOffsetsError
-from txn_offsets.kafka import metadata, recreated
+from txn_offsets.errors import ConfigError, ServiceUnavailable, TopicChanged, TxnOffsetsError
+from txn_offsets.kafka import described, metadata, recreated
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.plan.data_loss import OnDataLoss, check_on_data_loss
 from txn_offsets.plan.moves import settle_offsets, unmoved
@@ -271,6 +271,9 @@ def plan_jobs(
     if not all(infos[t].described for t in moving):  # moves are decided on Kafka's word of now
         fresh, fresh_marks = metadata.topics_and_watermarks(kafka, moving, timeout_s=timeout_s)
         infos, marks = {**infos, **fresh}, {**marks, **fresh_marks}
+    # before any move is decided: no broker may answer from a deleted topic's log (a seed at a
+    # timestamp asks Kafka by time, which names no topic id: answered after this by the new log)
+    _settle(kafka, {t: infos[t].topic_id for t in moving}, timeout_s)
     # a missing offsets table or an unreachable server is one of our errors (SchemaMissing,
     # ServiceUnavailable: retried by the runner), never a raw driver error
     with store.begin() as conn:
@@ -302,8 +305,24 @@ def _settled_ids(kafka: KafkaSettings, plans: list[Plan | None], timeout_s: floa
     before the commit's proof: :func:`txn_offsets.kafka.recreated.settle`)."""
     ids = {r.topic: r.topic_id for plan in plans if plan for r in plan.ranges if r.topic_id is not None}
     if ids:
-        recreated.settle(kafka, ids, timeout_s=timeout_s)
+        _settle(kafka, ids, timeout_s)
     return plans
+
+
+def _settle(kafka: KafkaSettings, topic_ids: Mapping[str, str], timeout_s: float) -> None:
+    """:func:`txn_offsets.kafka.recreated.settle`; a topic re-created since it was described is the
+    planner's ServiceUnavailable (what every caller of a plan handles: the runner retries, the
+    stream source keeps its query), its description forgotten: the next plan describes it again."""
+    try:
+        recreated.settle(kafka, topic_ids, timeout_s=timeout_s)
+    except TopicChanged as exc:
+        described.forget_descriptions([exc.topic])
+        raise ServiceUnavailable(
+            "Kafka",
+            kafka.bootstrap_servers,
+            f"{exc.topic!r} was re-created since the plan described it (planned as {exc.planned_id}, "
+            f"a broker names {exc.current_id}); the next plan describes it again",
+        ) from None
 
 
 def _settled(  # noqa: PLR0917 - the planner's own values, passed on

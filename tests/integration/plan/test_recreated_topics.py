@@ -28,7 +28,7 @@ from tests.kafka_topics import recreate_topic
 from txn_offsets.admin.reset import ResetTarget, apply_reset, plan_reset
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import DataLoss, ServiceUnavailable
-from txn_offsets.kafka import metadata, recreated
+from txn_offsets.kafka import metadata, reader, recreated
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.plan.planner import Limits, Plan, TopicSelection, plan_batch
 from txn_offsets.ranges import OffsetRange
@@ -121,18 +121,7 @@ def test_a_plan_is_not_handed_out_while_a_broker_names_the_topics_old_id(
             offset_rows.seed_offsets(
                 conn, migrated, run.job, {(topic, 0): 0}, reason="t", actor="t", topic_ids={topic: new_id}
             )
-        real = recreated.Brokers.views
-        behind = [True]
-
-        def views(self: recreated.Brokers, topics: Any, timeout_s: float) -> dict[str, Any]:
-            got = real(self, topics, timeout_s)
-            if behind[0]:
-                got["10.47.45.99:9092"] = {
-                    t: recreated.View(old_id if t == topic else None, {}, frozenset()) for t in topics
-                }
-            return got
-
-        monkeypatch.setattr(recreated.Brokers, "views", views)
+        behind = _lagging_broker(monkeypatch, topic, old_id)
         with pytest.raises(ServiceUnavailable, match=f"10.47.45.99:9092 still names topic id {old_id}"):
             _plan(engine, migrated, kafka, run, topic=topic, timeout_s=1.0)
         behind[0] = False  # caught up: it applied the deletion and the new topic
@@ -141,6 +130,84 @@ def test_a_plan_is_not_handed_out_while_a_broker_names_the_topics_old_id(
         assert offsets_of(engine, migrated, run.job) == {(topic, 0): 0}
     finally:
         engine.dispose()
+
+
+def test_a_first_plan_at_a_timestamp_seeds_nothing_while_a_broker_names_the_topics_old_id(
+    migrated: DatabaseSettings,
+    kafka_bootstrap: str,
+    kafka_admin: AdminClient,
+    topic_factory: TopicFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A seed at a timestamp takes Kafka's ListOffsets by time, which names no topic id: a broker
+    behind the metadata log answers it from the deleted topic's log. So the planner's barrier runs
+    before any move: while a broker names the old id nothing is seeded. Before: the rows were
+    seeded (and committed) first, the plan refused only afterwards."""
+    kafka = KafkaSettings(kafka_bootstrap)
+    topic = topic_factory(partitions=1)
+    produce_counts(kafka_bootstrap, topic, {0: 10})
+    old_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
+    recreate_topic(kafka_admin, topic, 1)
+    produce_counts(kafka_bootstrap, topic, {0: 30})
+    new_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
+    engine = engine_for(migrated)
+    try:
+        run = start_run(Store(engine, migrated), "lagging-broker-seed")
+        behind = _lagging_broker(monkeypatch, topic, old_id)
+        with pytest.raises(ServiceUnavailable, match=f"still names topic id {old_id}"):
+            _plan(engine, migrated, kafka, run, topic=topic, timeout_s=1.0, start=StartPolicy.at_timestamp(0))
+        assert offsets_of(engine, migrated, run.job) == {}  # nothing seeded
+        behind[0] = False
+        plan = _plan(engine, migrated, kafka, run, topic=topic, start=StartPolicy.at_timestamp(0))
+        assert plan.ranges == (OffsetRange(topic, 0, 0, 30, new_id),)
+        assert offsets_of(engine, migrated, run.job) == {(topic, 0): 0}
+    finally:
+        engine.dispose()
+
+
+def test_a_read_waits_while_a_broker_its_process_reaches_names_the_topics_old_id(
+    kafka_bootstrap: str,
+    kafka_admin: AdminClient,
+    topic_factory: TopicFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The planner's barrier is asked from the driver; a task's process may reach a broker the driver
+    cannot. So a read asks it again (once per process and topic id): nothing is read while a broker
+    names the old id. Before: the read went ahead."""
+    kafka = KafkaSettings(kafka_bootstrap)
+    topic = topic_factory(partitions=1)
+    produce_counts(kafka_bootstrap, topic, {0: 10})
+    old_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
+    recreate_topic(kafka_admin, topic, 1)
+    produce_counts(kafka_bootstrap, topic, {0: 30})
+    new_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
+    behind = _lagging_broker(monkeypatch, topic, old_id)
+    monkeypatch.setattr(reader, "SETTLE_TIMEOUT_S", 1.0)
+    rng = OffsetRange(topic, 0, 0, 30, new_id)
+    with pytest.raises(ServiceUnavailable, match=f"still names topic id {old_id}"):
+        reader.read_ranges(kafka, [rng])
+    with pytest.raises(ServiceUnavailable, match=f"still names topic id {old_id}"):
+        list(reader.read_range(kafka, rng))
+    behind[0] = False
+    assert [r.offset for r in reader.read_ranges(kafka, [rng])[(topic, 0)]] == list(range(30))
+
+
+def _lagging_broker(monkeypatch: pytest.MonkeyPatch, topic: str, old_id: str) -> list[bool]:
+    """Every broker's views as they are, and one more broker naming `old_id` for `topic` (a broker
+    cut off from the controllers) while the returned flag holds."""
+    real = recreated.Brokers.views
+    behind = [True]
+
+    def views(self: recreated.Brokers, topics: Any, timeout_s: float) -> dict[str, Any]:
+        got = real(self, topics, timeout_s)
+        if behind[0]:
+            got["10.47.45.99:9092"] = {
+                t: recreated.View(old_id if t == topic else None, {}, frozenset()) for t in topics
+            }
+        return got
+
+    monkeypatch.setattr(recreated.Brokers, "views", views)
+    return behind
 
 
 def _old_log_first(monkeypatch: pytest.MonkeyPatch, old_marks: tuple[int, int]) -> list[int]:
@@ -163,7 +230,7 @@ def _plan(engine: sa.Engine, db: DatabaseSettings, kafka: KafkaSettings, run: Ru
         kafka,
         job=run.job,
         selection=TopicSelection((kw.pop("topic"),)),
-        start=StartPolicy.earliest(),
+        start=kw.pop("start", StartPolicy.earliest()),
         limits=Limits(),
         run=run,
         **kw,

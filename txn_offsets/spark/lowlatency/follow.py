@@ -32,8 +32,9 @@ from txn_offsets.commit import Outcome
 from txn_offsets.commit.staging import Prepare, Prepared, RangesWrite, Stop, prepare_range, unit_of
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import OffsetConflict, TxnOffsetsError
+from txn_offsets.kafka import recreated
 from txn_offsets.kafka.follower import Follower
-from txn_offsets.kafka.reader import Record
+from txn_offsets.kafka.reader import SETTLE_TIMEOUT_S, Record
 from txn_offsets.ranges import OffsetRange, TopicPartition
 from txn_offsets.spark.lowlatency.control import end_epoch, epoch_live
 from txn_offsets.spark.lowlatency.options import LowLatency
@@ -123,6 +124,8 @@ class _Follow:
             if not epoch_live(self.store, t.run):
                 return self._report("ended")
             stored = self._stored()  # a retried task continues from the table, not the plan
+            # no broker this process reaches may name another id: kafka/reader.py _settle
+            recreated.settle(t.kafka, self.topic_ids, timeout_s=SETTLE_TIMEOUT_S, gone="proof")
         except TxnOffsetsError as exc:
             return self._report("error", exc)
         pending = {k: _Pending(off, first_start=off) for k, off in stored.items()}
