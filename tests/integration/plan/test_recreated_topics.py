@@ -95,7 +95,9 @@ def test_a_first_plan_seeds_at_the_log_that_holds_the_topic_id_whatever_offsets_
         engine.dispose()
 
 
+@pytest.mark.parametrize("first", ["row_on_the_new_id", "seed_at_a_timestamp"])
 def test_a_plan_is_not_handed_out_while_a_broker_names_the_topics_old_id(
+    first: str,
     migrated: DatabaseSettings,
     kafka_bootstrap: str,
     kafka_admin: AdminClient,
@@ -107,61 +109,29 @@ def test_a_plan_is_not_handed_out_while_a_broker_names_the_topics_old_id(
     the commit's proof asks every broker AFTER the read, so if that broker catches up in between,
     the old records pass as the new topic's. Now a plan's ranges are handed out only once no
     broker names another id. That broker's answer is injected beside the stack's one real broker.
-    Before: the plan was handed out at once."""
+    Before: the plan was handed out at once. And a seed at a timestamp takes Kafka's ListOffsets by
+    time, which names no topic id (that broker answers it from the deleted log): the barrier runs
+    before any move, so nothing is seeded meanwhile (before: seeded and committed, then refused)."""
     kafka = KafkaSettings(kafka_bootstrap)
-    topic = topic_factory(partitions=1)
-    produce_counts(kafka_bootstrap, topic, {0: 10})
-    old_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
-    recreate_topic(kafka_admin, topic, 1)
-    produce_counts(kafka_bootstrap, topic, {0: 30})
-    new_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
+    topic, old_id, new_id = _recreated_with_30(kafka, kafka_admin, topic_factory)
     engine = engine_for(migrated)
     try:
-        run = start_run(Store(engine, migrated), "lagging-broker")
-        with engine.begin() as conn:  # nothing to move: a row on the new id at 0
-            offset_rows.seed_offsets(
-                conn, migrated, run.job, {(topic, 0): 0}, reason="t", actor="t", topic_ids={topic: new_id}
-            )
+        run = start_run(Store(engine, migrated), f"lagging-broker-{first}")
+        start, stored = StartPolicy.at_timestamp(0), {}
+        if first == "row_on_the_new_id":  # nothing to move: a row on the new id at 0
+            start, stored = StartPolicy.earliest(), {(topic, 0): 0}
+            with engine.begin() as conn:
+                offset_rows.seed_offsets(
+                    conn, migrated, run.job, stored, reason="t", actor="t", topic_ids={topic: new_id}
+                )
         behind = _lagging_broker(monkeypatch, topic, old_id)
         with pytest.raises(
             ServiceUnavailable, match=re.escape(f"10.47.45.99:9092 still names topic id {old_id}")
         ):
-            _plan(engine, migrated, kafka, run, topic=topic, timeout_s=1.0)
+            _plan(engine, migrated, kafka, run, topic=topic, timeout_s=3.0, start=start)
+        assert offsets_of(engine, migrated, run.job) == stored  # nothing moved, nothing seeded
         behind[0] = False  # caught up: it applied the deletion and the new topic
-        plan = _plan(engine, migrated, kafka, run, topic=topic)
-        assert plan.ranges == (OffsetRange(topic, 0, 0, 30, new_id),)
-        assert offsets_of(engine, migrated, run.job) == {(topic, 0): 0}
-    finally:
-        engine.dispose()
-
-
-def test_a_first_plan_at_a_timestamp_seeds_nothing_while_a_broker_names_the_topics_old_id(
-    migrated: DatabaseSettings,
-    kafka_bootstrap: str,
-    kafka_admin: AdminClient,
-    topic_factory: TopicFactory,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A seed at a timestamp takes Kafka's ListOffsets by time, which names no topic id: a broker
-    behind the metadata log answers it from the deleted topic's log. So the planner's barrier runs
-    before any move: while a broker names the old id nothing is seeded. Before: the rows were
-    seeded (and committed) first, the plan refused only afterwards."""
-    kafka = KafkaSettings(kafka_bootstrap)
-    topic = topic_factory(partitions=1)
-    produce_counts(kafka_bootstrap, topic, {0: 10})
-    old_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
-    recreate_topic(kafka_admin, topic, 1)
-    produce_counts(kafka_bootstrap, topic, {0: 30})
-    new_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
-    engine = engine_for(migrated)
-    try:
-        run = start_run(Store(engine, migrated), "lagging-broker-seed")
-        behind = _lagging_broker(monkeypatch, topic, old_id)
-        with pytest.raises(ServiceUnavailable, match=re.escape(f"still names topic id {old_id}")):
-            _plan(engine, migrated, kafka, run, topic=topic, timeout_s=1.0, start=StartPolicy.at_timestamp(0))
-        assert offsets_of(engine, migrated, run.job) == {}  # nothing seeded
-        behind[0] = False
-        plan = _plan(engine, migrated, kafka, run, topic=topic, start=StartPolicy.at_timestamp(0))
+        plan = _plan(engine, migrated, kafka, run, topic=topic, start=start)
         assert plan.ranges == (OffsetRange(topic, 0, 0, 30, new_id),)
         assert offsets_of(engine, migrated, run.job) == {(topic, 0): 0}
     finally:
@@ -178,12 +148,7 @@ def test_a_read_waits_while_a_broker_its_process_reaches_names_the_topics_old_id
     cannot. So a read asks it again (once per process and topic id): nothing is read while a broker
     names the old id. Before: the read went ahead."""
     kafka = KafkaSettings(kafka_bootstrap)
-    topic = topic_factory(partitions=1)
-    produce_counts(kafka_bootstrap, topic, {0: 10})
-    old_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
-    recreate_topic(kafka_admin, topic, 1)
-    produce_counts(kafka_bootstrap, topic, {0: 30})
-    new_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
+    topic, old_id, new_id = _recreated_with_30(kafka, kafka_admin, topic_factory)
     behind = _lagging_broker(monkeypatch, topic, old_id)
     monkeypatch.setattr(reader, "SETTLE_TIMEOUT_S", 1.0)
     rng = OffsetRange(topic, 0, 0, 30, new_id)
@@ -193,6 +158,18 @@ def test_a_read_waits_while_a_broker_its_process_reaches_names_the_topics_old_id
         list(reader.read_range(kafka, rng))
     behind[0] = False
     assert [r.offset for r in reader.read_ranges(kafka, [rng])[(topic, 0)]] == list(range(30))
+
+
+def _recreated_with_30(
+    kafka: KafkaSettings, kafka_admin: AdminClient, topic_factory: TopicFactory
+) -> tuple[str, str, str]:
+    """A topic of 10 records deleted and created again with 30: (name, old id, new id)."""
+    topic = topic_factory(partitions=1)
+    produce_counts(kafka.bootstrap_servers, topic, {0: 10})
+    old_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
+    recreate_topic(kafka_admin, topic, 1)
+    produce_counts(kafka.bootstrap_servers, topic, {0: 30})
+    return topic, old_id, metadata.describe_topics(kafka, [topic])[topic].topic_id
 
 
 def _lagging_broker(monkeypatch: pytest.MonkeyPatch, topic: str, old_id: str) -> list[bool]:
