@@ -378,14 +378,7 @@ def test_a_lagging_leaders_old_records_are_never_proven_the_new_topics(
             evidence["plan_marks"] = metadata.watermarks(kafka, [(topic, 0)], timeout_s=5)[(topic, 0)]
             evidence["plan_id"] = metadata.describe_topics(kafka, [topic])[topic].topic_id
             rng = OffsetRange(topic, 0, 0, evidence["plan_marks"][1], lag.new["id"])
-            evidence["reader_barrier"] = _read_refused(monkeypatch, kafka, rng)
-            with monkeypatch.context() as before:  # the reader as it was before its barrier
-                before.setattr(reader, "_settle", lambda kafka, ranges: None)
-                try:
-                    got = read_ranges(kafka, [rng], stall_timeout_s=5)[(topic, 0)]
-                    evidence["read"] = [(r.offset, (r.value or b"")[:4].decode()) for r in got]
-                except KafkaReadError as exc:
-                    evidence["read_error"] = str(exc)
+            _read_with_and_without_the_barrier(monkeypatch, kafka, rng, evidence)
             evidence["read_s"] = round(time.monotonic() - started, 2)
             proofs = []
             for _ in range(6):
@@ -432,14 +425,7 @@ def test_a_plan_is_held_back_until_the_lagging_broker_has_caught_up(
         except ServiceUnavailable as exc:
             evidence["barrier_lagging"] = f"refused: {exc.detail}"
         evidence["barrier_lagging_s"] = round(time.monotonic() - started, 2)
-        evidence["reader_barrier"] = _read_refused(monkeypatch, kafka, rng)
-        with monkeypatch.context() as before:  # the reader as it was before its barrier
-            before.setattr(reader, "_settle", lambda kafka, ranges: None)
-            try:
-                got = read_ranges(kafka, [rng], stall_timeout_s=5)[(topic, 0)]
-                evidence["read"] = [(r.offset, (r.value or b"")[:4].decode()) for r in got]
-            except KafkaReadError as exc:
-                evidence["read_error"] = str(exc)
+        _read_with_and_without_the_barrier(monkeypatch, kafka, rng, evidence)
         faults.rejoin(running_lab.lab.net, _host_of(running_lab, lag.x))
         healed = time.monotonic()
         while _own(lag.to_x, topic).get("id") != new_id:
@@ -464,15 +450,26 @@ def test_a_plan_is_held_back_until_the_lagging_broker_has_caught_up(
     assert evidence["marks_after"] == (0, 0), evidence
 
 
-def _read_refused(monkeypatch: pytest.MonkeyPatch, kafka: KafkaSettings, rng: OffsetRange) -> str:
-    """What the product's reader does with `rng` now (its barrier waits 3 s here, 10 s in a task)."""
+def _read_with_and_without_the_barrier(
+    monkeypatch: pytest.MonkeyPatch, kafka: KafkaSettings, rng: OffsetRange, evidence: dict[str, Any]
+) -> None:
+    """`rng` read as the product reads it now (its barrier waits 3 s here, 10 s in a task): evidence
+    "reader_barrier"; then as the reader read before its barrier: "read" (offset, first 4 bytes of
+    each record) or "read_error"."""
     with monkeypatch.context() as short:
         short.setattr(reader, "SETTLE_TIMEOUT_S", 3.0)
         try:
             got = read_ranges(kafka, [rng], stall_timeout_s=5)[(rng.topic, rng.partition)]
+            evidence["reader_barrier"] = f"read {len(got)} records"
         except ServiceUnavailable as exc:
-            return f"refused: {exc.detail}"
-    return f"read {len(got)} records"
+            evidence["reader_barrier"] = f"refused: {exc.detail}"
+    with monkeypatch.context() as before:
+        before.setattr(reader, "_settle", lambda kafka, ranges: None)
+        try:
+            got = read_ranges(kafka, [rng], stall_timeout_s=5)[(rng.topic, rng.partition)]
+            evidence["read"] = [(r.offset, (r.value or b"")[:4].decode()) for r in got]
+        except KafkaReadError as exc:
+            evidence["read_error"] = str(exc)
 
 
 def _host_of(running_lab: RunningLab, broker: int) -> str:
