@@ -4,9 +4,14 @@ data-loss and topic-incarnation checks need it."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
+import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from txn_offsets.config import KafkaSettings
+from txn_offsets.kafka import metadata
 
 
 def recreate_topic(admin: AdminClient | str, topic: str, partitions: int, gone_s: float = 0.0) -> None:
@@ -27,3 +32,18 @@ def recreate_topic(admin: AdminClient | str, topic: str, partitions: int, gone_s
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.3)
+
+
+def old_log_first(monkeypatch: pytest.MonkeyPatch, old_marks: tuple[int, int]) -> list[int]:
+    """Kafka's first (log start, end) answer (:func:`txn_offsets.kafka.metadata.watermarks`) is
+    `old_marks` - the old log's, as a lagging leader gave them on the lab - later ones real: the
+    calls made, one entry each."""
+    real = metadata.watermarks
+    calls: list[int] = []
+
+    def answer(kafka: KafkaSettings, tps: Any, **kw: Any) -> dict[tuple[str, int], tuple[int, int]]:
+        calls.append(1)
+        return dict.fromkeys(tps, old_marks) if len(calls) == 1 else real(kafka, tps, **kw)
+
+    monkeypatch.setattr(metadata, "watermarks", answer)
+    return calls

@@ -9,30 +9,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient
 
 from tests.fix_services import TopicFactory
 from tests.integration.helpers import produce_counts
-from tests.kafka_topics import recreate_topic
+from tests.kafka_topics import old_log_first, recreate_topic
 from txn_offsets.config import KafkaSettings, kafka_from_env
 from txn_offsets.errors import ServiceUnavailable
 from txn_offsets.kafka import direct, metadata, recreated
-
-
-def _old_log_first(monkeypatch: pytest.MonkeyPatch, old_marks: tuple[int, int]) -> list[int]:
-    """The first ListOffsets answer is `old_marks` (as the lagging leader gave on the lab)."""
-    real = metadata.watermarks
-    calls: list[int] = []
-
-    def answer(kafka: KafkaSettings, tps: Any, **kw: Any) -> dict[tuple[str, int], tuple[int, int]]:
-        calls.append(1)
-        return dict.fromkeys(tps, old_marks) if len(calls) == 1 else real(kafka, tps, **kw)
-
-    monkeypatch.setattr(metadata, "watermarks", answer)
-    return calls
 
 
 def _recreated(kafka: KafkaSettings, admin: AdminClient, topic: str, old: int, new: int) -> tuple[str, str]:
@@ -59,7 +45,7 @@ def test_the_marks_of_a_re_created_topic_are_its_new_logs_whatever_listoffsets_s
     kafka = KafkaSettings(kafka_bootstrap)
     topic = topic_factory(partitions=1)
     _, new_id = _recreated(kafka, kafka_admin, topic, 100, 10)
-    calls = _old_log_first(monkeypatch, old_marks)
+    calls = old_log_first(monkeypatch, old_marks)
     # past the new log's end the Fetch answers OFFSET_OUT_OF_RANGE: asked again; inside it, the
     # Fetch's own partition header (log start 0, end 10) is taken, never ListOffsets' (5, 100)
     assert recreated.watermarks(kafka, [(topic, 0)], {topic: new_id}, timeout_s=10) == {(topic, 0): (0, 10)}

@@ -25,7 +25,7 @@ from confluent_kafka.admin import AdminClient
 
 from tests.fix_services import TopicFactory
 from tests.integration.helpers import offsets_of, produce_counts
-from tests.kafka_topics import recreate_topic
+from tests.kafka_topics import old_log_first, recreate_topic
 from txn_offsets.admin.reset import ResetTarget, apply_reset, plan_reset
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import DataLoss, ServiceUnavailable
@@ -58,7 +58,7 @@ def test_a_recreated_topic_resumes_at_the_new_logs_start_whatever_offsets_came_w
         assert new_id != old_id
 
         # the answer the old topic's log gave (its start, had retention run)
-        calls = _old_log_first(monkeypatch, (50, 100))
+        calls = old_log_first(monkeypatch, (50, 100))
         plan = _plan(engine, migrated, kafka, run, topic=topic, on_data_loss="skip")
         assert len(calls) >= 2  # the offsets asked again once the new id was seen
         assert plan.ranges == (OffsetRange(topic, 0, 0, 150, new_id),)  # every record of the new topic
@@ -84,7 +84,7 @@ def test_a_first_plan_seeds_at_the_log_that_holds_the_topic_id_whatever_offsets_
     engine = engine_for(migrated)
     try:
         run = start_run(Store(engine, migrated), "seeded-marks")
-        calls = _old_log_first(
+        calls = old_log_first(
             monkeypatch, (20, 30)
         )  # the deleted topic's log, as the lagging leader answered
         plan = _plan(engine, migrated, kafka, run, topic=topic)
@@ -188,20 +188,6 @@ def _lagging_broker(monkeypatch: pytest.MonkeyPatch, topic: str, old_id: str) ->
 
     monkeypatch.setattr(recreated.Brokers, "views", views)
     return behind
-
-
-def _old_log_first(monkeypatch: pytest.MonkeyPatch, old_marks: tuple[int, int]) -> list[int]:
-    """Kafka's first (log start, end) answer is `old_marks` (the old log's), later ones real: the
-    calls made, one entry each."""
-    real = metadata.watermarks
-    calls: list[int] = []
-
-    def answer(kafka: KafkaSettings, tps: Any, **kw: Any) -> dict[tuple[str, int], tuple[int, int]]:
-        calls.append(1)
-        return dict.fromkeys(tps, old_marks) if len(calls) == 1 else real(kafka, tps, **kw)
-
-    monkeypatch.setattr(metadata, "watermarks", answer)
-    return calls
 
 
 def _plan(engine: sa.Engine, db: DatabaseSettings, kafka: KafkaSettings, run: Run, **kw: Any) -> Plan:
