@@ -20,7 +20,7 @@ def recreate_topic(admin: AdminClient | str, topic: str, partitions: int, gone_s
     completes asynchronously: the creation is retried, bounded (60 s)."""
     if isinstance(admin, str):
         admin = AdminClient({"bootstrap.servers": admin})
-    admin.delete_topics([topic], operation_timeout=30)[topic].result(timeout=30)
+    delete_topic(admin, topic)
     time.sleep(gone_s)
     deadline = time.monotonic() + 60
     while True:
@@ -32,6 +32,18 @@ def recreate_topic(admin: AdminClient | str, topic: str, partitions: int, gone_s
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.3)
+
+
+def delete_topic(admin: AdminClient, topic: str) -> None:
+    """Delete `topic` and return once the broker's metadata no longer names it: the deletion's
+    future resolves when the controller has committed it, a broker applies it a moment later, and
+    a plan made in between still sees the topic (bounded, 30 s)."""
+    admin.delete_topics([topic], operation_timeout=30)[topic].result(timeout=30)
+    deadline = time.monotonic() + 30
+    while (listed := admin.list_topics(topic, timeout=10).topics.get(topic)) and listed.error is None:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"topic {topic!r} is still listed 30 s after its deletion")
+        time.sleep(0.1)
 
 
 def old_log_first(monkeypatch: pytest.MonkeyPatch, old_marks: tuple[int, int]) -> list[int]:

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 from tests.fix_services import TopicFactory
 from tests.integration.helpers import produce_counts
+from tests.kafka_topics import delete_topic
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError, DataLoss, Fenced, TopicMissing
 from txn_offsets.kafka.start import StartPolicy
@@ -212,8 +213,7 @@ def test_a_failed_shared_plan_leaves_each_job_to_plan_alone(
     kept, deleted = _topics(topic_factory, kafka, 2, {0: 5})
     good = _job(store, kafka, f"{job_name}-good", kept)
     bad = _job(store, kafka, f"{job_name}-bad", deleted)
-    for fut in kafka_admin.delete_topics([deleted], operation_timeout=30).values():  # type: ignore[attr-defined]
-        fut.result()
+    delete_topic(kafka_admin, deleted)  # type: ignore[arg-type]
     with pytest.raises(TopicMissing):
         plan_jobs(store, kafka, [good, bad])
     alone = _alone(store, kafka, good)

@@ -95,6 +95,21 @@ def _row_text(driver: Any, job: str) -> str:
     return str(link.find_element(By.XPATH, "./ancestor::tr").text)
 
 
+def _navigate(driver: Any, element: Any) -> None:
+    """Click `element` (a link or a form's button) and return once the page it leads to has loaded:
+    click() may return before a form's request has been answered (CI once looked for the lineage
+    verdict on the form's own page), so wait for the old page to go stale, then for the new one."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    old = driver.find_element(By.TAG_NAME, "html")
+    element.click()
+    wait = WebDriverWait(driver, 15)
+    wait.until(expected_conditions.staleness_of(old))
+    wait.until(lambda d: d.execute_script("return document.readyState") == "complete")
+
+
 def _login(driver: Any, url: str, token: str) -> None:
     from selenium.webdriver.common.by import By
 
@@ -102,7 +117,7 @@ def _login(driver: Any, url: str, token: str) -> None:
     assert driver.current_url == f"{url}/console/login"  # sent to the form
     field = driver.find_element(By.NAME, "token")
     field.send_keys(token)
-    field.submit()
+    _navigate(driver, field.find_element(By.XPATH, "./ancestor::form//button"))
 
 
 def test_console_in_a_browser(
@@ -149,7 +164,7 @@ def test_console_in_a_browser(
         assert chart.get_attribute("class") == "growing"
         _shot(driver, "overview")
 
-        driver.find_element(By.LINK_TEXT, jobs.fenced).click()
+        _navigate(driver, driver.find_element(By.LINK_TEXT, jobs.fenced))
         history = driver.find_element(By.XPATH, "//h2[starts-with(., 'History')]/following-sibling::table[1]")
         newest = history.find_element(By.XPATH, ".//tbody/tr[1]").text
         assert "reset" in newest and REASON in newest
@@ -167,7 +182,7 @@ def test_console_in_a_browser(
         driver.get(f"{url}/console/lineage")
         for name, value in (("job", jobs.done), ("topic", jobs.topic), ("partition", "0"), ("offset", "7")):
             driver.find_element(By.NAME, name).send_keys(value)
-        driver.find_element(By.XPATH, "//form[@action='/console/lineage']//button").click()
+        _navigate(driver, driver.find_element(By.XPATH, "//form[@action='/console/lineage']//button"))
         verdict = driver.find_element(By.CLASS_NAME, "verdict").text
         span = f"[{committed.from_off}, {committed.until_off})"
         assert f"committed in {span} by run {committed.run_id} (generation {committed.generation})" in verdict
@@ -177,7 +192,7 @@ def test_console_in_a_browser(
         _shot(driver, "lineage")
 
         driver.get(f"{url}/console/")
-        driver.find_element(By.LINK_TEXT, jobs.hostile).click()  # its name shown as the text it is
+        _navigate(driver, driver.find_element(By.LINK_TEXT, jobs.hostile))  # its name shown as the text it is
         body = driver.find_element(By.TAG_NAME, "body").text
         assert "\\x1b[31m<script>alert(1)</script><b>bold</b>\\u202eevil" in body
         assert HOSTILE_REASON not in body
@@ -190,11 +205,7 @@ def test_console_in_a_browser(
         assert "finished (lease released)" in runs
 
         # logging out: the nav's button POSTs, the cookie is cleared, the pages ask for the token
-        driver.find_element(By.XPATH, "//nav//button[.='Log out']").click()
-        # click() returns before the POST's redirect has loaded: wait for it (CI saw the old URL)
-        deadline = time.monotonic() + 10
-        while driver.current_url != f"{url}/console/login" and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _navigate(driver, driver.find_element(By.XPATH, "//nav//button[.='Log out']"))
         assert driver.current_url == f"{url}/console/login"
         assert driver.get_cookie(COOKIE) is None
         driver.get(f"{url}/console/jobs/{jobs.held}")
