@@ -33,7 +33,7 @@ from txn_offsets.errors import BatchFailed, ConfigError, Fenced
 from txn_offsets.kafka.reader import read_range
 from txn_offsets.plan.planner import Limits, TopicSelection, plan_batch
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.spark import runner
+from txn_offsets.spark import frames, runner
 from txn_offsets.spark.batch import Batch
 from txn_offsets.spark.session import is_connect
 from txn_offsets.spark.tasks import ReadOptions
@@ -129,6 +129,37 @@ def test_marker_only_range_commits_alone(connect_spark: Any, counting: Counting)
     assert [(r.range.span, r.outcome) for r in tail.outcomes] == [(2, "committed")]
     assert counting.offsets() == counting.ends(topic, 1)
     assert counting.totals() == dict(expected)
+
+
+def test_a_connect_batch_asks_the_server_for_no_setting(
+    connect_spark: Any, counting: Counting, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch under Spark Connect collects its tasks' reports without a Config RPC: the client's
+    collect() asks the server for a setting every time (~10 ms, 5-7 % of a small batch)."""
+    client = connect_spark.client
+    asked: list[Any] = []
+    real_config = client.config
+
+    def config(operation: Any) -> Any:
+        asked.append(operation)
+        return real_config(operation)
+
+    monkeypatch.setattr(client, "config", config)
+    per_batch: list[int] = []
+    real_run_tasks = frames.run_tasks
+
+    def run_tasks(*args: Any, **kwargs: Any) -> Any:
+        before = len(asked)
+        reports = real_run_tasks(*args, **kwargs)
+        per_batch.append(len(asked) - before)
+        return reports
+
+    monkeypatch.setattr(frames, "run_tasks", run_tasks)
+    topic, expected = counting.topic(2, 200)
+    summary = counting.run(topic, session=connect_spark, limits=Limits(max_records_per_partition=50))
+    assert counting.totals() == dict(expected) and counting.offsets() == counting.ends(topic, 2)
+    assert summary.batches == len(per_batch) >= 2
+    assert per_batch == [0] * summary.batches
 
 
 def test_replay_is_a_no_op_and_a_zombie_is_fenced(session: Session, counting: Counting) -> None:
