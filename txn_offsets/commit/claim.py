@@ -1,7 +1,8 @@
 """The guarded claim of every range of a transaction, in one statement, with their lineage.
 
 One round trip claims all the ranges a transaction commits (a task's ranges, a batch's): the
-ranges travel as bound arrays, unnested in the statement, and the statement
+ranges travel as bound arrays (one text parameter each: :func:`array_literal`), unnested in the
+statement, and the statement
 
 1. locks the job row ``FOR KEY SHARE`` first (an InitPlan, evaluated before any offset row is
    touched), so a new run or a reset (which lock it ``FOR UPDATE``) waits for this transaction;
@@ -34,16 +35,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql as pg
 
 from txn_offsets.commit.classify import ClaimResult, FoundRow, classify_claims
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.store.lineage import Lineage, at
+from txn_offsets.store.lineage import Lineage
 from txn_offsets.store.runs import Run
 from txn_offsets.store.schema import tables_for
 
-__all__ = ["Claim", "claim", "claim_ranges"]
+__all__ = ["Claim", "array_literal", "claim", "claim_ranges"]
 
 
 @dataclass(frozen=True)
@@ -91,13 +91,13 @@ def claim(
         "run_id": run.run_id,
         "batch": lin.batch,
         "n": len(ranges),
-        "topics": [r.topic for r in ranges],
-        "parts": [r.partition for r in ranges],
-        "froms": [r.start for r in ranges],
-        "untils": [r.until for r in ranges],
-        "ids": [r.topic_id for r in ranges],
-        "firsts": [at(first) for first, _ in stamps],
-        "lasts": [at(last) for _, last in stamps],
+        "topics": array_literal([r.topic for r in ranges]),
+        "parts": array_literal([r.partition for r in ranges]),
+        "froms": array_literal([r.start for r in ranges]),
+        "untils": array_literal([r.until for r in ranges]),
+        "ids": array_literal([r.topic_id for r in ranges]),
+        "firsts": array_literal([_ms(first) for first, _ in stamps]),
+        "lasts": array_literal([_ms(last) for _, last in stamps]),
     }
     rows = conn.execute(_statement(db.schema, record=record), params).all()
     found = [FoundRow(bool(r.claimed), r.off, r.topic_id) for r in rows]
@@ -123,11 +123,13 @@ def _statement(schema: str, *, record: bool) -> sa.TextClause:
     WHERE (SELECT count(*) FROM claimed) = :n
 )"""  # noqa: S608 - identifiers from a validated schema name, values bound
     sql = f"""WITH want AS (
-    SELECT * FROM unnest(CAST(:topics AS text[]), CAST(:parts AS integer[]),
-                         CAST(:froms AS bigint[]), CAST(:untils AS bigint[]),
-                         CAST(:ids AS text[]), CAST(:firsts AS timestamptz[]),
-                         CAST(:lasts AS timestamptz[]))
-        WITH ORDINALITY AS w(topic, part, from_off, until_off, topic_id, first_at, last_at, i)
+    SELECT u.topic, u.part, u.from_off, u.until_off, u.topic_id,
+           pg_catalog.to_timestamp(u.first_ms / 1000.0) AS first_at,
+           pg_catalog.to_timestamp(u.last_ms / 1000.0) AS last_at, u.i
+    FROM unnest(CAST(:topics AS text[]), CAST(:parts AS integer[]),
+                CAST(:froms AS bigint[]), CAST(:untils AS bigint[]),
+                CAST(:ids AS text[]), CAST(:firsts AS bigint[]), CAST(:lasts AS bigint[]))
+        WITH ORDINALITY AS u(topic, part, from_off, until_off, topic_id, first_ms, last_ms, i)
 ), gen AS (
     SELECT job, generation FROM {jobs} WHERE job = :job FOR KEY SHARE
 ), locked AS (
@@ -151,12 +153,32 @@ LEFT JOIN claimed c ON c.topic = w.topic AND c.part = w.part
 LEFT JOIN locked l ON l.topic = w.topic AND l.part = w.part
 ORDER BY w.i
 """  # noqa: S608 - identifiers from a validated schema name, values bound
-    stamp = pg.ARRAY(sa.DateTime(timezone=True))
-    typed: list[sa.BindParameter[object]] = [
-        sa.bindparam("ids", type_=pg.ARRAY(sa.Text)),
-        sa.bindparam("firsts", type_=stamp),  # in `want`, with or without the lineage
-        sa.bindparam("lasts", type_=stamp),
-    ]
+    # the arrays travel as text (array_literal), cast by the statement
+    arrays = ("topics", "parts", "froms", "untils", "ids", "firsts", "lasts")
+    typed: list[sa.BindParameter[object]] = [sa.bindparam(name, type_=sa.Text) for name in arrays]
     if record:
         typed.append(sa.bindparam("batch", type_=sa.BigInteger))
     return sa.text(sql).bindparams(*typed)
+
+
+def _ms(ms: int | None) -> int | None:
+    """A record timestamp in ms since the epoch, None when unknown (Kafka's "no timestamp" is -1,
+    None from the reader): the statement makes it a timestamptz, as :func:`~txn_offsets.store.lineage.at`."""
+    return None if ms is None or ms < 0 else ms
+
+
+def array_literal(values: Sequence[str | int | None]) -> str:
+    """`values` as one PostgreSQL array literal (None: NULL; every other element double-quoted,
+    backslash and double quote escaped), bound as ONE text parameter and cast by the statement:
+    a string join, where binding a Python list costs psycopg's dumper per element - 15 µs each in
+    a task of 2,048 ranges on a busy worker, 0.22 s of its claim's 0.7 s (py-spy, 4,096 partitions)."""
+    parts = []
+    for value in values:
+        if value is None:
+            parts.append("NULL")
+        else:
+            text = str(value)
+            if '"' in text or "\\" in text:
+                text = text.replace("\\", "\\\\").replace('"', '\\"')
+            parts.append(f'"{text}"')
+    return "{" + ",".join(parts) + "}"
