@@ -103,3 +103,27 @@ def test_settings_it_cannot_speak_are_refused_before_connecting() -> None:
     ]:
         with pytest.raises(direct.Unsupported, match=named):
             direct.connect(config, "192.0.2.1", 9, 0.1)  # TEST-NET-1: never contacted
+
+
+def test_the_marks_of_many_partitions_look_at_each_brokers_view_once_per_topic(
+    kafka_bootstrap: str, topic_factory: TopicFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Planning 4,096 partitions made each broker's view of the topic (all its partitions) again
+    for every partition: quadratic, ~1 s of the driver's plan. Once per topic and broker now, and
+    the marks are the topic's."""
+    kafka = KafkaSettings(kafka_bootstrap)
+    topic = topic_factory(partitions=64)
+    produce_counts(kafka_bootstrap, topic, {p: p % 3 for p in range(64)})
+    topic_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
+    made: list[str] = []
+    real_view = recreated._view
+
+    def view(answer: object, name: str) -> object:
+        made.append(name)
+        return real_view(answer, name)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(recreated, "_view", view)
+    parts = [(topic, p) for p in range(64)]
+    marks = recreated.watermarks(kafka, parts, {topic: topic_id}, timeout_s=10)
+    assert marks == {(topic, p): (0, p % 3) for p in range(64)}
+    assert made == [topic]  # one broker on the stack, one topic
