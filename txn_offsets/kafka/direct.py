@@ -46,6 +46,8 @@ METADATA, LIST_OFFSETS, FETCH, SASL_HANDSHAKE, SASL_AUTHENTICATE = 3, 2, 1, 17, 
 METADATA_V, LIST_OFFSETS_V, FETCH_V = 12, 7, 13
 EARLIEST, LATEST = -2, -1
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+#: a Metadata answer's partition: error code, index, leader, leader epoch
+_PARTITION_HEAD = struct.Struct(">hiii")
 
 
 class Unsupported(Exception):
@@ -258,11 +260,10 @@ def metadata_answer(conn: Connection, correlation: int) -> Cluster:
         error, name, topic_id = r.int16(), r.compact_string() or "", r.uuid()
         r.int8()  # internal
         partitions: dict[int, Partition] = {}
-        for _ in range(r.array()):
-            p_error, index, leader, epoch = r.int16(), r.int32(), r.int32(), r.int32()
+        for _ in range(r.array()):  # thousands for a topic of thousands of partitions: few calls each
+            p_error, index, leader, epoch = r.fields(_PARTITION_HEAD)
             for _ in range(3):  # replicas, isr, offline
-                for _ in range(r.array()):
-                    r.int32()
+                r.skip_int32s()
             r.skip_tags()
             partitions[index] = Partition(p_error, leader, epoch)
         r.int32()  # authorized operations

@@ -79,6 +79,9 @@ def frame(
     return struct.pack(">i", len(message)) + message
 
 
+_INT8, _INT16, _INT32, _INT64 = (struct.Struct(f) for f in (">b", ">h", ">i", ">q"))
+
+
 class Reader:
     """A response read field by field, front to back."""
 
@@ -90,19 +93,39 @@ class Reader:
         self.at += struct.calcsize(fmt)
         return int(value)
 
+    def fields(self, layout: struct.Struct) -> tuple[int, ...]:
+        """The next fixed-size fields, as `layout` (big-endian) has them: one call for several."""
+        values = layout.unpack_from(self.data, self.at)
+        self.at += layout.size
+        return values
+
     def int8(self) -> int:
-        return self.take(">b")
+        return self._one(_INT8)
 
     def int16(self) -> int:
-        return self.take(">h")
+        return self._one(_INT16)
 
     def int32(self) -> int:
-        return self.take(">i")
+        return self._one(_INT32)
 
     def int64(self) -> int:
-        return self.take(">q")
+        return self._one(_INT64)
+
+    def _one(self, layout: struct.Struct) -> int:
+        (value,) = layout.unpack_from(self.data, self.at)
+        self.at += layout.size
+        return int(value)
+
+    def skip_int32s(self) -> None:
+        """Skip a compact array of int32 (a partition's replicas, say)."""
+        count = self.array()  # first: it moves self.at
+        self.at += 4 * max(0, count)
 
     def uvarint(self) -> int:
+        first = self.data[self.at]
+        if first < 0x80:  # one byte: most lengths and counts
+            self.at += 1
+            return first
         shift = value = 0
         while True:
             byte = self.data[self.at]
