@@ -39,7 +39,7 @@ import sqlalchemy as sa
 from txn_offsets.commit.classify import ClaimResult, FoundRow, classify_claims
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.ranges import OffsetRange
-from txn_offsets.store.lineage import Lineage
+from txn_offsets.store.lineage import Lineage, known_ms
 from txn_offsets.store.runs import Run
 from txn_offsets.store.schema import tables_for
 
@@ -96,8 +96,8 @@ def claim(
         "froms": array_literal([r.start for r in ranges]),
         "untils": array_literal([r.until for r in ranges]),
         "ids": array_literal([r.topic_id for r in ranges]),
-        "firsts": array_literal([_ms(first) for first, _ in stamps]),
-        "lasts": array_literal([_ms(last) for _, last in stamps]),
+        "firsts": array_literal([known_ms(first) for first, _ in stamps]),
+        "lasts": array_literal([known_ms(last) for _, last in stamps]),
     }
     rows = conn.execute(_statement(db.schema, record=record), params).all()
     found = [FoundRow(bool(r.claimed), r.off, r.topic_id) for r in rows]
@@ -159,12 +159,6 @@ ORDER BY w.i
     if record:
         typed.append(sa.bindparam("batch", type_=sa.BigInteger))
     return sa.text(sql).bindparams(*typed)
-
-
-def _ms(ms: int | None) -> int | None:
-    """A record timestamp in ms since the epoch, None when unknown (Kafka's "no timestamp" is -1,
-    None from the reader): the statement makes it a timestamptz, as :func:`~txn_offsets.store.lineage.at`."""
-    return None if ms is None or ms < 0 else ms
 
 
 def array_literal(values: Sequence[str | int | None]) -> str:

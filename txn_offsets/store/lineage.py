@@ -18,7 +18,6 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 import sqlalchemy as sa
 
@@ -30,8 +29,8 @@ __all__ = [
     "PRUNE_EVERY_S",
     "PRUNE_MAX_ROWS",
     "Lineage",
-    "at",
     "forget_prunes",
+    "known_ms",
     "prune",
     "prune_due",
     "prune_is_due",
@@ -55,10 +54,11 @@ class Lineage:
     timestamps: Mapping[TopicPartition, tuple[int | None, int | None]] = field(default_factory=dict)
 
 
-def at(ms: int | None) -> datetime | None:
-    """A record timestamp as a datetime (None: unknown)."""
+def known_ms(ms: int | None) -> int | None:
+    """A record timestamp in ms since the epoch, None when unknown (the claim makes it the
+    ``commits`` row's timestamptz)."""
     # Kafka's "no timestamp" is -1 (None from the reader); anything else is ms since the epoch
-    return None if ms is None or ms < 0 else datetime.fromtimestamp(ms / 1000, tz=UTC)
+    return None if ms is None or ms < 0 else ms
 
 
 def prune(conn: sa.Connection, db: DatabaseSettings, job: str, *, max_rows: int = PRUNE_MAX_ROWS) -> int:
