@@ -7,6 +7,7 @@ goes through the plan's transaction."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -126,6 +127,12 @@ def test_what_must_be_moved_or_pruned_takes_the_plans_transaction(
     # a partition added: seeded (at its log start) by the plan's transaction
     admin = AdminClient({"bootstrap.servers": planning.kafka.bootstrap_servers})
     admin.create_partitions([NewPartitions(topic, 2)])[topic].result(30)
+    # the controller's answer comes before the broker lists the partition: a plan in between saw
+    # the description's 2 partitions and a metadata answer of 1 (TopicMissing, CI once)
+    deadline = time.monotonic() + 30
+    while len(admin.list_topics(topic, timeout=10).topics[topic].partitions) < 2:
+        assert time.monotonic() < deadline, f"{topic}[1] is not listed 30 s after it was created"
+        time.sleep(0.1)
     produce_counts(planning.kafka.bootstrap_servers, topic, {1: 1})
     statements.seen.clear()
     plan = planning.plan(engine, run, topic)
