@@ -173,7 +173,7 @@ def read_range(
         clean = True
     finally:
         if clean:
-            pool.give_back(kafka, consumer)
+            pool.give_back(kafka, consumer, assigned=1)
         else:  # an error, or the caller stopped reading early: its state is unknown
             pool.discard(consumer)
 
@@ -202,6 +202,7 @@ def read_ranges(
         raise ConfigError("ranges", "read_ranges reads one range per partition")
     todo = {r.key: r for r in ranges if not r.empty}
     position = {k: r.start for k, r in todo.items()}
+    assigned = len(todo)
     fresh: set[TP] = set()  # partitions whose position() is used (see above)
     if not todo:
         return out
@@ -291,7 +292,7 @@ def read_ranges(
         clean = True
     finally:
         if clean:
-            pool.give_back(kafka, consumer, small=True)
+            pool.give_back(kafka, consumer, assigned=assigned, small=True)
         else:  # an error: the consumer's state is unknown
             pool.discard(consumer)
     return out

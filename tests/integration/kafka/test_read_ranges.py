@@ -189,7 +189,8 @@ def test_a_position_from_before_the_assignment_ends_no_range_early(
     ends = settled_ends(kafka, topic, parts)
     assert set(ends.values()) == {30}
     for small in (True, False):  # the pools of read_ranges and of read_range
-        pool.give_back(kafka, _JustAssigned(pool.take(kafka, (topic,), small=small), ends), small=small)
+        noted = _JustAssigned(pool.take(kafka, (topic,), small=small), ends)
+        pool.give_back(kafka, noted, assigned=0, small=small)
     try:
         together = read_ranges(kafka, [OffsetRange(topic, p, 3, 13) for p in range(parts)])
         assert {tp: [r.offset for r in rs] for tp, rs in together.items()} == {
@@ -234,7 +235,7 @@ def test_a_complete_range_is_paused_only_when_much_of_its_log_is_left(
     assert producer.flush(30) == 0
     assert settled_ends(kafka, topic, 2) == {(topic, p): n for p, n in sizes.items()}
     noted = _Pauses(pool.take(kafka, (topic,), small=True))
-    pool.give_back(kafka, noted, small=True)
+    pool.give_back(kafka, noted, assigned=0, small=True)
     try:
         ranges = [OffsetRange(topic, 0, 0, 5), OffsetRange(topic, 1, 0, 5)]
         got = read_ranges(kafka, ranges)
