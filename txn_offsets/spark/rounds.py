@@ -37,6 +37,7 @@ from txn_offsets.spark import frames
 from txn_offsets.spark.batch import assign_ranges, batch_deadline
 from txn_offsets.spark.session import session_cores
 from txn_offsets.spark.tasks import PartitionTask, Staged, TaskReport, reports_of
+from txn_offsets.spark.worker_heap import freeze_worker_heap
 from txn_offsets.store.database import worker_engine
 
 __all__ = ["Rounds", "UnitFailed"]
@@ -73,6 +74,7 @@ class RoundTask:
     tasks: tuple[PartitionTask[Any], ...]
 
     def __call__(self, index: int, assigned: Iterable[Any]) -> Iterator[tuple[int, Any]]:
+        freeze_worker_heap()
         # the whole input first: PySpark reuses only a worker whose input was read to the end
         units = [(int(job), tuple(group)) for part in assigned for job, group in part]
         staged: list[tuple[int, Staged[Any]]] = []

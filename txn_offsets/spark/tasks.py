@@ -25,6 +25,7 @@ from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError, TxnOffsetsError
 from txn_offsets.kafka.reader import Record, read_range, read_ranges
 from txn_offsets.ranges import OffsetRange, TopicPartition, packed_ranges, unpacked_ranges
+from txn_offsets.spark.worker_heap import freeze_worker_heap
 from txn_offsets.store.database import worker_engine
 from txn_offsets.store.runs import Run
 from txn_offsets.upserts import merging_upserts
@@ -151,6 +152,7 @@ class PartitionTask(Generic[A]):
         (None: all in one transaction). After a range that failed (a conflict, fencing, a rejected
         record) the rest are left alone: the driver raises that error and plans again from the
         stored offsets."""
+        freeze_worker_heap()
         ranges = [self.ranges[i] for i in _range_indexes(assigned)]
         size = self.read.ranges_per_transaction or max(1, len(ranges))
         for first in range(0, len(ranges), size):
@@ -291,6 +293,7 @@ class ReadTask:
         return _with_packed_ranges(self)
 
     def __call__(self, index: int, assigned: Iterable[Any]) -> Iterator[Record]:
+        freeze_worker_heap()
         for i in _range_indexes(assigned):
             yield from read_range(
                 self.kafka,

@@ -39,6 +39,7 @@ from txn_offsets.ranges import OffsetRange, TopicPartition
 from txn_offsets.spark.lowlatency.control import end_epoch, epoch_live
 from txn_offsets.spark.lowlatency.options import LowLatency
 from txn_offsets.spark.tasks import TaskReport, commit_reporting
+from txn_offsets.spark.worker_heap import freeze_worker_heap
 from txn_offsets.store import offset_rows
 from txn_offsets.store.database import worker_engine
 from txn_offsets.store.handle import Store
@@ -93,6 +94,7 @@ class FollowTask:
 
     def __call__(self, index: int, assigned: Iterable[Any]) -> Iterator[FollowReport]:
         keys = [self.partitions[int(i)] for group in assigned for i in group]  # read it to the end
+        freeze_worker_heap()
         if keys:
             yield _Follow(self, index, keys).run()
 
