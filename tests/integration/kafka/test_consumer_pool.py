@@ -9,6 +9,7 @@ RETIRE_AFTER_ASSIGNMENTS partition assignments (librdkafka's consumer slows with
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -77,14 +78,23 @@ def test_first_records_of_many_new_topics_come_without_the_lookup_wait(
         pool.give_back(kafka, idle, assigned=0)
 
 
+def _closed(consumer: Any) -> bool:
+    try:
+        consumer.assignment()
+    except RuntimeError:  # "Consumer closed"
+        return True
+    return False
+
+
 def test_a_consumer_is_retired_after_its_share_of_partition_assignments(
     kafka_bootstrap: str, topic_factory: TopicFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each assign()/unassign() of many partitions leaves librdkafka's consumer slower for good (a
     reader of 2 x 2,048 small ranges a batch: 0.29 s, then 1.73 s by the eighth batch): the pool
     closes a consumer that served RETIRE_AFTER_ASSIGNMENTS partition assignments instead of
-    pooling it again. Here the bound is 20: after two reads of 8 partitions the consumer is pooled
-    again, after the third (24 served) it is closed; every read exact."""
+    pooling it again (closed in a thread of its own). Here the bound is 20: after two reads of 8
+    partitions the consumer is pooled again, after the third (24 served) it is closed; every read
+    exact."""
     monkeypatch.setattr(consumers, "RETIRE_AFTER_ASSIGNMENTS", 20)
     parts = 8
     topic = topic_factory(partitions=parts)
@@ -114,5 +124,9 @@ def test_a_consumer_is_retired_after_its_share_of_partition_assignments(
         second = mine.take(kafka)
         assert second is not first
         mine.give_back(kafka, second, assigned=0)
+        deadline = time.monotonic() + 30  # the retired one is closed in a thread of its own
+        while not _closed(first):
+            assert time.monotonic() < deadline, "the retired consumer was never closed"
+            time.sleep(0.05)
     finally:
         mine.close_all()
