@@ -27,12 +27,13 @@ from txn_offsets.spark.batch import Batch, Deadlines, check_execution, spark_err
 from txn_offsets.spark.loop import Pace, Step, Stepped, run_loop
 from txn_offsets.spark.lowlatency.epochs import check_low_latency, epoch_steps
 from txn_offsets.spark.lowlatency.options import LowLatency
+from txn_offsets.spark.read_ahead import ReadAhead
 from txn_offsets.spark.session import session_cores
 from txn_offsets.spark.shared import Shared
 from txn_offsets.spark.spec import JobSpec
 from txn_offsets.spark.summary import BatchReport, JobSummary
 from txn_offsets.spark.tasks import ReadOptions, success_counts
-from txn_offsets.spark.writers import Writer
+from txn_offsets.spark.writers import ComputesFirst, Writer
 from txn_offsets.store.budget import check_budget
 from txn_offsets.store.handle import Store
 from txn_offsets.store.lease import LeaseKeeper
@@ -196,7 +197,17 @@ def run_member(
     def steps(store: Store, run: Run) -> AbstractContextManager[Step]:
         """The mode's step over the run the loop started (a plain call: its values stay in view)."""
         if options is None:
-            return _batch_steps(store, run, spark=spark, spec=spec, kafka=kafka, writer=writer, shared=shared)
+            return _batch_steps(
+                store,
+                run,
+                spark=spark,
+                spec=spec,
+                kafka=kafka,
+                writer=writer,
+                shared=shared,
+                pace=pace,
+                stop=stop,
+            )
         return epoch_steps(
             store,
             run,
@@ -238,10 +249,14 @@ def _batch_steps(
     kafka: KafkaSettings,
     writer: Writer,
     shared: Shared | None,
+    pace: Pace,
+    stop: threading.Event,
 ) -> Iterator[Step]:
     """The batch mode's step over `run`: plan the next batch and run it. For the whole run it holds
     the lease keeper (renewing the lease while a batch runs) and, unless its batches go to shared
-    rounds (whose Spark job has the deadline), one Spark job group with each batch's deadline."""
+    rounds (whose Spark job has the deadline), one Spark job group with each batch's deadline and,
+    for a writer that computes first (BatchWriter), the next batch computed while this one commits
+    (:mod:`txn_offsets.spark.read_ahead`; under run_jobs the jobs overlap one another instead)."""
     rounds = shared.rounds_of(spec.job) if shared is not None else None
     plans = shared.plans if shared is not None else None
     lease = LeaseKeeper(store, run, every_s=max(1.0, spec.lease_s / 3))
@@ -251,18 +266,14 @@ def _batch_steps(
     group = spark_group(spark, f"txn-offsets-{run.run_id}") if rounds is None else None
     with contextlib.closing(lease), group or contextlib.nullcontext() as interrupt:
         deadlines = Deadlines(interrupt) if interrupt is not None else None
+        ahead = (
+            ReadAhead(spark, writer.compute_batch, interrupt)
+            if interrupt is not None and isinstance(writer, ComputesFirst)
+            else None
+        )
 
-        def step(number: int) -> Stepped | None:
-            nonlocal carried, planned_at
-            committed, carried = carried, None  # a batch that fails is planned afresh
-            recent = time.monotonic() - planned_at < REPLAN_EVERY_S
-            plan = plan_next(committed, spec.limits) if committed and recent else None
-            if plan is None:
-                planned_at = time.monotonic()
-                plan = _fresh_plan(store, kafka, spec=spec, run=run, plans=plans)
-            if not plan.ranges:
-                return None
-            batch = Batch(
+        def batch_of(number: int, plan: Plan) -> Batch:
+            return Batch(
                 number,
                 plan.ranges,
                 spark,
@@ -273,9 +284,44 @@ def _batch_steps(
                 spec.execution,
                 shared_round=rounds.submit if rounds is not None else None,
             )
+
+        def step(number: int) -> Stepped | None:
+            nonlocal carried, planned_at
+            committed, carried = carried, None  # a batch that fails is planned afresh
+            taken = ahead.take(committed, number) if ahead is not None else None
+            if taken is not None:  # computed while the batch before it committed
+                plan, computed = taken
+            else:
+                computed = None
+                recent = time.monotonic() - planned_at < REPLAN_EVERY_S
+                following = plan_next(committed, spec.limits) if committed and recent else None
+                if following is None:
+                    planned_at = time.monotonic()
+                following = following or _fresh_plan(store, kafka, spec=spec, run=run, plans=plans)
+                plan = following
+            if not plan.ranges:
+                return None
+            batch = batch_of(number, plan)
+
+            def read_next() -> None:
+                """Once this batch is computed: compute the next one while this one commits, if it
+                can be planned without a round trip and the run goes on after this batch."""
+                last = pace.max_batches is not None and number >= pace.max_batches
+                if ahead is None or last or stop.is_set() or time.monotonic() - planned_at >= REPLAN_EVERY_S:
+                    return
+                following = plan_next(plan, spec.limits)
+                if following is not None:
+                    ahead.start(plan, following, batch_of(number + 1, following))
+
             with lease.during(spec.batch_timeout_s):
                 stepped = _run_batch(
-                    batch, writer, deadlines, timeout_s=spec.batch_timeout_s, lag_after=plan.lag_after
+                    batch,
+                    writer,
+                    deadlines,
+                    timeout_s=spec.batch_timeout_s,
+                    lag_after=plan.lag_after,
+                    computed=computed,
+                    computed_then=read_next,
                 )
             carried = plan
             return stepped
@@ -283,6 +329,8 @@ def _batch_steps(
         try:
             yield step
         finally:
+            if ahead is not None:
+                ahead.drop()
             if deadlines is not None:
                 deadlines.close()
 
@@ -313,10 +361,20 @@ def _fresh_plan(
 
 
 def _run_batch(
-    batch: Batch, writer: Writer, deadlines: Deadlines | None, *, timeout_s: float | None, lag_after: int
+    batch: Batch,
+    writer: Writer,
+    deadlines: Deadlines | None,
+    *,
+    timeout_s: float | None,
+    lag_after: int,
+    computed: Callable[[], Any] | None = None,
+    computed_then: Callable[[], None] | None = None,
 ) -> Stepped:
     """Commit `batch` with `writer` (under `deadlines`, its Spark jobs cancelled after `timeout_s`);
-    what it committed. A task's error is raised; a Spark failure is a transient BatchFailed."""
+    what it committed. A task's error is raised; a Spark failure is a transient BatchFailed.
+
+    A writer that computes first (:class:`ComputesFirst`) computes the batch - or takes `computed`,
+    the result of its compute started earlier - then calls `computed_then`, then commits."""
     run, number = batch.run, batch.number
     t0 = time.monotonic()
     # in shared rounds (run_jobs) the round's Spark job has the deadline: no job group of our own
@@ -327,7 +385,13 @@ def _run_batch(
     )
     try:
         with watch as expired:
-            reports = writer.commit(batch)
+            if isinstance(writer, ComputesFirst):
+                result = computed() if computed is not None else writer.compute_batch(batch)
+                if computed_then is not None:
+                    computed_then()
+                reports = writer.commit_computed(batch, result)
+            else:
+                reports = writer.commit(batch)
     except TxnOffsetsError:
         raise
     except Exception as exc:

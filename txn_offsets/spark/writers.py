@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import sqlalchemy as sa
 
@@ -30,7 +30,7 @@ from txn_offsets.spark.tasks import PartitionTask, TaskReport, commit_reporting
 from txn_offsets.store.dead_letters import DeadLetter
 from txn_offsets.store.lineage import Lineage
 
-__all__ = ["BatchWriter", "PartitionWriter", "Writer"]
+__all__ = ["BatchWriter", "ComputesFirst", "PartitionWriter", "Writer"]
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -39,6 +39,18 @@ R = TypeVar("R")
 
 class Writer(Protocol):
     def commit(self, batch: Batch) -> list[TaskReport]: ...
+
+
+@runtime_checkable
+class ComputesFirst(Protocol):
+    """A writer whose batch is a Spark job first and a commit on the driver after it
+    (:class:`BatchWriter`): ``commit(batch)`` is ``commit_computed(batch, compute_batch(batch))``,
+    so the run loop can compute the next batch while this one commits
+    (:mod:`txn_offsets.spark.read_ahead`)."""
+
+    def compute_batch(self, batch: Batch) -> Any: ...
+
+    def commit_computed(self, batch: Batch, result: Any) -> list[TaskReport]: ...
 
 
 @dataclass(frozen=True)
@@ -140,6 +152,11 @@ class BatchWriter(Generic[R]):
     Either returns a driver-side result (e.g. a collected list of rows). Nothing is claimed until
     it has finished. A batch's ``records`` (``on_batch``, the job's summary) are the offsets its
     ranges committed: compute saw the batch whole, and counting its records would cost a Spark job.
+
+    While a job catches up, ``run_job`` computes the next batch while the driver commits this one
+    (:mod:`txn_offsets.spark.read_ahead`), in a thread of its own: ``compute`` may run while
+    ``write`` runs (never two computes at once), and a computed batch is dropped, never written,
+    when the batch before it does not commit.
     """
 
     write: Callable[[sa.Connection, Sequence[OffsetRange], R], None]
@@ -156,7 +173,11 @@ class BatchWriter(Generic[R]):
             )
 
     def commit(self, batch: Batch) -> list[TaskReport]:
-        result = self._compute(batch)
+        return self.commit_computed(batch, self.compute_batch(batch))
+
+    def commit_computed(self, batch: Batch, result: R) -> list[TaskReport]:
+        """Commit every range of `batch` with `result` (what :meth:`compute_batch` returned for it)
+        in one transaction on the driver."""
         unit = Unit(
             batch.run,
             list(batch.ranges),
@@ -169,7 +190,8 @@ class BatchWriter(Generic[R]):
         # offsets it committed (records, and in a transactional topic its markers and aborted records)
         return [dataclasses.replace(r, records=r.range.span) for r in reports]
 
-    def _compute(self, batch: Batch) -> R:
+    def compute_batch(self, batch: Batch) -> R:
+        """The user's compute over the batch's records (a Spark job; nothing claimed)."""
         if self.compute_df is not None:
             with frames.worker_imports():
                 return self.compute_df(batch.records_frame())
