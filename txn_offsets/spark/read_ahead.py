@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,8 +31,10 @@ __all__ = ["ReadAhead"]
 
 logger = logging.getLogger(__name__)
 
-#: how long dropping a computed batch waits for its cancelled Spark job (seconds)
+#: how long dropping a computed batch waits for its cancelled Spark job, and how often it
+#: interrupts the run's Spark jobs meanwhile (seconds)
 DROP_WAIT_S = 30.0
+INTERRUPT_EVERY_S = 0.5
 
 
 @dataclass
@@ -104,10 +107,15 @@ class ReadAhead:
             self._drop(computing)
 
     def _drop(self, computing: _Computing) -> None:
-        if computing.done.is_set():
-            return
-        self._interrupt()
-        if not computing.done.wait(DROP_WAIT_S):
+        # interrupted again every INTERRUPT_EVERY_S: the compute may submit its Spark job (or its
+        # next one) after an interrupt, which cancels only the jobs running at the time
+        deadline = time.monotonic() + DROP_WAIT_S
+        while not computing.done.is_set():
+            self._interrupt()
+            if computing.done.wait(INTERRUPT_EVERY_S):
+                return
+            if time.monotonic() < deadline:
+                continue
             logger.warning(
                 "job=%r batch=%d: its compute, ahead of a batch that did not commit, is still running "
                 "%ss after it was cancelled; leaving it (its result is never written)",
@@ -115,6 +123,7 @@ class ReadAhead:
                 computing.batch.number,
                 DROP_WAIT_S,
             )
+            return
 
 
 def _thread_context(spark: Any) -> Callable[[], None]:

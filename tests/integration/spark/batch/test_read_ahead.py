@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import operator
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,7 +37,16 @@ class Recorder:
     run that computes ahead shows it in the order of events; `fail_write` / `fail_compute` make the
     write of that batch (always), or that compute (once), fail."""
 
-    def __init__(self, table: str, *, wait_for: int = 0, fail_write: int = 0, fail_compute: int = 0) -> None:
+    def __init__(
+        self,
+        table: str,
+        *,
+        wait_for: int = 0,
+        fail_write: int = 0,
+        fail_compute: int = 0,
+        slow: int = 0,
+        frame: bool = False,
+    ) -> None:
         self.table = table
         self.events: list[tuple[str, int]] = []
         self.computes = 0
@@ -44,6 +54,8 @@ class Recorder:
         self.most_at_once = 0
         self.wait_for = wait_for
         self.fail_write, self.fail_compute = fail_write, fail_compute
+        self.slow = slow  # this compute's Spark job sleeps 45 s in its tasks
+        self.frame = frame  # compute_df (any session) instead of compute (an RDD: classic only)
         self.changed = threading.Condition()
 
     def compute(self, records: Any) -> tuple[int, list[tuple[str, int]]]:
@@ -58,6 +70,11 @@ class Recorder:
             if i == self.fail_compute:
                 self.fail_compute = 0  # once
                 raise ValueError(f"compute {i} failed on purpose")
+            if i == self.slow:
+                _sleep_long(records, self.frame)
+            if self.frame:
+                counted = records.selectExpr("CAST(key AS STRING) AS k").groupBy("k").count().collect()
+                return i, [(str(r.k), int(r["count"])) for r in counted]
             rows: list[tuple[str, int]] = (
                 records.map(lambda r: (key_of(r), 1)).reduceByKey(operator.add, 2).collect()
             )
@@ -81,13 +98,38 @@ class Recorder:
             raise ValueError(f"write {i} failed on purpose")
 
     def writer(self) -> BatchWriter[tuple[int, list[tuple[str, int]]]]:
+        if self.frame:
+            return BatchWriter(compute_df=self.compute, write=self.write)
         return BatchWriter(compute=self.compute, write=self.write)
 
 
-def test_the_next_batch_is_computed_while_this_one_commits(counting: Counting) -> None:
+def _sleep_long(records: Any, frame: bool) -> None:
+    """A Spark job over `records` whose tasks sleep 45 s (unless cancelled)."""
+
+    def sleep_rows(batches: Any) -> Any:
+        time.sleep(45)
+        yield from batches
+
+    if frame:
+        records.mapInArrow(sleep_rows, records.schema).collect()
+    else:
+        records.mapPartitions(lambda rows: (time.sleep(45), list(rows))[1]).count()
+
+
+@pytest.fixture(params=["classic", "connect"])
+def on(request: pytest.FixtureRequest) -> tuple[Any, bool]:
+    """The session a test's job runs on and whether its compute is compute_df: classic Spark with an
+    RDD compute, or Spark Connect with compute_df."""
+    if request.param == "classic":
+        return request.getfixturevalue("spark"), False
+    return request.getfixturevalue("connect_spark"), True
+
+
+def test_the_next_batch_is_computed_while_this_one_commits(counting: Counting, on: tuple[Any, bool]) -> None:
+    session, frame = on
     topic, expected = counting.topic(4, 4_000)
-    recorder = Recorder(counting.table, wait_for=4)
-    summary = counting.run(topic, writer=recorder.writer(), limits=LIMITS)
+    recorder = Recorder(counting.table, wait_for=4, frame=frame)
+    summary = counting.run(topic, writer=recorder.writer(), limits=LIMITS, session=session)
     counting.assert_exact(topic, 4, expected)
     assert summary.batches == 4 and summary.records == 4_000
     # every write but the last ended after the next batch's compute had started; the last batch
@@ -138,3 +180,20 @@ def test_nothing_is_computed_after_the_last_batch_of_max_batches(counting: Count
     assert summary.batches == 2
     assert recorder.computes == 2
     assert sum(counting.offsets().values()) == sum(counting.totals().values()) == 2_000
+
+
+def test_a_batch_computing_ahead_of_a_failed_commit_is_cancelled(
+    counting: Counting, on: tuple[Any, bool]
+) -> None:
+    """Batch 3's compute (a Spark job sleeping 45 s) runs in the run's job group (classic) or
+    with its operation tag (Connect), so when batch 2's commit fails it is cancelled at once."""
+    session, frame = on
+    topic, _expected = counting.topic(4, 4_000)
+    recorder = Recorder(counting.table, fail_write=2, slow=3, frame=frame)
+    started = time.monotonic()
+    with pytest.raises(TxnOffsetsError, match="write 2 failed on purpose"):
+        counting.run(topic, writer=recorder.writer(), limits=LIMITS, session=session, retries=0)
+    assert time.monotonic() - started < 25  # not the 45 s of batch 3's job, nor read_ahead.DROP_WAIT_S
+    assert recorder.computes == 3 and recorder.running == 0  # batch 3's compute ended (cancelled)
+    assert [e for e in recorder.events if e[0] == "write"] == [("write", 1), ("write", 2)]
+    assert sum(counting.totals().values()) == sum(counting.offsets().values()) == 1_000
