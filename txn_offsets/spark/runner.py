@@ -285,20 +285,22 @@ def _batch_steps(
                 shared_round=rounds.submit if rounds is not None else None,
             )
 
+        def plan_after(committed: Plan | None) -> Plan:
+            """The next batch's plan: from the last one's while it is recent, else a fresh one."""
+            nonlocal planned_at
+            recent = time.monotonic() - planned_at < REPLAN_EVERY_S
+            plan = plan_next(committed, spec.limits) if committed and recent else None
+            if plan is None:
+                planned_at = time.monotonic()
+                plan = _fresh_plan(store, kafka, spec=spec, run=run, plans=plans)
+            return plan
+
         def step(number: int) -> Stepped | None:
-            nonlocal carried, planned_at
+            nonlocal carried
             committed, carried = carried, None  # a batch that fails is planned afresh
+            # the batch computed while the one before it committed, if that is the batch to run
             taken = ahead.take(committed, number) if ahead is not None else None
-            if taken is not None:  # computed while the batch before it committed
-                plan, computed = taken
-            else:
-                computed = None
-                recent = time.monotonic() - planned_at < REPLAN_EVERY_S
-                following = plan_next(committed, spec.limits) if committed and recent else None
-                if following is None:
-                    planned_at = time.monotonic()
-                following = following or _fresh_plan(store, kafka, spec=spec, run=run, plans=plans)
-                plan = following
+            plan, computed = taken if taken is not None else (plan_after(committed), None)
             if not plan.ranges:
                 return None
             batch = batch_of(number, plan)

@@ -116,6 +116,15 @@ def _sleep_long(records: Any, frame: bool) -> None:
         records.mapPartitions(lambda rows: (time.sleep(45), list(rows))[1]).count()
 
 
+def _read_ahead_threads() -> list[threading.Thread]:
+    """The read-ahead threads still running after 5 s (a dropped compute's thread ends just after
+    the drop saw it done)."""
+    running = [t for t in threading.enumerate() if t.name.startswith("read-ahead-")]
+    for t in running:
+        t.join(timeout=5)
+    return [t for t in running if t.is_alive()]
+
+
 @pytest.fixture(params=["classic", "connect"])
 def on(request: pytest.FixtureRequest) -> tuple[Any, bool]:
     """The session a test's job runs on and whether its compute is compute_df: classic Spark with an
@@ -157,7 +166,7 @@ def test_a_batch_computed_ahead_of_a_failed_commit_is_dropped(counting: Counting
     assert failing.computes == 3
     assert [e for e in failing.events if e[0] == "write"] == [("write", 1), ("write", 2)]
     assert sum(counting.totals().values()) == sum(counting.offsets().values()) == 1_000  # batch 1 alone
-    assert not [t for t in threading.enumerate() if t.name.startswith("read-ahead-")]
+    assert not _read_ahead_threads()
     # the job runs again from the table: every record once
     summary = counting.run(topic, writer=Recorder(counting.table).writer(), limits=LIMITS)
     counting.assert_exact(topic, 4, expected)
@@ -197,3 +206,21 @@ def test_a_batch_computing_ahead_of_a_failed_commit_is_cancelled(
     assert recorder.computes == 3 and recorder.running == 0  # batch 3's compute ended (cancelled)
     assert [e for e in recorder.events if e[0] == "write"] == [("write", 1), ("write", 2)]
     assert sum(counting.totals().values()) == sum(counting.offsets().values()) == 1_000
+
+
+def test_a_batch_computed_ahead_of_a_stop_is_dropped(counting: Counting) -> None:
+    """A stop (SIGTERM, or `stop` set, here by on_batch) after batch 1 committed: batch 2, computed
+    while batch 1 committed, is dropped; the run ends after batch 1 and the next run goes on exact."""
+    topic, expected = counting.topic(4, 4_000)
+    recorder = Recorder(counting.table)
+    stop = threading.Event()
+    summary = counting.run(
+        topic, writer=recorder.writer(), limits=LIMITS, stop=stop, on_batch=lambda _report: stop.set()
+    )
+    assert (summary.batches, summary.stopped_by) == (1, "signal")
+    assert recorder.computes == 2 and recorder.running == 0
+    assert [e for e in recorder.events if e[0] == "write"] == [("write", 1)]
+    assert sum(counting.totals().values()) == sum(counting.offsets().values()) == 1_000
+    assert not _read_ahead_threads()
+    counting.run(topic, writer=Recorder(counting.table).writer(), limits=LIMITS)
+    counting.assert_exact(topic, 4, expected)
