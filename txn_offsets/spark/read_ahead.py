@@ -17,10 +17,10 @@ another (a user's compute may use a fixed temp view name); one runs beside the p
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from typing import Any
 
 from txn_offsets.plan.planner import Plan
@@ -37,56 +37,40 @@ DROP_WAIT_S = 30.0
 INTERRUPT_EVERY_S = 0.5
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Computing:
-    """One batch being computed in a thread of its own."""
+    """One batch being computed on the read-ahead thread."""
 
     after: Plan  # the plan of the batch it follows
     plan: Plan
     batch: Batch
-    done: threading.Event = field(default_factory=threading.Event)
-    result: Any = None
-    error: BaseException | None = None
-
-    def outcome(self) -> Any:
-        """The compute's result, once it finished; its error raised."""
-        self.done.wait()
-        if self.error is not None:
-            raise self.error
-        return self.result
+    future: Future[Any]
 
 
 class ReadAhead:
     """At most one batch computed ahead of the run loop (`compute`: a ComputesFirst writer's
-    compute_batch), in the Spark job group of the run's thread; `interrupt` cancels that group's
-    jobs (the run's: nothing else of the run is running when a computed batch is dropped)."""
+    compute_batch), on one thread for the whole run (a thread of its own per batch cost ~4 ms of
+    the driver's: a new py4j connection and the properties copied each time), which runs its Spark
+    jobs as the run's thread does (:func:`_thread_context`, taken when the ReadAhead is made: in the
+    run's job group). `interrupt` cancels that group's jobs (the run's: nothing else of the run is
+    running when a computed batch is dropped). :meth:`close` when the run ends."""
 
     def __init__(self, spark: Any, compute: Callable[[Batch], Any], interrupt: Callable[[], None]) -> None:
         self._spark = spark
         self._compute = compute
         self._interrupt = interrupt
+        self._inherit = _thread_context(spark)
+        self._thread: ThreadPoolExecutor | None = None
         self._computing: _Computing | None = None
 
     def start(self, after: Plan, plan: Plan, batch: Batch) -> None:
-        """Compute `batch` (planned from `after` as `plan`) now, in a thread."""
+        """Compute `batch` (planned from `after` as `plan`) now, on the read-ahead thread."""
         self.drop()
-        computing = _Computing(after, plan, batch)
-        inherit = _thread_context(self._spark)
-
-        def run() -> None:
-            try:
-                inherit()
-                computing.result = self._compute(batch)
-            except BaseException as exc:  # raised where the run loop takes the batch
-                computing.error = exc
-            finally:
-                computing.done.set()
-
-        thread = threading.Thread(
-            target=run, name=f"read-ahead-{batch.run.job[:30]}-{batch.number}", daemon=True
-        )
-        self._computing = computing
-        thread.start()
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(
+                1, thread_name_prefix=f"read-ahead-{batch.run.job[:30]}", initializer=self._inherit
+            )
+        self._computing = _Computing(after, plan, batch, self._thread.submit(self._compute, batch))
 
     def take(self, committed: Plan | None, number: int) -> tuple[Plan, Callable[[], Any]] | None:
         """The batch computed ahead when it is batch `number`, the one after the `committed` plan:
@@ -96,7 +80,7 @@ class ReadAhead:
         if computing is None:
             return None
         if committed is not None and computing.after is committed and computing.batch.number == number:
-            return computing.plan, computing.outcome
+            return computing.plan, computing.future.result
         self._drop(computing)
         return None
 
@@ -106,13 +90,20 @@ class ReadAhead:
         if computing is not None:
             self._drop(computing)
 
+    def close(self) -> None:
+        """Drop the batch computed ahead, if any, and end the read-ahead thread."""
+        self.drop()
+        if self._thread is not None:
+            self._thread.shutdown(wait=False)
+            self._thread = None
+
     def _drop(self, computing: _Computing) -> None:
         # interrupted again every INTERRUPT_EVERY_S: the compute may submit its Spark job (or its
         # next one) after an interrupt, which cancels only the jobs running at the time
         deadline = time.monotonic() + DROP_WAIT_S
-        while not computing.done.is_set():
+        while not computing.future.done():
             self._interrupt()
-            if computing.done.wait(INTERRUPT_EVERY_S):
+            if wait([computing.future], INTERRUPT_EVERY_S).done:
                 return
             if time.monotonic() < deadline:
                 continue
@@ -123,6 +114,9 @@ class ReadAhead:
                 computing.batch.number,
                 DROP_WAIT_S,
             )
+            if self._thread is not None:  # the next batch computed ahead must not queue behind it
+                self._thread.shutdown(wait=False)
+                self._thread = None
             return
 
 

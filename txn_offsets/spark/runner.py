@@ -332,7 +332,7 @@ def _batch_steps(
             yield step
         finally:
             if ahead is not None:
-                ahead.drop()
+                ahead.close()
             if deadlines is not None:
                 deadlines.close()
 
