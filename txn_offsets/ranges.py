@@ -35,7 +35,7 @@ BatchShare = Literal["even", "backlog"]
 BATCH_SHARES: tuple[BatchShare, ...] = get_args(BatchShare)
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class OffsetRange:
     """The records of one partition a task reads and commits: offsets in ``[start, until)``.
 
@@ -88,6 +88,11 @@ class OffsetRange:
 
     def __str__(self) -> str:
         return f"{self.topic}[{self.partition}]@[{self.start},{self.until})"
+
+    def __reduce__(self) -> tuple[type[OffsetRange], PackedRange]:
+        # slots: no __dict__ to copy; its values, checked again where it is unpickled (4,096 ranges
+        # of a batch's task reports cross from the Python workers to the driver every batch)
+        return (OffsetRange, (self.topic, self.partition, self.start, self.until, self.topic_id))
 
 
 def fair_share(spans: Mapping[TopicPartition, int], total: int) -> dict[TopicPartition, int]:
