@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError, Fenced, TopicChanged, Transient
 from txn_offsets.kafka import described
+from txn_offsets.spark.heap import heap_frozen_while_running
 from txn_offsets.spark.publish import BatchPublisher
 from txn_offsets.spark.retry import TransientRetries
 from txn_offsets.spark.shared import Shared
@@ -113,7 +114,7 @@ def run_loop(
         started = time.monotonic()
         restore = stop_on_signals(stop)
         try:
-            with steps(store, run) as step:
+            with steps(store, run) as step, heap_frozen_while_running():
                 _repeat(step, summary, publisher, pace=pace, stop=stop, then=then)
         except Fenced as exc:
             # what fenced the run (a newer run, a reset, an import, a retire) and what it had

@@ -35,9 +35,9 @@ from typing import Any
 from txn_offsets.commit import commit_units
 from txn_offsets.spark import frames
 from txn_offsets.spark.batch import assign_ranges, batch_deadline
+from txn_offsets.spark.heap import freeze_worker_heap
 from txn_offsets.spark.session import session_cores
 from txn_offsets.spark.tasks import PartitionTask, Staged, TaskReport, reports_of
-from txn_offsets.spark.worker_heap import freeze_worker_heap
 from txn_offsets.store.database import worker_engine
 
 __all__ = ["Rounds", "UnitFailed"]

@@ -25,7 +25,7 @@ from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError, TxnOffsetsError
 from txn_offsets.kafka.reader import Record, read_range, read_ranges
 from txn_offsets.ranges import OffsetRange, TopicPartition, packed_ranges, unpacked_ranges
-from txn_offsets.spark.worker_heap import freeze_worker_heap
+from txn_offsets.spark.heap import freeze_worker_heap
 from txn_offsets.store.database import worker_engine
 from txn_offsets.store.runs import Run
 from txn_offsets.upserts import merging_upserts

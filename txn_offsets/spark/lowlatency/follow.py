@@ -36,10 +36,10 @@ from txn_offsets.kafka import recreated
 from txn_offsets.kafka.follower import Follower
 from txn_offsets.kafka.reader import SETTLE_TIMEOUT_S, Record
 from txn_offsets.ranges import OffsetRange, TopicPartition
+from txn_offsets.spark.heap import freeze_worker_heap
 from txn_offsets.spark.lowlatency.control import end_epoch, epoch_live
 from txn_offsets.spark.lowlatency.options import LowLatency
 from txn_offsets.spark.tasks import TaskReport, commit_reporting
-from txn_offsets.spark.worker_heap import freeze_worker_heap
 from txn_offsets.store import offset_rows
 from txn_offsets.store.database import worker_engine
 from txn_offsets.store.handle import Store
