@@ -93,6 +93,9 @@ class ReadAhead:
     def close(self) -> None:
         """Drop the batch computed ahead, if any, and end the read-ahead thread."""
         self.drop()
+        self._end_thread()
+
+    def _end_thread(self) -> None:
         if self._thread is not None:
             self._thread.shutdown(wait=False)
             self._thread = None
@@ -114,9 +117,7 @@ class ReadAhead:
                 computing.batch.number,
                 DROP_WAIT_S,
             )
-            if self._thread is not None:  # the next batch computed ahead must not queue behind it
-                self._thread.shutdown(wait=False)
-                self._thread = None
+            self._end_thread()  # the next batch computed ahead must not queue behind it
             return
 
 
