@@ -19,8 +19,8 @@ import secrets
 import socket
 import ssl
 import struct
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from txn_offsets.kafka import wire
@@ -36,9 +36,11 @@ __all__ = [
     "check_settings",
     "connect",
     "fetch",
+    "fetch_answer",
     "list_offsets",
     "metadata",
     "metadata_answer",
+    "send_fetch",
     "send_metadata",
 ]
 
@@ -87,13 +89,17 @@ class Offset:
 
 @dataclass(frozen=True)
 class FetchAnswer:
-    """A Fetch answer's partition header: the log's marks as the broker that holds it under the
-    asked topic id has them (-1 when the answer is an error)."""
+    """A Fetch answer's partition: the log's marks as the broker that holds it under the asked
+    topic id has them (-1 when the answer is an error), the (producer id, first offset) of each
+    aborted transaction among its records (read_committed), and its record batches (payloads:
+    never in a repr, never compared)."""
 
     error: int
     high_watermark: int
     last_stable_offset: int
     log_start_offset: int
+    aborted: tuple[tuple[int, int], ...] = field(default=(), compare=False)
+    records: bytes = field(default=b"", compare=False, repr=False)
 
 
 class Connection:
@@ -305,17 +311,46 @@ def fetch(
     partitions: Mapping[int, tuple[int, int]],
     *,
     isolation: int = READ_COMMITTED,
+    max_bytes: int = 1,
+    partition_max_bytes: int = 1,
 ) -> dict[int, FetchAnswer]:
     """Fetch v13 naming the topic by `topic_id`, for `partitions` (index -> (fetch offset, current
-    leader epoch)), waiting for nothing and asking for one byte (a broker still returns a whole
-    first batch); the answer's partition headers, records ignored."""
+    leader epoch, -1: unchecked)), waiting for nothing; by default asking for one byte (a broker
+    still returns a whole first batch): the partitions' marks."""
+    correlation = send_fetch(
+        conn,
+        topic_id,
+        partitions,
+        isolation=isolation,
+        max_bytes=max_bytes,
+        partition_max_bytes=partition_max_bytes,
+    )
+    return fetch_answer(conn, correlation, partitions)
+
+
+def send_fetch(
+    conn: Connection,
+    topic_id: str,
+    partitions: Mapping[int, tuple[int, int]],
+    *,
+    isolation: int,
+    max_bytes: int,
+    partition_max_bytes: int,
+) -> int:
+    """Ask :func:`fetch` without waiting (several brokers asked at once): the correlation id."""
     parts = [
-        struct.pack(">iiqiqi", p, epoch, offset, -1, -1, 1) + b"\0"
+        struct.pack(">iiqiqi", p, epoch, offset, -1, -1, partition_max_bytes) + b"\0"
         for p, (offset, epoch) in partitions.items()
     ]
     topics = wire.compact_array([wire.uuid_bytes(topic_id) + wire.compact_array(parts) + b"\0"])
-    body = struct.pack(">iiiibii", -1, 0, 0, 1, isolation, 0, -1) + topics + wire.compact_array([])
-    r = conn.ask(FETCH, FETCH_V, body + wire.compact_string("") + b"\0", flexible=True)
+    body = struct.pack(">iiiibii", -1, 0, 0, max_bytes, isolation, 0, -1) + topics + wire.compact_array([])
+    return conn.send(FETCH, FETCH_V, body + wire.compact_string("") + b"\0", flexible=True)
+
+
+def fetch_answer(conn: Connection, correlation: int, partitions: Iterable[int]) -> dict[int, FetchAnswer]:
+    """The answer to :func:`send_fetch`'s request `correlation` for `partitions`: one per partition
+    (a partition the broker left out: its top-level error, or -1)."""
+    r = conn.answer(correlation, flexible=True)
     r.int32()  # throttle
     top_error = r.int16()
     r.int32()  # session
@@ -325,14 +360,14 @@ def fetch(
         for _ in range(r.array()):
             index, error = r.int32(), r.int16()
             high, stable, start = r.int64(), r.int64(), r.int64()
-            for _ in range(max(0, r.array())):  # aborted transactions
-                r.int64()
-                r.int64()
+            aborted = []
+            for _ in range(max(0, r.array())):
+                aborted.append((r.int64(), r.int64()))  # producer id, first offset
                 r.skip_tags()
             r.int32()  # preferred read replica
-            r.compact_bytes()
+            records = r.compact_bytes() or b""
             r.skip_tags()
-            out[index] = FetchAnswer(error or top_error, high, stable, start)
+            out[index] = FetchAnswer(error or top_error, high, stable, start, tuple(aborted), records)
         r.skip_tags()
     for p in partitions:
         out.setdefault(p, FetchAnswer(top_error or -1, -1, -1, -1))

@@ -23,7 +23,7 @@ from txn_offsets.config import KafkaSettings
 from txn_offsets.errors import ConfigError, KafkaReadError
 from txn_offsets.kafka.clients import client_config
 from txn_offsets.kafka.consumers import consumer_config
-from txn_offsets.kafka.reader import Record, _as_bytes, _headers
+from txn_offsets.kafka.records import Record, as_bytes, headers_of
 from txn_offsets.ranges import TopicPartition as Key
 
 __all__ = ["Follower"]
@@ -85,9 +85,9 @@ class Follower:
                 )
             k, v = msg.key(), msg.value()
             if k.__class__ is not bytes and k is not None:
-                k = _as_bytes(k)
+                k = as_bytes(k)
             if v.__class__ is not bytes and v is not None:
-                v = _as_bytes(v)
+                v = as_bytes(v)
             ts_type, ts = msg.timestamp()
             headers = msg.headers()
             append(
@@ -100,7 +100,7 @@ class Follower:
                         k,
                         v,
                         ts if ts_type and ts >= 0 else None,
-                        _headers(headers) if headers else (),
+                        headers_of(headers) if headers else (),
                     ),
                 )
             )

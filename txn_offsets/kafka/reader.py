@@ -16,34 +16,20 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Generator, Sequence
-from typing import Any, NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from txn_offsets.config import KafkaSettings
 from txn_offsets.errors import ConfigError, KafkaReadError
-from txn_offsets.kafka import recreated
+from txn_offsets.kafka import fetcher, recreated
 from txn_offsets.kafka.consumers import pool
+from txn_offsets.kafka.records import Record, as_bytes, headers_of
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.ranges import TopicPartition as TP
 
 __all__ = ["Record", "read_range", "read_ranges"]
 
 logger = logging.getLogger(__name__)
-
-Headers = tuple[tuple[str, bytes | None], ...]
-
-
-class Record(NamedTuple):
-    """One Kafka record as the user's code sees it (cheap to pickle between Spark stages)."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    timestamp_ms: int | None
-    headers: Headers = ()
 
 
 def _position(consumer: Consumer, rng: OffsetRange) -> int:
@@ -59,16 +45,6 @@ def _position(consumer: Consumer, rng: OffsetRange) -> int:
 # position() is only used once it is *fresh*:
 # a record or an end-of-partition event of it was delivered, or position() said "none yet"
 # (librdkafka resets it when the new assignment starts).
-
-
-def _headers(headers: Any) -> Headers:
-    return tuple((str(k), _as_bytes(v)) for k, v in headers)
-
-
-def _as_bytes(value: object) -> bytes | None:
-    if value is None or isinstance(value, bytes):
-        return value
-    return str(value).encode()
 
 
 def read_range(
@@ -139,9 +115,9 @@ def read_range(
                 key = msg.key()
                 value = msg.value()
                 if key.__class__ is not bytes and key is not None:
-                    key = _as_bytes(key)
+                    key = as_bytes(key)
                 if value.__class__ is not bytes and value is not None:
-                    value = _as_bytes(value)
+                    value = as_bytes(value)
                 ts_type, ts = msg.timestamp()
                 headers = msg.headers()
                 yield new(
@@ -153,7 +129,7 @@ def read_range(
                         key,
                         value,
                         ts if ts_type and ts >= 0 else None,  # 0: TIMESTAMP_NOT_AVAILABLE
-                        _headers(headers) if headers else (),
+                        headers_of(headers) if headers else (),
                     ),
                 )
                 position = offset + 1
@@ -201,12 +177,39 @@ def read_ranges(
     if len(out) != len(ranges):
         raise ConfigError("ranges", "read_ranges reads one range per partition")
     todo = {r.key: r for r in ranges if not r.empty}
-    position = {k: r.start for k, r in todo.items()}
-    assigned = len(todo)
-    fresh: set[TP] = set()  # partitions whose position() is used (see above)
     if not todo:
         return out
     _settle(kafka, list(todo.values()))
+    if len(todo) >= fetcher.MIN_RANGES:  # many: Kafka's own Fetch first, librdkafka for the rest
+        read, rest = fetcher.read_wide(kafka, list(todo.values()))
+        out.update(read)
+        todo = {r.key: r for r in rest}
+    if todo:
+        _consume(
+            kafka,
+            todo,
+            out,
+            batch_size=batch_size,
+            poll_timeout_s=poll_timeout_s,
+            stall_timeout_s=stall_timeout_s,
+        )
+    return out
+
+
+def _consume(
+    kafka: KafkaSettings,
+    todo: dict[TP, OffsetRange],
+    out: dict[TP, list[Record]],
+    *,
+    batch_size: int,
+    poll_timeout_s: float,
+    stall_timeout_s: float,
+) -> None:
+    """:func:`read_ranges`' reading of the ranges `todo` with one librdkafka assignment, each
+    range's records appended to its list in `out`."""
+    position = {k: r.start for k, r in todo.items()}
+    assigned = len(todo)
+    fresh: set[TP] = set()  # partitions whose position() is used (see above)
     consumer = pool.take(kafka, {r.topic for r in todo.values()}, small=True)
     clean = False
     resume: list[TopicPartition] = []  # a pause outlives the assignment: resumed before pooling
@@ -255,10 +258,10 @@ def read_ranges(
                         rng.topic,
                         rng.partition,
                         offset,
-                        _as_bytes(msg.key()),
-                        _as_bytes(msg.value()),
+                        as_bytes(msg.key()),
+                        as_bytes(msg.value()),
                         ts if ts_type and ts >= 0 else None,
-                        _headers(headers) if headers else (),
+                        headers_of(headers) if headers else (),
                     )
                 )
                 position[key] = offset + 1
@@ -305,7 +308,6 @@ def read_ranges(
             pool.give_back(kafka, consumer, assigned=assigned, small=True)
         else:  # an error: the consumer's state is unknown
             pool.discard(consumer)
-    return out
 
 
 #: how long a read waits for a broker that names another id for its topic (:func:`_settle`)

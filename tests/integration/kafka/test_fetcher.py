@@ -1,0 +1,160 @@
+"""Wide reads with Kafka's own Fetch (kafka.fetcher) against the real broker: exactly the records
+librdkafka reads for each range - codecs, headers, null and empty keys and values, timestamps,
+transactions committed and aborted, both isolation levels - and what it does not read itself
+(aborted transactions under read_committed, lz4, a topic id the leader does not hold, settings it
+cannot speak) left to librdkafka from where it got, never a record twice or missed."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.kafka_ends import settled_ends
+from txn_offsets.config import KafkaSettings, kafka_from_env
+from txn_offsets.kafka import fetcher, metadata
+from txn_offsets.kafka.reader import read_range, read_ranges
+from txn_offsets.ranges import OffsetRange
+
+PARTS = 10
+#: partition -> the producer settings its records are written with
+CODECS = {1: "gzip", 2: "zstd", 3: "lz4", 4: "snappy"}
+ABORTED = {5, 6}  # partitions with an aborted transaction between committed ones
+
+
+def _fill(bootstrap: str, topic: str) -> None:
+    """Per partition: 30 records of varied shapes (5 of them in a committed transaction, and in
+    ABORTED 5 more in an aborted one between), each partition with its codec."""
+    plain: dict[str, Producer] = {}
+    for part in range(PARTS):
+        codec = CODECS.get(part, "none")
+        producer = plain.setdefault(
+            codec, Producer({"bootstrap.servers": bootstrap, "compression.type": codec, "linger.ms": 5})
+        )
+        for i in range(25):
+            key = None if i % 7 == 0 else b"" if i % 7 == 1 else f"k{i}".encode()
+            value = None if i % 5 == 0 else b"" if i % 5 == 1 else f"p{part}-{i}".encode() * (1 + i % 4)
+            headers = [("h", b"v"), ("n", None), ("h", f"{i}".encode())] if i % 3 == 0 else None
+            producer.produce(
+                topic, key=key, value=value, partition=part, headers=headers, timestamp=1_700_000_000_000 + i
+            )
+    for producer in plain.values():
+        assert producer.flush(30) == 0
+    tx = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tx-{uuid.uuid4().hex}"})
+    tx.init_transactions(30)
+    for commit in (False, True):
+        tx.begin_transaction()
+        for part in range(PARTS):
+            if commit or part in ABORTED:
+                for i in range(5):
+                    tx.produce(topic, value=f"t{part}-{commit}-{i}".encode(), partition=part)
+        tx.flush(30)
+        tx.commit_transaction(30) if commit else tx.abort_transaction(30)
+
+
+@pytest.fixture(scope="module")
+def filled(
+    kafka_bootstrap: str, kafka_admin: AdminClient
+) -> Iterator[tuple[str, dict[tuple[str, int], int]]]:
+    topic = f"wide-{uuid.uuid4().hex[:12]}"
+    kafka_admin.create_topics([NewTopic(topic, num_partitions=PARTS, replication_factor=1)])[topic].result(30)
+    _fill(kafka_bootstrap, topic)
+    yield topic, settled_ends(KafkaSettings(kafka_bootstrap), topic, PARTS)
+    kafka_admin.delete_topics([topic], operation_timeout=30)[topic].result(30)
+
+
+@pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
+def test_wide_reads_are_what_librdkafka_reads(
+    kafka_bootstrap: str, filled: tuple[str, dict[tuple[str, int], int]], isolation: str
+) -> None:
+    topic, ends = filled
+    kafka = KafkaSettings(kafka_bootstrap, isolation_level=isolation)
+    topic_id = metadata.describe_topics(kafka, [topic])[topic].topic_id
+    for cut in (0, 3, 17, 26, 31):  # starts: 0, inside a batch, at the transactions, near the end
+        ranges = [
+            OffsetRange(topic, p, min(cut, ends[(topic, p)]), ends[(topic, p)], topic_id)
+            for p in range(PARTS)
+        ]
+        alone = {r.key: list(read_range(kafka, r)) for r in ranges}
+        read, left = fetcher.read_wide(kafka, ranges)
+        # what it read is each range's head, what it left starts where that head ends
+        for r in ranges:
+            rest = [x for x in left if x.key == r.key]
+            got = read[r.key] + [rec for x in rest for rec in read_range(kafka, x)]
+            assert got == alone[r.key], (isolation, cut, r)
+        by_librdkafka = {x.partition for x in left}
+        # lz4 and snappy: the first 25 records; the aborted transaction: 25-29, its marker 30
+        expected = ({3, 4} if cut < 25 else set()) | (
+            ABORTED if isolation == "read_committed" and cut <= 30 else set()
+        )
+        assert by_librdkafka == expected, (isolation, cut)
+        assert read_ranges(kafka, ranges) == alone  # the reader's own way: wide first, then the rest
+    whole = [OffsetRange(topic, p, 0, ends[(topic, p)]) for p in range(PARTS)]
+    committed = [r.value for r in read_ranges(kafka, whole)[(topic, 5)]]
+    assert committed[-5:] == [f"t5-True-{i}".encode() for i in range(5)]
+    assert (b"t5-False-0" in committed) == (isolation == "read_uncommitted")
+
+
+def test_a_read_in_many_rounds_is_whole(
+    kafka_bootstrap: str, filled: tuple[str, dict[tuple[str, int], int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Byte limits far below a batch: each answer holds a batch cut short, or a few whole ones;
+    the read goes on round after round until every range is complete."""
+    topic, ends = filled
+    kafka = KafkaSettings(kafka_bootstrap)
+    ranges = [OffsetRange(topic, p, 0, ends[(topic, p)]) for p in (0, 7, 8, 9)]
+    monkeypatch.setattr(fetcher, "PARTITION_MAX_BYTES", 64)
+    monkeypatch.setattr(fetcher, "MAX_BYTES", 200)
+    rounds: list[int] = []
+    real = fetcher._ask
+    monkeypatch.setattr(fetcher, "_ask", lambda *a: rounds.append(1) or real(*a))
+    read, left = fetcher.read_wide(kafka, ranges)
+    assert left == []
+    assert read == {r.key: list(read_range(kafka, r)) for r in ranges}
+    assert len(rounds) > 4
+    assert sum(len(v) for v in read.values()) == 4 * 30
+
+
+def test_a_topic_id_the_leader_does_not_hold_is_left_to_librdkafka(
+    kafka_bootstrap: str, filled: tuple[str, dict[tuple[str, int], int]]
+) -> None:
+    topic, ends = filled
+    kafka = KafkaSettings(kafka_bootstrap)
+    ranges = [OffsetRange(topic, p, 2, ends[(topic, p)], "AAAAAAAAAAAAAAAAAAAAAA") for p in (0, 7)]
+    read, left = fetcher.read_wide(kafka, ranges)
+    assert read == {r.key: [] for r in ranges}
+    assert left == ranges
+
+
+def test_settings_it_cannot_speak_leave_the_read_to_librdkafka() -> None:
+    kafka = KafkaSettings(
+        "192.0.2.1:9", extra={"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER"}
+    )
+    ranges = [OffsetRange("t", p, 0, 5) for p in range(3)]
+    assert fetcher.read_wide(kafka, ranges) == ({}, ranges)
+
+
+def test_a_broker_that_does_not_answer_leaves_the_read_to_librdkafka(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fetcher, "TIMEOUT_S", 0.2)
+    kafka = KafkaSettings("127.0.0.1:9")  # discard port: refused at once
+    ranges = [OffsetRange("t", p, 3, 5) for p in range(2)]
+    read, left = fetcher.read_wide(kafka, ranges)
+    assert left == ranges and read == {r.key: [] for r in ranges}
+
+
+def test_over_sasl_ssl_a_wide_read_is_what_librdkafka_reads(
+    kafka_bootstrap: str, filled: tuple[str, dict[tuple[str, int], int]]
+) -> None:
+    config = os.environ.get("TXN_OFFSETS_TLS_KAFKA_CONFIG")
+    assert config, "TXN_OFFSETS_TLS_KAFKA_CONFIG is not set: start the stack with `make stack-up TLS=1`"
+    kafka = kafka_from_env({}, config_file=Path(config))
+    topic, ends = filled
+    ranges = [OffsetRange(topic, p, 1, ends[(topic, p)]) for p in (0, 1, 2, 7)]
+    read, left = fetcher.read_wide(kafka, ranges)
+    assert left == []
+    assert read == {r.key: list(read_range(KafkaSettings(kafka_bootstrap), r)) for r in ranges}

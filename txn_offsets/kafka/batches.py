@@ -1,0 +1,157 @@
+"""Kafka's record batches (magic 2) as a Fetch answer carries a partition's log: the records of an
+offset range, and how far they take the range's position.
+
+Decoded as librdkafka delivers them: control batches (transaction markers) are never records but
+move the position; a batch's records before the position (a fetch starts at the batch holding the
+fetch offset) are skipped; offsets are the batch's base plus each record's delta (compaction leaves
+gaps); the timestamp is the batch's max under LogAppendTime, else its base plus the record's delta.
+The caller keeps records of aborted transactions out: a read_committed answer that lists any is not
+decoded here at all (:mod:`txn_offsets.kafka.fetcher` hands its partition to librdkafka). CRCs are
+not checked (librdkafka's ``check.crcs`` is off by default: TCP's and TLS's own checks hold).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from typing import Any
+
+from txn_offsets.kafka.records import Record
+
+__all__ = ["Undecodable", "read_batches"]
+
+#: base offset, batch length, partition leader epoch, magic, crc, attributes, last offset delta,
+#: base timestamp, max timestamp, producer id, producer epoch, base sequence, record count
+_HEAD = struct.Struct(">qiibIhiqqqhii")
+_PEEK = struct.Struct(">qi")  # base offset, batch length (after its own field); the magic is at 16
+_LOG_OVERHEAD = 12  # base offset + batch length: what `length` does not count
+_CODEC, _LOG_APPEND_TIME, _CONTROL = 0x07, 0x08, 0x20
+_CODECS = {1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+
+
+class Undecodable(Exception):
+    """A batch this module does not decode: an older magic, or a codec whose library is not
+    installed. The caller reads the range with librdkafka instead."""
+
+
+def read_batches(
+    data: bytes, topic: str, partition: int, *, position: int, until: int, out: list[Record]
+) -> int:
+    """Append to `out` the records of `data` (one partition's record batches) at offsets in
+    ``[position, until)``, in offset order; return the position they reach: past the last batch
+    read whole, `until` at most. A batch cut short at the end of `data` (the broker fills an answer
+    up to its byte limit) is left for the next fetch."""
+    at, end = 0, len(data)
+    while position < until and at + 17 <= end:
+        base, length = _PEEK.unpack_from(data, at)
+        magic = data[at + 16]
+        batch_end = at + _LOG_OVERHEAD + length
+        if batch_end > end:
+            break
+        if magic != 2:
+            raise Undecodable(f"a record batch of magic {magic} at offset {base}")
+        head = _HEAD.unpack_from(data, at)
+        attributes, last_delta, base_ts, max_ts, count = head[5], head[6], head[7], head[8], head[12]
+        after = base + last_delta + 1
+        if not attributes & _CONTROL and after > position:
+            body = data[at + _HEAD.size : batch_end]
+            if attributes & _CODEC:
+                body = _decompress(attributes & _CODEC, body, base)
+            times = (base_ts, max_ts if attributes & _LOG_APPEND_TIME else None)
+            where = (topic, partition)
+            if _records(body, count, base, where=where, times=times, position=position, until=until, out=out):
+                return until
+        position = max(position, min(after, until))
+        at = batch_end
+    return position
+
+
+def _records(
+    body: bytes,
+    count: int,
+    base: int,
+    *,
+    where: tuple[str, int],
+    times: tuple[int, int | None],
+    position: int,
+    until: int,
+    out: list[Record],
+) -> bool:
+    """Append the records of one batch's `body` at offsets in [position, until); True when one at
+    or past `until` was met (the range is complete). `where`: (topic, partition); `times`: the
+    batch's base timestamp and its max when that is every record's (LogAppendTime), else None."""
+    topic, partition = where
+    base_ts, stamp = times
+    at = 0
+    append = out.append
+    new = tuple.__new__
+    for _ in range(count):
+        length, at = _varint(body, at)
+        start = at
+        at += 1  # attributes (unused)
+        ts_delta, at = _varint(body, at)
+        offset_delta, at = _varint(body, at)
+        offset = base + offset_delta
+        if offset >= until:
+            return True
+        if offset < position:
+            at = start + length
+            continue
+        key_len, at = _varint(body, at)
+        key = None if key_len < 0 else body[at : at + key_len]
+        at += max(key_len, 0)
+        value_len, at = _varint(body, at)
+        value = None if value_len < 0 else body[at : at + value_len]
+        at += max(value_len, 0)
+        n_headers, at = _varint(body, at)
+        headers: tuple[tuple[str, bytes | None], ...] = ()
+        if n_headers > 0:
+            pairs = []
+            for _h in range(n_headers):
+                name_len, at = _varint(body, at)
+                name = body[at : at + name_len].decode("utf-8", "replace")
+                at += name_len
+                size, at = _varint(body, at)
+                pairs.append((name, None if size < 0 else body[at : at + size]))
+                at += max(size, 0)
+            headers = tuple(pairs)
+        at = start + length
+        ts = stamp if stamp is not None else base_ts + ts_delta
+        append(new(Record, (topic, partition, offset, key, value, ts if ts >= 0 else None, headers)))
+    return False
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    """A zigzag varint at `at`: (its value, the index after it)."""
+    byte = data[at]
+    if byte < 0x80:  # one byte: most lengths and deltas
+        return (byte >> 1) ^ -(byte & 1), at + 1
+    value = byte & 0x7F
+    shift = 7
+    while True:
+        at += 1
+        byte = data[at]
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return (value >> 1) ^ -(value & 1), at + 1
+        shift += 7
+
+
+def _decompress(codec: int, body: bytes, base: int) -> bytes:
+    if codec == 1:
+        return zlib.decompress(body, 16 + zlib.MAX_WBITS)
+    if codec == 4 and _zstd is not None:
+        return bytes(_zstd.ZstdDecompressor().decompressobj().decompress(body))
+    name = _CODECS.get(codec, f"codec {codec}")
+    raise Undecodable(f"a record batch compressed with {name} at offset {base}")
+
+
+def _zstd_module() -> Any:
+    try:
+        import zstandard
+    except ImportError:
+        return None
+    return zstandard
+
+
+_zstd = _zstd_module()

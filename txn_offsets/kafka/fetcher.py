@@ -1,0 +1,231 @@
+"""Wide, small reads with Kafka's own Fetch: the records of many small ranges in one request per
+leader, their batches decoded here (:mod:`txn_offsets.kafka.batches`), no librdkafka assignment.
+
+Why: librdkafka's work for a read grows with the partitions assigned, whatever they hold - its
+broker thread walks every assigned partition each time it wakes. A read of 2,048 ranges of 2
+records cost ~0.3 CPU-s of librdkafka's threads (docs/benchmarks.md, "Sixth pass"): at 4,096
+partitions a batch's reads took more CPU than the rest of the batch. One Fetch (v13, the topic named
+by the range's planned *id*) asks each leader for all of its partitions at their positions.
+
+Only what is read plainly is read here; the rest of a range goes to librdkafka from where this read
+reached it (:func:`read_wide` returns it, :func:`txn_offsets.kafka.reader.read_ranges` reads it): a
+partition whose answer is an error (a leader moved, a start no longer in the log, a leader that does
+not hold the planned topic id), that lists aborted transactions under read_committed, that holds a
+batch of an older magic or a codec not installed here, or that did not move in a round where no
+partition moved; all of them when the client's settings name what :mod:`txn_offsets.kafka.direct`
+cannot do (GSSAPI, OAUTHBEARER, ...) or a broker does not answer. Records are never decided
+differently, only by whom they are read: a position is always the offset after a record delivered
+or after a whole batch, where librdkafka starts as well.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from txn_offsets.config import KafkaSettings
+from txn_offsets.kafka import direct
+from txn_offsets.kafka.batches import Undecodable, read_batches
+from txn_offsets.kafka.records import Record
+from txn_offsets.ranges import OffsetRange
+from txn_offsets.ranges import TopicPartition as TP
+
+__all__ = ["MIN_RANGES", "read_wide"]
+
+logger = logging.getLogger(__name__)
+
+#: :func:`txn_offsets.kafka.reader.read_ranges` reads this many ranges or more here first
+MIN_RANGES = 8
+#: a Fetch's byte limits: per partition (a batch larger than this still comes whole when it is the
+#: first of the answer) and per answer (partitions past it get nothing and are asked again)
+PARTITION_MAX_BYTES = 262_144
+MAX_BYTES = 16 * 1024 * 1024
+#: how long a connection, a metadata request or a Fetch may take before the read goes to librdkafka
+TIMEOUT_S = 10.0
+
+
+@dataclass
+class _Cluster:
+    """What this process knows of one Kafka (by client settings): brokers, topics' leaders, and one
+    idle connection per broker."""
+
+    brokers: dict[int, tuple[str, int]] = field(default_factory=dict)
+    topics: dict[str, direct.Topic] = field(default_factory=dict)
+    idle: dict[int, direct.Connection] = field(default_factory=dict)
+
+
+_clusters: dict[str, _Cluster] = {}
+_lock = threading.Lock()
+
+
+def _key(kafka: KafkaSettings) -> str:
+    return repr((sorted(kafka.client_config().items()), kafka.isolation_level))  # passwords too
+
+
+def read_wide(
+    kafka: KafkaSettings, ranges: Sequence[OffsetRange]
+) -> tuple[dict[TP, list[Record]], list[OffsetRange]]:
+    """The records read here of each of `ranges` (one per partition), by (topic,
+    partition), and what is left for librdkafka: each unfinished range from where it was reached."""
+    config = kafka.client_config()
+    try:
+        direct.check_settings(config)
+    except direct.Unsupported:
+        return {}, list(ranges)
+    out: dict[TP, list[Record]] = {r.key: [] for r in ranges}
+    position = {r.key: r.start for r in ranges}
+    todo = {r.key: r for r in ranges if not r.empty}
+    left: list[OffsetRange] = []
+    key = _key(kafka)
+    with _lock:
+        cluster = _clusters.pop(key, None) or _Cluster()
+    isolation = (
+        direct.READ_COMMITTED if kafka.isolation_level == "read_committed" else direct.READ_UNCOMMITTED
+    )
+    clean = False
+    try:
+        while todo:
+            _know(cluster, config, kafka.bootstrap_servers, {t for t, _ in todo})
+            left += [
+                _rest(todo.pop(tp), position[tp]) for tp in [tp for tp in todo if not _leader(cluster, tp)]
+            ]
+            asked = _ask(cluster, config, todo, position, isolation)
+            moved = False
+            for (topic, broker, parts), correlation in asked.items():
+                answers = direct.fetch_answer(cluster.idle[broker], correlation, parts)
+                for part, answer in answers.items():
+                    tp = (topic, part)
+                    rng = todo[tp]
+                    before = position[tp]
+                    reached = _decoded(answer, rng, before, isolation, out[tp])
+                    if reached is None:  # not for this read: librdkafka reads the rest
+                        left.append(_rest(rng, before))
+                        del todo[tp]
+                        if answer.error:  # a leader moved, say: the next read asks again
+                            cluster.topics.pop(topic, None)
+                        continue
+                    position[tp] = reached
+                    moved = moved or reached > before
+                    if reached >= rng.until:
+                        del todo[tp]
+            if not moved:
+                left += [_rest(rng, position[tp]) for tp, rng in todo.items()]
+                todo.clear()
+        clean = True
+    except (OSError, ValueError, IndexError) as exc:  # a broker gone, an answer cut short
+        logger.info("a wide read goes to librdkafka: %s", type(exc).__name__)
+        left += [_rest(rng, position[tp]) for tp, rng in todo.items()]
+    finally:
+        if clean:
+            with _lock:
+                old = _clusters.pop(key, None)
+                _clusters[key] = cluster
+            if old is not None:
+                _close(old)
+        else:
+            _close(cluster)
+    return out, left
+
+
+def _know(cluster: _Cluster, config: dict[str, object], bootstrap: str, topics: set[str]) -> None:
+    """Fill in `cluster`'s brokers and the metadata of `topics` it does not have."""
+    missing = sorted(topics - set(cluster.topics))
+    if not missing:
+        return
+    if cluster.idle:
+        answer = direct.metadata(next(iter(cluster.idle.values())), missing)
+    else:
+        answer = _bootstrap_metadata(config, bootstrap, missing)
+    cluster.brokers.update(answer.brokers)
+    for name, topic in answer.topics.items():
+        if topic.error == 0:
+            cluster.topics[name] = topic
+
+
+def _bootstrap_metadata(config: dict[str, object], bootstrap: str, topics: list[str]) -> direct.Cluster:
+    """The metadata of `topics` from the first of the bootstrap servers that answers."""
+    failed: OSError | None = None
+    for server in bootstrap.split(","):
+        host, _, port = server.strip().rpartition(":")
+        try:
+            with direct.connect(config, host.strip("[]"), int(port), TIMEOUT_S) as conn:
+                return direct.metadata(conn, topics)
+        except OSError as exc:
+            failed = exc
+    raise failed or OSError("no bootstrap server")
+
+
+def _leader(cluster: _Cluster, tp: TP) -> tuple[int, int] | None:
+    """(leader, leader epoch) of `tp` as `cluster` knows it, None if not."""
+    topic = cluster.topics.get(tp[0])
+    part = topic.partitions.get(tp[1]) if topic is not None else None
+    if part is None or part.error != 0 or part.leader < 0 or part.leader not in cluster.brokers:
+        return None
+    return part.leader, part.leader_epoch
+
+
+def _ask(
+    cluster: _Cluster,
+    config: dict[str, object],
+    todo: dict[TP, OffsetRange],
+    position: dict[TP, int],
+    isolation: int,
+) -> dict[tuple[str, int, tuple[int, ...]], int]:
+    """One Fetch per (topic, leader) for the partitions of `todo` at their positions, sent without
+    waiting: each request's correlation id by (topic, leader, partitions)."""
+    wanted: dict[tuple[str, int], dict[int, tuple[int, int]]] = {}
+    for tp in todo:
+        leader = _leader(cluster, tp)
+        if leader is not None:
+            wanted.setdefault((tp[0], leader[0]), {})[tp[1]] = (position[tp], leader[1])
+    asked: dict[tuple[str, int, tuple[int, ...]], int] = {}
+    for (topic, broker), parts in wanted.items():
+        conn = cluster.idle.get(broker)
+        if conn is None:
+            conn = cluster.idle[broker] = direct.connect(config, *cluster.brokers[broker], TIMEOUT_S)
+        topic_id = todo[(topic, next(iter(parts)))].topic_id or cluster.topics[topic].topic_id
+        correlation = direct.send_fetch(
+            conn,
+            topic_id,
+            parts,
+            isolation=isolation,
+            max_bytes=MAX_BYTES,
+            partition_max_bytes=PARTITION_MAX_BYTES,
+        )
+        asked[(topic, broker, tuple(parts))] = correlation
+    return asked
+
+
+def _decoded(
+    answer: direct.FetchAnswer, rng: OffsetRange, position: int, isolation: int, out: list[Record]
+) -> int | None:
+    """The position `answer` takes `rng` to from `position`, its records appended to `out`; None
+    when librdkafka is to read it from `position` (an error, aborted transactions to filter, a
+    batch not decoded here - whatever it appended then is taken back)."""
+    if answer.error != 0 or (isolation == direct.READ_COMMITTED and answer.aborted):
+        return None
+    had = len(out)
+    try:
+        return read_batches(
+            answer.records, rng.topic, rng.partition, position=position, until=rng.until, out=out
+        )
+    except Undecodable as exc:
+        logger.debug("%s[%d]: %s", rng.topic, rng.partition, exc)
+    except Exception as exc:  # an answer not as Kafka documents it: never a record of it kept
+        logger.info("%s[%d]: a Fetch answer not decoded (%s)", rng.topic, rng.partition, type(exc).__name__)
+    del out[had:]
+    return None
+
+
+def _rest(rng: OffsetRange, position: int) -> OffsetRange:
+    return OffsetRange(rng.topic, rng.partition, position, rng.until, rng.topic_id)
+
+
+def _close(cluster: _Cluster) -> None:
+    for conn in cluster.idle.values():
+        with contextlib.suppress(OSError):
+            conn.close()
+    cluster.idle.clear()
