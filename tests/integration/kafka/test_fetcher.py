@@ -10,10 +10,12 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from tests.kafka_ends import settled_ends
 from txn_offsets.config import KafkaSettings, kafka_from_env
@@ -39,7 +41,9 @@ def _fill(bootstrap: str, topic: str) -> None:
         for i in range(25):
             key = None if i % 7 == 0 else b"" if i % 7 == 1 else f"k{i}".encode()
             value = None if i % 5 == 0 else b"" if i % 5 == 1 else f"p{part}-{i}".encode() * (1 + i % 4)
-            headers = [("h", b"v"), ("n", None), ("h", f"{i}".encode())] if i % 3 == 0 else None
+            headers: list[tuple[str, str | bytes | None]] | None = (
+                [("h", b"v"), ("n", None), ("h", f"{i}".encode())] if i % 3 == 0 else None
+            )
             producer.produce(
                 topic, key=key, value=value, partition=part, headers=headers, timestamp=1_700_000_000_000 + i
             )
@@ -112,7 +116,12 @@ def test_a_read_in_many_rounds_is_whole(
     monkeypatch.setattr(fetcher, "MAX_BYTES", 200)
     rounds: list[int] = []
     real = fetcher._ask
-    monkeypatch.setattr(fetcher, "_ask", lambda *a: rounds.append(1) or real(*a))
+
+    def ask(*args: Any) -> Any:
+        rounds.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(fetcher, "_ask", ask)
     read, left = fetcher.read_wide(kafka, ranges)
     assert left == []
     assert read == {r.key: list(read_range(kafka, r)) for r in ranges}
