@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from txn_offsets.config import KafkaSettings
-from txn_offsets.kafka import reader
+from txn_offsets.kafka import fetcher, reader
 from txn_offsets.ranges import OffsetRange
 
 TOPIC = "t"
@@ -87,6 +87,13 @@ class _Pool:
 
     def give_back(self, *args: Any, **kwargs: Any) -> None:
         pass
+
+
+@pytest.fixture(autouse=True)
+def librdkafka_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are of the librdkafka read: Kafka's own Fetch (kafka.fetcher, tested in
+    test_fetcher.py) leaves every range to it."""
+    monkeypatch.setattr(fetcher, "read_wide", lambda _kafka, ranges: ({}, list(ranges)))
 
 
 def test_positions_of_open_ranges_are_asked_at_most_once_per_quiet_interval(

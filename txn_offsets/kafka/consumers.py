@@ -99,9 +99,12 @@ class ConsumerPool:
 
     def __init__(self) -> None:
         self._idle: dict[str, Consumer] = {}
-        self._known: dict[int, set[str]] = {}  # id(consumer) -> topics it has metadata for
-        self._witnesses: dict[int, Witness] = {}  # id(consumer) -> its failed connections
-        self._served: dict[int, int] = {}  # id(consumer) -> partition assignments it served
+        # keyed by the consumer itself, never id(consumer): an id is reused once its object is
+        # freed, and an entry of a consumer gone without _forget (one closed by its holder) counted
+        # its assignments for the next consumer at that address (retired a read early)
+        self._known: dict[Consumer, set[str]] = {}  # consumer -> topics it has metadata for
+        self._witnesses: dict[Consumer, Witness] = {}  # consumer -> its failed connections
+        self._served: dict[Consumer, int] = {}  # consumer -> partition assignments it served
         self._lock = threading.Lock()
 
     @staticmethod
@@ -118,9 +121,9 @@ class ConsumerPool:
             witness = witness_for(config)
             consumer = Consumer(client_config(config, witness))
             with self._lock:
-                self._witnesses[id(consumer)] = witness
+                self._witnesses[consumer] = witness
         with self._lock:
-            known = self._known.setdefault(id(consumer), set())
+            known = self._known.setdefault(consumer, set())
         for topic in sorted(set(topics) - known):
             try:
                 found = consumer.list_topics(topic, timeout=METADATA_TIMEOUT_S).topics.get(topic)
@@ -134,13 +137,13 @@ class ConsumerPool:
     def known_topics(self, consumer: Consumer) -> frozenset[str]:
         """The topics `consumer` (one this pool handed out) has metadata for."""
         with self._lock:
-            return frozenset(self._known.get(id(consumer), ()))
+            return frozenset(self._known.get(consumer, ()))
 
     def failures(self, consumer: Consumer, within_s: float) -> str:
         """Why `consumer` (one this pool handed out) could not talk to its brokers in the last
         `within_s` seconds, as librdkafka told (:mod:`txn_offsets.kafka.causes`); "" if it did not."""
         with self._lock:
-            witness = self._witnesses.get(id(consumer))
+            witness = self._witnesses.get(consumer)
         return "" if witness is None else witness.said(within_s)
 
     def give_back(
@@ -150,7 +153,7 @@ class ConsumerPool:
         it served :data:`RETIRE_AFTER_ASSIGNMENTS` partition assignments."""
         consumer.unassign()
         with self._lock:
-            served = self._served[id(consumer)] = self._served.get(id(consumer), 0) + assigned
+            served = self._served[consumer] = self._served.get(consumer, 0) + assigned
         if served >= RETIRE_AFTER_ASSIGNMENTS:
             self._forget(consumer)
             # closing it takes ~0.2-0.4 s of librdkafka's time (more the more it served): not
@@ -170,9 +173,9 @@ class ConsumerPool:
 
     def _forget(self, consumer: Consumer) -> None:
         with self._lock:
-            self._known.pop(id(consumer), None)
-            self._witnesses.pop(id(consumer), None)
-            self._served.pop(id(consumer), None)
+            self._known.pop(consumer, None)
+            self._witnesses.pop(consumer, None)
+            self._served.pop(consumer, None)
 
     def close_all(self) -> None:
         with self._lock:

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import struct
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -33,18 +35,23 @@ from txn_offsets.kafka.records import Record
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.ranges import TopicPartition as TP
 
-__all__ = ["MIN_RANGES", "read_wide"]
+__all__ = ["read_wide"]
 
 logger = logging.getLogger(__name__)
 
-#: :func:`txn_offsets.kafka.reader.read_ranges` reads this many ranges or more here first
-MIN_RANGES = 8
 #: a Fetch's byte limits: per partition (a batch larger than this still comes whole when it is the
 #: first of the answer) and per answer (partitions past it get nothing and are asked again)
 PARTITION_MAX_BYTES = 262_144
 MAX_BYTES = 16 * 1024 * 1024
 #: how long a connection, a metadata request or a Fetch may take before the read goes to librdkafka
 TIMEOUT_S = 10.0
+#: a connection idle this long is closed rather than used (a broker closes idle ones after
+#: connections.max.idle.ms, 9 minutes by default: a Fetch on one would fail the read over to
+#: librdkafka)
+IDLE_S = 60.0
+#: after a read that failed (a broker gone, an answer not understood), the reads of the same
+#: settings go to librdkafka this long: a broker that cannot answer is not asked on every read
+REST_S = 30.0
 
 
 @dataclass
@@ -55,9 +62,11 @@ class _Cluster:
     brokers: dict[int, tuple[str, int]] = field(default_factory=dict)
     topics: dict[str, direct.Topic] = field(default_factory=dict)
     idle: dict[int, direct.Connection] = field(default_factory=dict)
+    used_at: float = 0.0  # when its connections were last used (monotonic)
 
 
 _clusters: dict[str, _Cluster] = {}
+_resting: dict[str, float] = {}  # settings -> until when their reads go to librdkafka (monotonic)
 _lock = threading.Lock()
 
 
@@ -81,7 +90,11 @@ def read_wide(
     left: list[OffsetRange] = []
     key = _key(kafka)
     with _lock:
+        if _resting.get(key, 0.0) > time.monotonic():
+            return {}, list(ranges)
         cluster = _clusters.pop(key, None) or _Cluster()
+    if time.monotonic() - cluster.used_at > IDLE_S:
+        _close(cluster)
     isolation = (
         direct.READ_COMMITTED if kafka.isolation_level == "read_committed" else direct.READ_UNCOMMITTED
     )
@@ -115,11 +128,14 @@ def read_wide(
                 left += [_rest(rng, position[tp]) for tp, rng in todo.items()]
                 todo.clear()
         clean = True
-    except (OSError, ValueError, IndexError) as exc:  # a broker gone, an answer cut short
-        logger.info("a wide read goes to librdkafka: %s", type(exc).__name__)
+    except (OSError, ValueError, IndexError, struct.error) as exc:  # a broker gone, an answer cut short
+        logger.info("wide reads go to librdkafka for %.0f s: %s", REST_S, type(exc).__name__)
         left += [_rest(rng, position[tp]) for tp, rng in todo.items()]
+        with _lock:
+            _resting[key] = time.monotonic() + REST_S
     finally:
         if clean:
+            cluster.used_at = time.monotonic()
             with _lock:
                 old = _clusters.pop(key, None)
                 _clusters[key] = cluster

@@ -7,8 +7,9 @@ under read_committed, compaction). librdkafka moves the position past trailing c
 
 Consumers come from the per-process pool of :mod:`txn_offsets.kafka.consumers` (one idle consumer
 per Kafka settings, with the metadata of the topics it reads fetched up front). Many small
-ranges (of different partitions) are read together by :func:`read_ranges`: one assignment, the
-partitions fetched side by side, instead of an assign + fetch round trip per range.
+ranges (of different partitions) are read together by :func:`read_ranges`: first with Kafka's own
+Fetch, one request per leader (:mod:`txn_offsets.kafka.fetcher`), then what that leaves with one
+librdkafka assignment, the partitions fetched side by side.
 """
 
 from __future__ import annotations
@@ -162,8 +163,9 @@ def read_ranges(
     poll_timeout_s: float = 0.2,
     stall_timeout_s: float = 60.0,
 ) -> dict[TP, list[Record]]:
-    """Every visible record of each of `ranges` (one range per partition), read together with one
-    assignment; the records of each range in offset order, by (topic, partition).
+    """Every visible record of each of `ranges` (one range per partition), read together (Kafka's
+    own Fetch, :func:`txn_offsets.kafka.fetcher.read_wide`; what it leaves with one librdkafka
+    assignment); the records of each range in offset order, by (topic, partition).
 
     The same checks and errors as :func:`read_range`: a range ends when its partition's position
     reaches its end; a record outside it, a Kafka error or no progress for ``stall_timeout_s`` is a
@@ -180,10 +182,9 @@ def read_ranges(
     if not todo:
         return out
     _settle(kafka, list(todo.values()))
-    if len(todo) >= fetcher.MIN_RANGES:  # many: Kafka's own Fetch first, librdkafka for the rest
-        read, rest = fetcher.read_wide(kafka, list(todo.values()))
-        out.update(read)
-        todo = {r.key: r for r in rest}
+    read, rest = fetcher.read_wide(kafka, list(todo.values()))  # Kafka's own Fetch first
+    out.update(read)
+    todo = {r.key: r for r in rest}  # what it left: librdkafka reads it
     if todo:
         _consume(
             kafka,

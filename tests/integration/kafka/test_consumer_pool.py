@@ -16,7 +16,7 @@ from confluent_kafka import Producer
 
 from tests.fix_services import TopicFactory
 from txn_offsets.config import KafkaSettings
-from txn_offsets.kafka import consumers
+from txn_offsets.kafka import consumers, fetcher
 from txn_offsets.kafka.consumers import ConsumerPool, pool
 from txn_offsets.kafka.reader import read_range, read_ranges
 from txn_offsets.ranges import OffsetRange
@@ -28,6 +28,13 @@ def _produce(bootstrap: str, topics: list[str], per_topic: int) -> None:
         for i in range(per_topic):
             producer.produce(topic, value=f"{topic}-{i}".encode(), partition=0)
     assert producer.flush(30) == 0
+
+
+@pytest.fixture(autouse=True)
+def librdkafka_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are of the librdkafka read: Kafka's own Fetch (kafka.fetcher, tested in
+    test_fetcher.py) leaves every range to it."""
+    monkeypatch.setattr(fetcher, "read_wide", lambda _kafka, ranges: ({}, list(ranges)))
 
 
 def test_take_fetches_metadata_of_new_topics_only(kafka_bootstrap: str, topic_factory: TopicFactory) -> None:

@@ -7,6 +7,7 @@ cannot speak) left to librdkafka from where it got, never a record twice or miss
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +34,7 @@ def _fill(bootstrap: str, topic: str) -> None:
     """Per partition: 30 records of varied shapes (5 of them in a committed transaction, and in
     ABORTED 5 more in an aborted one between), each partition with its codec."""
     plain: dict[str, Producer] = {}
+    recent = int(time.time() * 1000) - 60_000  # records older than the retention (7 days) are deleted
     for part in range(PARTS):
         codec = CODECS.get(part, "none")
         producer = plain.setdefault(
@@ -45,7 +47,7 @@ def _fill(bootstrap: str, topic: str) -> None:
                 [("h", b"v"), ("n", None), ("h", f"{i}".encode())] if i % 3 == 0 else None
             )
             producer.produce(
-                topic, key=key, value=value, partition=part, headers=headers, timestamp=1_700_000_000_000 + i
+                topic, key=key, value=value, partition=part, headers=headers, timestamp=recent + i
             )
     for producer in plain.values():
         assert producer.flush(30) == 0

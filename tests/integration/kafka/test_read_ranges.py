@@ -15,9 +15,17 @@ from tests.fix_services import TopicFactory
 from tests.kafka_ends import settled_ends
 from txn_offsets.config import KafkaSettings
 from txn_offsets.errors import ConfigError, KafkaReadError
+from txn_offsets.kafka import fetcher
 from txn_offsets.kafka.consumers import pool
 from txn_offsets.kafka.reader import PAUSE_MIN_LEFT, read_range, read_ranges
 from txn_offsets.ranges import OffsetRange
+
+
+@pytest.fixture(autouse=True)
+def librdkafka_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are of the librdkafka read: Kafka's own Fetch (kafka.fetcher, tested in
+    test_fetcher.py) leaves every range to it."""
+    monkeypatch.setattr(fetcher, "read_wide", lambda _kafka, ranges: ({}, list(ranges)))
 
 
 def test_ranges_read_together_are_the_ranges_read_alone(
