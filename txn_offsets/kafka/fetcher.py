@@ -111,7 +111,9 @@ def read_wide(
                 answers = direct.fetch_answer(cluster.idle[broker], correlation, parts)
                 for part, answer in answers.items():
                     tp = (topic, part)
-                    rng = todo[tp]
+                    rng = todo.get(tp)
+                    if rng is None:  # not asked for: nothing of it is read
+                        continue
                     before = position[tp]
                     reached = _decoded(answer, rng, before, isolation, out[tp])
                     if reached is None:  # not for this read: librdkafka reads the rest
