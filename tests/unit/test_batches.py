@@ -51,6 +51,8 @@ class Batch:
     base_ts: int = 1_795_000_000_000
     max_ts: int = 1_795_000_009_999
     magic: int = 2
+    producer: int = -1
+    transactional: bool = False
 
     def encode(self) -> bytes:
         body = b""
@@ -67,6 +69,7 @@ class Batch:
             zstandard = pytest.importorskip("zstandard")
             body = zstandard.ZstdCompressor().compress(body)
         attributes = self.codec | (0x08 if self.log_append else 0) | (0x20 if self.control else 0)
+        attributes |= 0x10 if self.transactional else 0
         after_length = (
             struct.pack(
                 ">ibIhiqqqhii",
@@ -77,9 +80,9 @@ class Batch:
                 self.last_delta,
                 self.base_ts,
                 self.max_ts,
-                -1,
-                -1,
-                -1,
+                self.producer,
+                0,  # producer epoch
+                -1,  # base sequence
                 len(self.records),
             )
             + body
@@ -200,3 +203,83 @@ def test_what_it_does_not_decode_is_named(batch: Batch, named: str) -> None:
     raw = batch.encode()  # snappy / lz4: the body is not compressed, the codec bits alone stop it
     with pytest.raises(Undecodable, match=named):
         read_batches(raw, "t", 3, position=0, until=10, out=[])
+
+
+@st.composite
+def transactions(draw: st.DrawFn) -> tuple[list[Batch], list[tuple[int, int]], set[int]]:
+    """A log of two transactional producers and a plain one, interleaved: each transaction's data
+    batches then its COMMIT or ABORT marker (a control batch). (batches, every aborted transaction
+    as (producer, first offset), the offsets of records a committed reader sees)."""
+    log: list[Batch] = []
+    aborted: list[tuple[int, int]] = []
+    visible: set[int] = set()
+    offset = 0
+    open_at: dict[int, int] = {}  # producer -> first offset of its open transaction
+    pending: dict[int, list[int]] = {}  # producer -> offsets of its open transaction's records
+    steps = draw(st.lists(st.sampled_from(["plain", "p1", "p2", "end1", "end2"]), max_size=14))
+    for step in [*steps, "end1", "end2"]:
+        if step.startswith("end"):
+            producer = int(step[-1])
+            if producer not in open_at:
+                continue
+            commit = draw(st.booleans())
+            key = b"\0\0\0\1" if commit else b"\0\0\0\0"  # version 0, type COMMIT (1) / ABORT (0)
+            log.append(
+                Batch(
+                    offset,
+                    0,
+                    (Rec(0, key, b"\0\0\0\0\0\0", 0, ()),),
+                    control=True,
+                    producer=producer,
+                    transactional=True,
+                )
+            )
+            if commit:
+                visible.update(pending.pop(producer))
+            else:
+                aborted.append((producer, open_at[producer]))
+                pending.pop(producer)
+            del open_at[producer]
+            offset += 1
+            continue
+        n = draw(st.integers(1, 3))
+        producer = -1 if step == "plain" else int(step[-1])
+        log.append(
+            Batch(
+                offset,
+                n - 1,
+                tuple(Rec(i, None, b"v", 0, ()) for i in range(n)),
+                producer=producer,
+                transactional=producer > 0,
+            )
+        )
+        if producer > 0:
+            open_at.setdefault(producer, offset)
+            pending.setdefault(producer, []).extend(range(offset, offset + n))
+        else:
+            visible.update(range(offset, offset + n))
+        offset += n
+    return log, aborted, visible
+
+
+@settings(max_examples=300, deadline=None)
+@given(txns=transactions(), data=st.data())
+def test_read_committed_leaves_out_exactly_the_aborted_transactions(
+    txns: tuple[list[Batch], list[tuple[int, int]], set[int]], data: st.DataObject
+) -> None:
+    log, aborted, visible = txns
+    top = max([b.after for b in log], default=0)
+    position = data.draw(st.integers(0, top), label="position")
+    until = data.draw(st.integers(position, top), label="until")
+    # what a broker answers a fetch at `position`: from the batch holding it, with the aborted
+    # transactions that end at or after that batch (their markers are in or after the answer)
+    first = next((i for i, b in enumerate(log) if b.after > position), len(log))
+    answer = log[first:]
+    start = answer[0].base if answer else top
+    markers = {(b.producer, b.base) for b in log if b.control}
+    listed = [(p, at) for p, at in aborted if min(m for q, m in markers if q == p and m >= at) >= start]
+    out: list[Record] = []
+    raw = b"".join(b.encode() for b in answer)
+    reached = read_batches(raw, "t", 3, position=position, until=until, out=out, aborted=listed)
+    assert [r.offset for r in out] == sorted(o for o in visible if position <= o < until)
+    assert reached == until

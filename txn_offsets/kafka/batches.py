@@ -5,8 +5,8 @@ Decoded as librdkafka delivers them: control batches (transaction markers) are n
 move the position; a batch's records before the position (a fetch starts at the batch holding the
 fetch offset) are skipped; offsets are the batch's base plus each record's delta (compaction leaves
 gaps); the timestamp is the batch's max under LogAppendTime, else its base plus the record's delta.
-The caller keeps records of aborted transactions out: a read_committed answer that lists any is not
-decoded here at all (:mod:`txn_offsets.kafka.fetcher` hands its partition to librdkafka). CRCs are
+Under read_committed the batches of aborted transactions are skipped by the answer's list of them,
+as Kafka's consumer does (:func:`read_batches`' `aborted`). CRCs are
 not checked (librdkafka's ``check.crcs`` is off by default: TCP's and TLS's own checks hold).
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Sequence
 from typing import Any
 
 from txn_offsets.kafka.records import Record
@@ -25,7 +26,7 @@ __all__ = ["Undecodable", "read_batches"]
 _HEAD = struct.Struct(">qiibIhiqqqhii")
 _PEEK = struct.Struct(">qi")  # base offset, batch length (after its own field); the magic is at 16
 _LOG_OVERHEAD = 12  # base offset + batch length: what `length` does not count
-_CODEC, _LOG_APPEND_TIME, _CONTROL = 0x07, 0x08, 0x20
+_CODEC, _LOG_APPEND_TIME, _TRANSACTIONAL, _CONTROL = 0x07, 0x08, 0x10, 0x20
 _CODECS = {1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 
 
@@ -35,12 +36,26 @@ class Undecodable(Exception):
 
 
 def read_batches(
-    data: bytes, topic: str, partition: int, *, position: int, until: int, out: list[Record]
+    data: bytes,
+    topic: str,
+    partition: int,
+    *,
+    position: int,
+    until: int,
+    out: list[Record],
+    aborted: Sequence[tuple[int, int]] | None = None,
 ) -> int:
     """Append to `out` the records of `data` (one partition's record batches) at offsets in
     ``[position, until)``, in offset order; return the position they reach: past the last batch
     read whole, `until` at most. A batch cut short at the end of `data` (the broker fills an answer
-    up to its byte limit) is left for the next fetch."""
+    up to its byte limit) is left for the next fetch.
+
+    `aborted`, under read_committed: the answer's aborted transactions, (producer id, first
+    offset) each. A transactional batch of a producer whose aborted transaction began at or before
+    the batch's last offset, and before that transaction's abort marker, is skipped - as Kafka's
+    own consumer and librdkafka decide, from the same answer."""
+    pending = sorted(aborted or (), key=lambda a: a[1])  # by first offset
+    open_aborts: set[int] = set()  # producers inside an aborted transaction at this batch
     at, end = 0, len(data)
     while position < until and at + 17 <= end:
         base, length = _PEEK.unpack_from(data, at)
@@ -53,7 +68,17 @@ def read_batches(
         head = _HEAD.unpack_from(data, at)
         attributes, last_delta, base_ts, max_ts, count = head[5], head[6], head[7], head[8], head[12]
         after = base + last_delta + 1
-        if not attributes & _CONTROL and after > position:
+        skip = bool(attributes & _CONTROL)
+        if aborted is not None and attributes & _TRANSACTIONAL:
+            while pending and pending[0][1] < after:
+                open_aborts.add(pending.pop(0)[0])
+            producer = head[9]
+            if skip:
+                if producer in open_aborts and _is_abort_marker(data[at + _HEAD.size : batch_end]):
+                    open_aborts.discard(producer)
+            else:
+                skip = producer in open_aborts
+        if not skip and after > position:
             body = data[at + _HEAD.size : batch_end]
             if attributes & _CODEC:
                 body = _decompress(attributes & _CODEC, body, base)
@@ -64,6 +89,16 @@ def read_batches(
         position = max(position, min(after, until))
         at = batch_end
     return position
+
+
+def _is_abort_marker(body: bytes) -> bool:
+    """Whether a control batch's (uncompressed) first record is an ABORT marker: its key is
+    (version int16, type int16), type 0 ABORT, 1 COMMIT."""
+    at = _varint(body, 0)[1]  # record length
+    at = _varint(body, at + 1)[1]  # attributes, then the timestamp delta
+    at = _varint(body, at)[1]  # offset delta
+    key_len, at = _varint(body, at)
+    return key_len >= 4 and body[at + 2 : at + 4] == b"\0\0"
 
 
 def _records(

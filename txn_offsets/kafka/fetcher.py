@@ -10,12 +10,12 @@ by the range's planned *id*) asks each leader for all of its partitions at their
 Only what is read plainly is read here; the rest of a range goes to librdkafka from where this read
 reached it (:func:`read_wide` returns it, :func:`txn_offsets.kafka.reader.read_ranges` reads it): a
 partition whose answer is an error (a leader moved, a start no longer in the log, a leader that does
-not hold the planned topic id), that lists aborted transactions under read_committed, that holds a
-batch of an older magic or a codec not installed here, or that did not move in a round where no
-partition moved; all of them when the client's settings name what :mod:`txn_offsets.kafka.direct`
-cannot do (GSSAPI, OAUTHBEARER, ...) or a broker does not answer. Records are never decided
-differently, only by whom they are read: a position is always the offset after a record delivered
-or after a whole batch, where librdkafka starts as well.
+not hold the planned topic id), that holds a batch of an older magic or a codec not installed here
+(snappy, lz4), or that did not move in a round where no partition moved; all of them when the
+client's settings name what :mod:`txn_offsets.kafka.direct` cannot do (GSSAPI, OAUTHBEARER, ...) or
+a broker does not answer. Records are never decided differently, only by whom they are read: a
+position is always the offset after a record delivered or after a whole batch, where librdkafka
+starts as well.
 """
 
 from __future__ import annotations
@@ -220,15 +220,23 @@ def _ask(
 def _decoded(
     answer: direct.FetchAnswer, rng: OffsetRange, position: int, isolation: int, out: list[Record]
 ) -> int | None:
-    """The position `answer` takes `rng` to from `position`, its records appended to `out`; None
-    when librdkafka is to read it from `position` (an error, aborted transactions to filter, a
-    batch not decoded here - whatever it appended then is taken back)."""
-    if answer.error != 0 or (isolation == direct.READ_COMMITTED and answer.aborted):
+    """The position `answer` takes `rng` to from `position`, its records appended to `out` (under
+    read_committed those of aborted transactions left out, by the answer's list); None when
+    librdkafka is to read it from `position` (an error, a batch not decoded here - whatever it
+    appended then is taken back)."""
+    if answer.error != 0:
         return None
     had = len(out)
+    aborted = answer.aborted if isolation == direct.READ_COMMITTED else None
     try:
         return read_batches(
-            answer.records, rng.topic, rng.partition, position=position, until=rng.until, out=out
+            answer.records,
+            rng.topic,
+            rng.partition,
+            position=position,
+            until=rng.until,
+            out=out,
+            aborted=aborted,
         )
     except Undecodable as exc:
         logger.debug("%s[%d]: %s", rng.topic, rng.partition, exc)
