@@ -335,11 +335,13 @@ def send_fetch(
     *,
     isolation: int,
     max_bytes: int,
-    partition_max_bytes: int,
+    partition_max_bytes: int | Mapping[int, int],
 ) -> int:
-    """Ask :func:`fetch` without waiting (several brokers asked at once): the correlation id."""
+    """Ask :func:`fetch` without waiting (several brokers asked at once): the correlation id.
+    `partition_max_bytes`: one limit for every partition, or each partition's."""
+    limits = partition_max_bytes if isinstance(partition_max_bytes, Mapping) else None
     parts = [
-        struct.pack(">iiqiqi", p, epoch, offset, -1, -1, partition_max_bytes) + b"\0"
+        struct.pack(">iiqiqi", p, epoch, offset, -1, -1, limits[p] if limits else partition_max_bytes) + b"\0"
         for p, (offset, epoch) in partitions.items()
     ]
     topics = wire.compact_array([wire.uuid_bytes(topic_id) + wire.compact_array(parts) + b"\0"])

@@ -39,9 +39,15 @@ __all__ = ["read_wide"]
 
 logger = logging.getLogger(__name__)
 
-#: a Fetch's byte limits: per partition (a batch larger than this still comes whole when it is the
-#: first of the answer) and per answer (partitions past it get nothing and are asked again)
+#: a Fetch's byte limits. Per partition: what a range's span asks for at first (BYTES_PER_OFFSET an
+#: offset, between the two bounds: a range of 2 records does not drag 256 kB of the log past it
+#: through the broker and this process), doubled for a partition that did not move though its log
+#: goes on (:func:`_held_back`; up to PARTITION_MAX_BYTES_CAP). Per answer: partitions past it get
+#: nothing and are asked again.
+BYTES_PER_OFFSET = 512
+PARTITION_MIN_BYTES = 16_384
 PARTITION_MAX_BYTES = 262_144
+PARTITION_MAX_BYTES_CAP = 8 * 1024 * 1024
 MAX_BYTES = 16 * 1024 * 1024
 #: how long a connection, a metadata request or a Fetch may take before the read goes to librdkafka
 TIMEOUT_S = 10.0
@@ -98,6 +104,7 @@ def read_wide(
     isolation = (
         direct.READ_COMMITTED if kafka.isolation_level == "read_committed" else direct.READ_UNCOMMITTED
     )
+    limit = {tp: _first_limit(rng) for tp, rng in todo.items()}
     clean = False
     try:
         while todo:
@@ -105,8 +112,8 @@ def read_wide(
             left += [
                 _rest(todo.pop(tp), position[tp]) for tp in [tp for tp in todo if not _leader(cluster, tp)]
             ]
-            asked = _ask(cluster, config, todo, position, isolation)
-            moved = False
+            asked = _ask(cluster, config, todo, (position, limit), isolation)
+            moved = grew = False
             for (topic, broker, parts), correlation in asked.items():
                 answers = direct.fetch_answer(cluster.idle[broker], correlation, parts)
                 for part, answer in answers.items():
@@ -126,7 +133,14 @@ def read_wide(
                     moved = moved or reached > before
                     if reached >= rng.until:
                         del todo[tp]
-            if not moved:
+                    elif (
+                        reached == before
+                        and limit[tp] < PARTITION_MAX_BYTES_CAP
+                        and _held_back(answer, before, isolation)
+                    ):
+                        limit[tp] *= 2  # more room next round
+                        grew = True
+            if not moved and not grew:
                 left += [_rest(rng, position[tp]) for tp, rng in todo.items()]
                 todo.clear()
         clean = True
@@ -189,11 +203,12 @@ def _ask(
     cluster: _Cluster,
     config: dict[str, object],
     todo: dict[TP, OffsetRange],
-    position: dict[TP, int],
+    at: tuple[dict[TP, int], dict[TP, int]],
     isolation: int,
 ) -> dict[tuple[str, int, tuple[int, ...]], int]:
-    """One Fetch per (topic, leader) for the partitions of `todo` at their positions, sent without
-    waiting: each request's correlation id by (topic, leader, partitions)."""
+    """One Fetch per (topic, leader) for the partitions of `todo` at (their positions, their byte
+    limits), sent without waiting: each request's correlation id by (topic, leader, partitions)."""
+    position, limit = at
     wanted: dict[tuple[str, int], dict[int, tuple[int, int]]] = {}
     for tp in todo:
         leader = _leader(cluster, tp)
@@ -211,7 +226,7 @@ def _ask(
             parts,
             isolation=isolation,
             max_bytes=MAX_BYTES,
-            partition_max_bytes=PARTITION_MAX_BYTES,
+            partition_max_bytes={p: limit[(topic, p)] for p in parts},
         )
         asked[(topic, broker, tuple(parts))] = correlation
     return asked
@@ -244,6 +259,18 @@ def _decoded(
         logger.info("%s[%d]: a Fetch answer not decoded (%s)", rng.topic, rng.partition, type(exc).__name__)
     del out[had:]
     return None
+
+
+def _held_back(answer: direct.FetchAnswer, position: int, isolation: int) -> bool:
+    """Whether a partition that did not move from `position` has records past it that its answer
+    did not bring: a batch larger than its byte limit (a broker sends nothing of it then, or the
+    batch cut short, unless the partition is the answer's first) or an answer full before it came."""
+    end = answer.last_stable_offset if isolation == direct.READ_COMMITTED else answer.high_watermark
+    return bool(answer.records) or end > position
+
+
+def _first_limit(rng: OffsetRange) -> int:
+    return min(PARTITION_MAX_BYTES, max(PARTITION_MIN_BYTES, rng.span * BYTES_PER_OFFSET))
 
 
 def _rest(rng: OffsetRange, position: int) -> OffsetRange:

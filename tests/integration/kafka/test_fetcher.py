@@ -18,6 +18,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from tests.fix_services import TopicFactory
 from tests.kafka_ends import settled_ends
 from txn_offsets.config import KafkaSettings, kafka_from_env
 from txn_offsets.kafka import fetcher, metadata
@@ -107,12 +108,22 @@ def test_a_read_in_many_rounds_is_whole(
     kafka_bootstrap: str, filled: tuple[str, dict[tuple[str, int], int]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Byte limits far below a batch: each answer holds a batch cut short, or a few whole ones;
-    the read goes on round after round until every range is complete."""
+    the read goes on round after round (a partition's limit doubled when its batch did not fit)
+    until every range is complete."""
     topic, ends = filled
     kafka = KafkaSettings(kafka_bootstrap)
     ranges = [OffsetRange(topic, p, 0, ends[(topic, p)]) for p in (0, 7, 8, 9)]
+    monkeypatch.setattr(fetcher, "PARTITION_MIN_BYTES", 64)
     monkeypatch.setattr(fetcher, "PARTITION_MAX_BYTES", 64)
     monkeypatch.setattr(fetcher, "MAX_BYTES", 200)
+    asked: list[dict[int, int]] = []
+    real_send = fetcher.direct.send_fetch
+
+    def send(*args: Any, **kwargs: Any) -> int:
+        asked.append(dict(kwargs["partition_max_bytes"]))
+        return int(real_send(*args, **kwargs))
+
+    monkeypatch.setattr(fetcher.direct, "send_fetch", send)
     rounds: list[int] = []
     real = fetcher._ask
 
@@ -125,6 +136,10 @@ def test_a_read_in_many_rounds_is_whole(
     assert left == []
     assert read == {r.key: list(read_range(kafka, r)) for r in ranges}
     assert len(rounds) > 4
+    # each partition starts at 64 bytes; one that did not move though its log goes on (its batch
+    # did not fit) asks for twice as much the next round
+    assert {v for limits in asked[:1] for v in limits.values()} == {64}
+    assert max(v for limits in asked for v in limits.values()) > 64
     assert sum(len(v) for v in read.values()) == 4 * 30
 
 
@@ -166,3 +181,20 @@ def test_over_sasl_ssl_a_wide_read_is_what_librdkafka_reads(
     read, left = fetcher.read_wide(kafka, ranges)
     assert left == []
     assert read == {r.key: list(read_range(KafkaSettings(kafka_bootstrap), r)) for r in ranges}
+
+
+def test_log_append_time_is_the_brokers_as_librdkafka_gives_it(
+    kafka_bootstrap: str, topic_factory: TopicFactory
+) -> None:
+    topic = topic_factory(partitions=2, config={"message.timestamp.type": "LogAppendTime"})
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5})
+    for i in range(20):
+        producer.produce(topic, value=f"v{i}".encode(), partition=i % 2, timestamp=1_000 + i)
+    assert producer.flush(30) == 0
+    kafka = KafkaSettings(kafka_bootstrap)
+    ranges = [OffsetRange(topic, p, 0, 10) for p in range(2)]
+    read, left = fetcher.read_wide(kafka, ranges)
+    assert left == []
+    assert read == {r.key: list(read_range(kafka, r)) for r in ranges}
+    stamps = {rec.timestamp_ms for recs in read.values() for rec in recs}
+    assert stamps and all(t is not None and t > 1_700_000_000_000 for t in stamps)  # not the producer's
