@@ -283,3 +283,13 @@ def test_read_committed_leaves_out_exactly_the_aborted_transactions(
     reached = read_batches(raw, "t", 3, position=position, until=until, out=out, aborted=listed)
     assert [r.offset for r in out] == sorted(o for o in visible if position <= o < until)
     assert reached == until
+
+
+def test_a_batch_it_cannot_decode_after_others_ends_the_answer_there() -> None:
+    plain = Batch(0, 1, (Rec(0, None, b"a", 0, ()), Rec(1, None, b"b", 0, ())))
+    snappy = Batch(2, 0, (Rec(0, None, b"c", 0, ()),), codec=2)
+    out: list[Record] = []
+    assert read_batches(plain.encode() + snappy.encode(), "t", 3, position=0, until=3, out=out) == 2
+    assert [r.value for r in out] == [b"a", b"b"]
+    with pytest.raises(Undecodable, match="snappy at offset 2"):  # the next fetch starts at it
+        read_batches(snappy.encode(), "t", 3, position=2, until=3, out=[])

@@ -48,7 +48,8 @@ def read_batches(
     """Append to `out` the records of `data` (one partition's record batches) at offsets in
     ``[position, until)``, in offset order; return the position they reach: past the last batch
     read whole, `until` at most. A batch cut short at the end of `data` (the broker fills an answer
-    up to its byte limit) is left for the next fetch.
+    up to its byte limit) is left for the next fetch, and so is one it cannot decode after others
+    were read (:class:`Undecodable` only when it is the first: then librdkafka reads from it).
 
     `aborted`, under read_committed: the answer's aborted transactions, (producer id, first
     offset) each. A transactional batch of a producer whose aborted transaction began at or before
@@ -57,6 +58,7 @@ def read_batches(
     pending = sorted(aborted or (), key=lambda a: a[1])  # by first offset
     open_aborts: set[int] = set()  # producers inside an aborted transaction at this batch
     at, end = 0, len(data)
+    started = position
     while position < until and at + 17 <= end:
         base, length = _PEEK.unpack_from(data, at)
         magic = data[at + 16]
@@ -64,6 +66,8 @@ def read_batches(
         if batch_end > end:
             break
         if magic != 2:
+            if position > started:  # what came before it stands: the next fetch starts at it
+                return position
             raise Undecodable(f"a record batch of magic {magic} at offset {base}")
         head = _HEAD.unpack_from(data, at)
         attributes, last_delta, base_ts, max_ts, count = head[5], head[6], head[7], head[8], head[12]
@@ -81,6 +85,8 @@ def read_batches(
         if not skip and after > position:
             body = data[at + _HEAD.size : batch_end]
             if attributes & _CODEC:
+                if position > started and not _decodable(attributes & _CODEC):
+                    return position  # as above
                 body = _decompress(attributes & _CODEC, body, base)
             times = (base_ts, max_ts if attributes & _LOG_APPEND_TIME else None)
             where = (topic, partition)
@@ -170,6 +176,10 @@ def _varint(data: bytes, at: int) -> tuple[int, int]:
         if byte < 0x80:
             return (value >> 1) ^ -(value & 1), at + 1
         shift += 7
+
+
+def _decodable(codec: int) -> bool:
+    return codec == 1 or (codec == 4 and _zstd is not None)
 
 
 def _decompress(codec: int, body: bytes, base: int) -> bytes:

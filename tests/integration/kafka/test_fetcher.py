@@ -198,3 +198,24 @@ def test_log_append_time_is_the_brokers_as_librdkafka_gives_it(
     assert read == {r.key: list(read_range(kafka, r)) for r in ranges}
     stamps = {rec.timestamp_ms for recs in read.values() for rec in recs}
     assert stamps and all(t is not None and t > 1_700_000_000_000 for t in stamps)  # not the producer's
+
+
+def test_a_range_read_partly_here_is_finished_by_librdkafka_from_where_it_got(
+    kafka_bootstrap: str, topic_factory: TopicFactory
+) -> None:
+    """Plain batches, then lz4 ones: the plain head is read here, the range's rest (from the first
+    lz4 batch) by librdkafka, and the two parts are the range read alone."""
+    topic = topic_factory(partitions=2)
+    for codec in ("none", "lz4"):
+        producer = Producer({"bootstrap.servers": kafka_bootstrap, "compression.type": codec, "linger.ms": 5})
+        for i in range(20):
+            producer.produce(topic, value=f"{codec}-{i}".encode(), partition=i % 2)
+        assert producer.flush(30) == 0
+    kafka = KafkaSettings(kafka_bootstrap)
+    ranges = [OffsetRange(topic, p, 3, 20) for p in range(2)]
+    read, left = fetcher.read_wide(kafka, ranges)
+    assert left == [OffsetRange(topic, p, 10, 20) for p in range(2)]
+    assert all([r.offset for r in read[(topic, p)]] == list(range(3, 10)) for p in range(2))
+    alone = {r.key: list(read_range(kafka, r)) for r in ranges}
+    assert read_ranges(kafka, ranges) == alone
+    assert [r.value for r in alone[(topic, 1)]][-1] == b"lz4-19"
