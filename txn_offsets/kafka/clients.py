@@ -26,10 +26,18 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from txn_offsets.config import check_kafka_tls
+from txn_offsets.config import KafkaSettings, check_kafka_tls
 from txn_offsets.kafka.causes import Witness
 
-__all__ = ["LOGGER_NAME", "WINDOW_S", "Deduplicate", "client_config", "serve_logs", "witness_for"]
+__all__ = [
+    "LOGGER_NAME",
+    "WINDOW_S",
+    "Deduplicate",
+    "client_config",
+    "serve_logs",
+    "settings_key",
+    "witness_for",
+]
 
 LOGGER_NAME = "txn_offsets.kafka.librdkafka"
 WINDOW_S = 60.0
@@ -73,6 +81,12 @@ class Deduplicate(logging.Filter):
 
 _logger = logging.getLogger(LOGGER_NAME)
 _logger.addFilter(Deduplicate())
+
+
+def settings_key(kafka: KafkaSettings, *more: object) -> str:
+    """What a process keeps its clients and connections for one Kafka's settings under: every
+    client setting (passwords too: a key is never logged), the isolation level, and `more`."""
+    return repr((sorted(kafka.client_config().items()), kafka.isolation_level, *more))
 
 
 def client_config(base: Mapping[str, Any], witness: Witness | None = None) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from confluent_kafka import Consumer, KafkaException
 
 from txn_offsets.config import KafkaSettings
 from txn_offsets.kafka.causes import Witness
-from txn_offsets.kafka.clients import client_config, witness_for
+from txn_offsets.kafka.clients import client_config, settings_key, witness_for
 
 __all__ = ["METADATA_TIMEOUT_S", "RETIRE_AFTER_ASSIGNMENTS", "ConsumerPool", "consumer_config", "pool"]
 
@@ -107,15 +107,11 @@ class ConsumerPool:
         self._served: dict[Consumer, int] = {}  # consumer -> partition assignments it served
         self._lock = threading.Lock()
 
-    @staticmethod
-    def _key(kafka: KafkaSettings, small: bool) -> str:
-        return repr((sorted(kafka.client_config().items()), kafka.isolation_level, small))  # passwords too
-
     def take(self, kafka: KafkaSettings, topics: Iterable[str] = (), *, small: bool = False) -> Consumer:
         """An idle consumer (or a new one) with metadata for each of `topics`, to assign them;
         `small`: one for small ranges (:data:`SMALL_READS`)."""
         with self._lock:
-            consumer = self._idle.pop(self._key(kafka, small), None)
+            consumer = self._idle.pop(settings_key(kafka, small), None)
         if consumer is None:
             config = consumer_config(kafka, small=small)
             witness = witness_for(config)
@@ -161,8 +157,8 @@ class ConsumerPool:
             threading.Thread(target=_close, args=(consumer,), name="txn-offsets-retired-consumer").start()
             return
         with self._lock:
-            old = self._idle.pop(self._key(kafka, small), None)
-            self._idle[self._key(kafka, small)] = consumer
+            old = self._idle.pop(settings_key(kafka, small), None)
+            self._idle[settings_key(kafka, small)] = consumer
         if old is not None:
             self.discard(old)
 

@@ -37,6 +37,7 @@ __all__ = [
     "connect",
     "fetch",
     "fetch_answer",
+    "isolation",
     "list_offsets",
     "metadata",
     "metadata_answer",
@@ -48,6 +49,11 @@ METADATA, LIST_OFFSETS, FETCH, SASL_HANDSHAKE, SASL_AUTHENTICATE = 3, 2, 1, 17, 
 METADATA_V, LIST_OFFSETS_V, FETCH_V = 12, 7, 13
 EARLIEST, LATEST = -2, -1
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+
+
+def isolation(level: str) -> int:
+    """The Fetch isolation of a client's ``isolation.level`` (librdkafka's default: read_committed)."""
+    return READ_UNCOMMITTED if level == "read_uncommitted" else READ_COMMITTED
 #: a Metadata answer's partition: error code, index, leader, leader epoch
 _PARTITION_HEAD = struct.Struct(">hiii")
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from txn_offsets.config import KafkaSettings
 from txn_offsets.kafka import direct
 from txn_offsets.kafka.batches import Undecodable, read_batches
+from txn_offsets.kafka.clients import settings_key
 from txn_offsets.kafka.records import Record
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.ranges import TopicPartition as TP
@@ -76,10 +77,6 @@ _resting: dict[str, float] = {}  # settings -> until when their reads go to libr
 _lock = threading.Lock()
 
 
-def _key(kafka: KafkaSettings) -> str:
-    return repr((sorted(kafka.client_config().items()), kafka.isolation_level))  # passwords too
-
-
 def read_wide(
     kafka: KafkaSettings, ranges: Sequence[OffsetRange]
 ) -> tuple[dict[TP, list[Record]], list[OffsetRange]]:
@@ -94,16 +91,14 @@ def read_wide(
     position = {r.key: r.start for r in ranges}
     todo = {r.key: r for r in ranges if not r.empty}
     left: list[OffsetRange] = []
-    key = _key(kafka)
+    key = settings_key(kafka)
     with _lock:
         if _resting.get(key, 0.0) > time.monotonic():
             return {}, list(ranges)
         cluster = _clusters.pop(key, None) or _Cluster()
     if time.monotonic() - cluster.used_at > IDLE_S:
         _close(cluster)
-    isolation = (
-        direct.READ_COMMITTED if kafka.isolation_level == "read_committed" else direct.READ_UNCOMMITTED
-    )
+    isolation = direct.isolation(kafka.isolation_level)
     limit = {tp: _first_limit(rng) for tp, rng in todo.items()}
     clean = False
     try:

@@ -361,9 +361,7 @@ def _fetched(
     the brokers agree on (:func:`leader_for`), or why it was not asked. The brokers: those a
     librdkafka metadata request lists, and any one of them lists."""
     config = kafka.client_config()
-    isolation = (
-        direct.READ_COMMITTED if kafka.isolation_level == "read_committed" else direct.READ_UNCOMMITTED
-    )
+    isolation = direct.isolation(kafka.isolation_level)
     topics = sorted({t for t, _ in asked})
     try:
         seed = connected_admin(kafka, timeout_s).list_topics(topic=topics[0], timeout=timeout_s)
