@@ -193,11 +193,53 @@ def test_probes_answer_from_the_cache_while_kafka_hangs(
                 pool.submit(http.get, url, headers=BEARER)
             time.sleep(0.2)
             took = stop_within(proc, signal.SIGTERM, 5.0)
-        assert took < 5.0 and proc.returncode == 0, (took, proc.returncode)
+        assert took < 5.0 and proc.returncode == 0, (took, proc.returncode, proc.communicate(timeout=10)[1])
     finally:
         if proc.poll() is None:
             proc.kill()
         proc.communicate(timeout=10)
+
+
+TEARDOWN_PROBE = """
+import atexit, sys
+
+def _teardown():
+    admins = sys.modules.get("txn_offsets.kafka.admins")
+    pending = 0
+    if admins is not None:
+        with admins._state.lock:
+            pending = sum(not f.done() for fs in admins._state.in_flight.values() for f in fs)
+    sys.stderr.write(f"teardown with {pending} Kafka request(s) in flight\\n")
+
+atexit.register(_teardown)
+"""
+
+
+def test_a_stopped_service_ends_without_tearing_down_its_kafka_clients(
+    database_url: str,
+    migrated: DatabaseSettings,
+    blackhole: str,
+    http: httpx.Client,
+    tmp_path: Any,
+) -> None:
+    """The health check's librdkafka client has a request in flight while Kafka does not answer;
+    the interpreter's teardown would free it under that request (a stopped service once died of
+    SIGSEGV, exit -11). A stop ends the process without the teardown: exit 0, and an atexit hook
+    planted in the process (a sitecustomize) never runs."""
+    (tmp_path / "sitecustomize.py").write_text(TEARDOWN_PROBE)
+    env = serve_env(database_url, blackhole, TOKEN)
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), *filter(None, [env.get("PYTHONPATH")])])
+    proc, base = start_serve(env, "--schema", migrated.schema)
+    try:
+        until(lambda: checked(http.get(f"{base}/healthz", headers=BEARER).json()))
+        stop_within(proc, signal.SIGTERM, 5.0)
+        _, err = proc.communicate(timeout=10)
+        assert proc.returncode == 0, (proc.returncode, err)
+        assert "teardown with" not in err, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
