@@ -54,6 +54,8 @@ READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 def isolation(level: str) -> int:
     """The Fetch isolation of a client's ``isolation.level`` (librdkafka's default: read_committed)."""
     return READ_UNCOMMITTED if level == "read_uncommitted" else READ_COMMITTED
+
+
 #: a Metadata answer's partition: error code, index, leader, leader epoch
 _PARTITION_HEAD = struct.Struct(">hiii")
 
