@@ -8,17 +8,17 @@ import struct
 import zlib
 from dataclasses import dataclass
 
+import cramjam
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from txn_offsets.kafka import batches
 from txn_offsets.kafka.batches import Undecodable, read_batches
 from txn_offsets.kafka.records import Record
 
-#: zstd batches are built and decoded where the decoder has the library (it leaves them to
-#: librdkafka otherwise: test_fetcher.py)
-_HAS_ZSTD = batches._zstd is not None
+#: the xerial framing of snappy (Kafka's Java producer): magic, version 1, compatible 1, then
+#: (length, raw snappy block) pairs
+_XERIAL = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1)
 
 
 def _varint(n: int) -> bytes:
@@ -58,6 +58,8 @@ class Batch:
     magic: int = 2
     producer: int = -1
     transactional: bool = False
+    xerial: bool = False  # snappy in xerial blocks (else raw, as librdkafka writes it)
+    compressed: bool = True  # False: the codec bits on a body left plain (it does not decompress)
 
     def encode(self) -> bytes:
         body = b""
@@ -67,13 +69,8 @@ class Batch:
             for name, value in r.headers:
                 inner += _field(name.encode()) + _field(value)
             body += _varint(len(inner)) + inner
-        if self.codec == 1:
-            z = zlib.compressobj(wbits=16 + zlib.MAX_WBITS)
-            body = z.compress(body) + z.flush()
-        elif self.codec == 4:
-            import zstandard  # only drawn when the decoder has it (_HAS_ZSTD)
-
-            body = zstandard.ZstdCompressor().compress(body)
+        if self.compressed:
+            body = _compress(self.codec, body, xerial=self.xerial)
         attributes = self.codec | (0x08 if self.log_append else 0) | (0x20 if self.control else 0)
         attributes |= 0x10 if self.transactional else 0
         after_length = (
@@ -116,6 +113,22 @@ class Batch:
         return self.base + self.last_delta + 1
 
 
+def _compress(codec: int, body: bytes, *, xerial: bool) -> bytes:
+    if codec == 1:
+        z = zlib.compressobj(wbits=16 + zlib.MAX_WBITS)
+        return z.compress(body) + z.flush()
+    if codec == 2 and xerial:
+        blocks = [bytes(cramjam.snappy.compress_raw(body[i : i + 7])) for i in range(0, len(body), 7)]
+        return _XERIAL + b"".join(struct.pack(">i", len(b)) + b for b in blocks)
+    if codec == 2:
+        return bytes(cramjam.snappy.compress_raw(body))
+    if codec == 3:
+        return bytes(cramjam.lz4.compress(body))
+    if codec == 4:
+        return bytes(cramjam.zstd.compress(body))
+    return body
+
+
 _bytes = st.none() | st.binary(max_size=12)
 _rec_parts = st.tuples(
     _bytes, _bytes, st.integers(-5, 300), st.lists(st.tuples(st.text(max_size=4), _bytes), max_size=3)
@@ -125,9 +138,9 @@ _rec_parts = st.tuples(
 @st.composite
 def logs(draw: st.DrawFn) -> list[Batch]:
     """Batches of one partition in offset order: gaps between and inside them (compaction),
-    control batches, both timestamp types, three codecs."""
+    control batches, both timestamp types, every codec (snappy raw or xerial-framed)."""
     batches, offset = [], draw(st.integers(0, 5))
-    codecs = [0, 1, 4] if _HAS_ZSTD else [0, 1]
+    codecs = [0, 1, 2, 3, 4]  # none, gzip, snappy, lz4, zstd
     for _ in range(draw(st.integers(0, 6))):
         offset += draw(st.integers(0, 3))
         control = draw(st.booleans()) and draw(st.booleans())
@@ -144,6 +157,7 @@ def logs(draw: st.DrawFn) -> list[Batch]:
                 control,
                 draw(st.booleans()),
                 0 if control else draw(st.sampled_from(codecs)),
+                xerial=draw(st.booleans()),
             )
         )
         offset += last + 1
@@ -193,12 +207,15 @@ def test_a_control_batch_is_no_record_but_moves_the_position() -> None:
     ("batch", "named"),
     [
         (Batch(0, 0, (Rec(0, None, b"v", 0, ()),), magic=1), "magic 1 at offset 0"),
-        (Batch(5, 0, (Rec(0, None, b"v", 0, ()),), codec=2), "snappy at offset 5"),
-        (Batch(5, 0, (Rec(0, None, b"v", 0, ()),), codec=3), "lz4 at offset 5"),
+        (Batch(5, 0, (Rec(0, None, b"v", 0, ()),), codec=5), "codec 5 at offset 5"),
+        (Batch(5, 0, (Rec(0, None, b"v", 0, ()),), codec=3, compressed=False), "lz4 at offset 5 does not"),
+        (Batch(5, 0, (Rec(0, None, b"v", 0, ()),), codec=2, compressed=False), "snappy at offset 5 does not"),
+        (Batch(5, 0, (Rec(0, None, b"v", 0, ()),), codec=4, compressed=False), "zstd at offset 5 does not"),
+        (Batch(5, 0, (Rec(0, None, b"v", 0, ()),), codec=1, compressed=False), "gzip at offset 5 does not"),
     ],
 )
 def test_what_it_does_not_decode_is_named(batch: Batch, named: str) -> None:
-    raw = batch.encode()  # snappy / lz4: the body is not compressed, the codec bits alone stop it
+    raw = batch.encode()
     with pytest.raises(Undecodable, match=named):
         read_batches(raw, "t", 3, position=0, until=10, out=[])
 
@@ -285,9 +302,11 @@ def test_read_committed_leaves_out_exactly_the_aborted_transactions(
 
 def test_a_batch_it_cannot_decode_after_others_ends_the_answer_there() -> None:
     plain = Batch(0, 1, (Rec(0, None, b"a", 0, ()), Rec(1, None, b"b", 0, ())))
-    snappy = Batch(2, 0, (Rec(0, None, b"c", 0, ()),), codec=2)
+    broken = Batch(2, 0, (Rec(0, None, b"c", 0, ()),), codec=3, compressed=False)
     out: list[Record] = []
-    assert read_batches(plain.encode() + snappy.encode(), "t", 3, position=0, until=3, out=out) == 2
+    assert read_batches(plain.encode() + broken.encode(), "t", 3, position=0, until=3, out=out) == 2
     assert [r.value for r in out] == [b"a", b"b"]
-    with pytest.raises(Undecodable, match="snappy at offset 2"):  # the next fetch starts at it
-        read_batches(snappy.encode(), "t", 3, position=2, until=3, out=[])
+    with pytest.raises(
+        Undecodable, match="lz4 at offset 2 does not decompress"
+    ):  # the next fetch starts at it
+        read_batches(broken.encode(), "t", 3, position=2, until=3, out=[])

@@ -6,8 +6,10 @@ move the position; a batch's records before the position (a fetch starts at the 
 fetch offset) are skipped; offsets are the batch's base plus each record's delta (compaction leaves
 gaps); the timestamp is the batch's max under LogAppendTime, else its base plus the record's delta.
 Under read_committed the batches of aborted transactions are skipped by the answer's list of them,
-as Kafka's consumer does (:func:`read_batches`' `aborted`). CRCs are
-not checked (librdkafka's ``check.crcs`` is off by default: TCP's and TLS's own checks hold).
+as Kafka's consumer does (:func:`read_batches`' `aborted`). Every codec Kafka has: gzip (zlib),
+snappy (raw, or in the xerial framing Kafka's Java producer writes), lz4 (the LZ4 frame format)
+and zstd (cramjam). CRCs are not checked (librdkafka's ``check.crcs`` is off by default: TCP's and
+TLS's own checks hold).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Sequence
-from typing import Any
+
+import cramjam
 
 from txn_offsets.kafka.records import Record
 
@@ -31,8 +34,8 @@ _CODECS = {1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 
 
 class Undecodable(Exception):
-    """A batch this module does not decode: an older magic, or a codec whose library is not
-    installed. The caller reads the range with librdkafka instead."""
+    """A batch this module does not decode: an older magic, a codec it does not know, a body that
+    does not decompress. The caller reads the range with librdkafka instead (which says why)."""
 
 
 def read_batches(
@@ -85,9 +88,12 @@ def read_batches(
         if not skip and after > position:
             body = data[at + _HEAD.size : batch_end]
             if attributes & _CODEC:
-                if position > started and not _decodable(attributes & _CODEC):
-                    return position  # as above
-                body = _decompress(attributes & _CODEC, body, base)
+                try:
+                    body = _decompress(attributes & _CODEC, body, base)
+                except Undecodable:
+                    if position > started:
+                        return position  # as above
+                    raise
             times = (base_ts, max_ts if attributes & _LOG_APPEND_TIME else None)
             where = (topic, partition)
             if _records(body, count, base, where=where, times=times, position=position, until=until, out=out):
@@ -178,25 +184,39 @@ def _varint(data: bytes, at: int) -> tuple[int, int]:
         shift += 7
 
 
-def _decodable(codec: int) -> bool:
-    return codec == 1 or (codec == 4 and _zstd is not None)
+_XERIAL = b"\x82SNAPPY\x00"  # the xerial framing's magic; its version and compat ints follow
+_XERIAL_HEAD = 16
+_BLOCK = struct.Struct(">i")
 
 
 def _decompress(codec: int, body: bytes, base: int) -> bytes:
-    if codec == 1:
-        return zlib.decompress(body, 16 + zlib.MAX_WBITS)
-    if codec == 4 and _zstd is not None:
-        return bytes(_zstd.ZstdDecompressor().decompressobj().decompress(body))
     name = _CODECS.get(codec, f"codec {codec}")
+    try:
+        if codec == 1:
+            return zlib.decompress(body, 16 + zlib.MAX_WBITS)
+        if codec == 2:
+            return _snappy(body)
+        if codec == 3:
+            return bytes(cramjam.lz4.decompress(body))
+        if codec == 4:
+            return bytes(cramjam.zstd.decompress(body))
+    except (zlib.error, cramjam.DecompressionError, struct.error, ValueError):
+        raise Undecodable(
+            f"a record batch compressed with {name} at offset {base} does not decompress"
+        ) from None
     raise Undecodable(f"a record batch compressed with {name} at offset {base}")
 
 
-def _zstd_module() -> Any:
-    try:
-        import zstandard
-    except ImportError:
-        return None
-    return zstandard
-
-
-_zstd = _zstd_module()
+def _snappy(body: bytes) -> bytes:
+    """Raw snappy (librdkafka's producer), or xerial-framed blocks (Kafka's Java producer)."""
+    if not body.startswith(_XERIAL):
+        return bytes(cramjam.snappy.decompress_raw(body))
+    blocks, at = [], _XERIAL_HEAD
+    while at < len(body):
+        (size,) = _BLOCK.unpack_from(body, at)
+        at += _BLOCK.size
+        if size < 0 or at + size > len(body):
+            raise ValueError("a xerial block past the batch's end")
+        blocks.append(bytes(cramjam.snappy.decompress_raw(body[at : at + size])))
+        at += size
+    return b"".join(blocks)

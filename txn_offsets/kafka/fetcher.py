@@ -10,12 +10,12 @@ by the range's planned *id*) asks each leader for all of its partitions at their
 Only what is read plainly is read here; the rest of a range goes to librdkafka from where this read
 reached it (:func:`read_wide` returns it, :func:`txn_offsets.kafka.reader.read_ranges` reads it): a
 partition whose answer is an error (a leader moved, a start no longer in the log, a leader that does
-not hold the planned topic id), that holds a batch of an older magic or a codec not installed here
-(snappy, lz4), or that did not move in a round where no partition moved; all of them when the
-client's settings name what :mod:`txn_offsets.kafka.direct` cannot do (GSSAPI, OAUTHBEARER, ...) or
-a broker does not answer. Records are never decided differently, only by whom they are read: a
-position is always the offset after a record delivered or after a whole batch, where librdkafka
-starts as well.
+not hold the planned topic id), that holds a batch of an older magic or one that does not
+decompress (:mod:`txn_offsets.kafka.batches` decodes every codec), or that did not move in a
+round where no partition moved; all of them when the client's settings name what
+:mod:`txn_offsets.kafka.direct` cannot do (GSSAPI, OAUTHBEARER, ...) or a broker does not answer.
+Records are never decided differently, only by whom they are read: a position is always the
+offset after a record delivered or after a whole batch, where librdkafka starts as well.
 """
 
 from __future__ import annotations
