@@ -109,6 +109,11 @@ class FetchAnswer:
     aborted: tuple[tuple[int, int], ...] = field(default=(), compare=False)
     records: bytes = field(default=b"", compare=False, repr=False)
 
+    def end(self, *, read_committed: bool) -> int:
+        """The log's end as a reader at that isolation level sees it: the last stable offset
+        under read_committed (nothing past an open transaction), else the high watermark."""
+        return self.last_stable_offset if read_committed else self.high_watermark
+
 
 class Connection:
     """One authenticated connection to one broker (:func:`connect`); closed on leaving its block."""

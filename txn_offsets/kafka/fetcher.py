@@ -260,8 +260,7 @@ def _held_back(answer: direct.FetchAnswer, position: int, isolation: int) -> boo
     """Whether a partition that did not move from `position` has records past it that its answer
     did not bring: a batch larger than its byte limit (a broker sends nothing of it then, or the
     batch cut short, unless the partition is the answer's first) or an answer full before it came."""
-    end = answer.last_stable_offset if isolation == direct.READ_COMMITTED else answer.high_watermark
-    return bool(answer.records) or end > position
+    return bool(answer.records) or answer.end(read_committed=isolation == direct.READ_COMMITTED) > position
 
 
 def _first_limit(rng: OffsetRange) -> int:

@@ -80,7 +80,7 @@ def confirm(answer: direct.FetchAnswer, *, read_committed: bool) -> tuple[int, i
     - or why they cannot be taken (the broker holds no log with that id, or answered nothing usable)."""
     if answer.error != 0:
         return _name(answer.error)
-    end = answer.last_stable_offset if read_committed else answer.high_watermark
+    end = answer.end(read_committed=read_committed)
     if not 0 <= answer.log_start_offset <= end:
         return f"marks ({answer.log_start_offset}, {end}) out of order"
     return answer.log_start_offset, end
