@@ -278,7 +278,10 @@ def test_a_commit_per_producer_transaction_over_the_tasks_partitions(
         run=run,
         partitions=tuple(sorted(plan.stored)),
         ends={},
-        options=LowLatency(epoch_s=30, commit_interval_ms=5, check_interval_ms=100),
+        # a transaction's 4 partitions become readable as the coordinator writes each one's commit
+        # marker: within a millisecond idle, but CI (2 busy cores) once saw them >5 ms apart and
+        # got 11 commits; 50 ms still keeps the transactions, 200 ms apart, one commit each
+        options=LowLatency(epoch_s=30, commit_interval_ms=50, check_interval_ms=100),
         prepare=writer.prepare,
         write=writer.write_ranges,
     )
