@@ -13,8 +13,11 @@ Spark Connect server, to which the same process holds a Connect client
 * ``stream_vs_sss``             the Structured Streaming adapter over SSS with its own Kafka source
 * ``eo_vs_alo``                 PartitionWriter over the same job without the guard
 
-A first run of every contender (not counted: Python workers, JIT, plans), then ``rounds`` rounds of
-one run each, every round in another order (rotated, and reversed every other round). Each field is
+``warmup`` rounds of every contender first (not counted: Python workers, the JVMs' JIT, plans and
+caches; one was not enough: the eighth pass's runs still got faster over their first 2-3 rounds,
+e.g. eo_partition 6.2, 4.0, 3.6, 2.9, 3.5 s at the small cap, where alo was warm from its second
+run), then ``rounds`` rounds of one run each, every round in another order (rotated, and reversed
+every other round). Each field is
 the median over the rounds of the round's ratio of records/s, shown with the rounds' spread (lowest
 and highest round); every run checked against the oracle like a sweep run (``Service.run``).
 """
@@ -52,15 +55,15 @@ FIRST, WARM = "first", "warm"
 RETRIES = 3  # runs again of a run whose Python process did not connect back to Spark in time
 
 
-def order(contenders: tuple[str, ...], rounds: int) -> list[tuple[int, str]]:
-    """(round, contender) in the order to run them: round 0 the first runs in the given order, then
-    round k (1..rounds) rotated by k and reversed every other round, so no contender is always
-    first, or always next to the same one."""
+def order(contenders: tuple[str, ...], rounds: int, warmup: int = 1) -> list[tuple[int, str]]:
+    """(round, contender) in the order to run them: round 0 in the given order, then round k
+    (1..warmup + rounds - 1) rotated by k and reversed every other round, so no contender is always
+    first, or always next to the same one. Rounds below `warmup` warm up (:func:`label`)."""
     runs = [(0, c) for c in contenders]
-    for k in range(1, rounds + 1):
+    for k in range(1, warmup + rounds):
         shift = k % len(contenders)
         turned = [*contenders[shift:], *contenders[:shift]]
-        runs += [(k, c) for c in (turned[::-1] if k % 2 else turned)]
+        runs += [(k, c) for c in (turned[::-1] if (k - warmup) % 2 == 0 else turned)]
     return runs
 
 
@@ -76,8 +79,8 @@ def phase(bench: Any) -> dict[str, Any]:
     try:
         for cap, point in points.items():
             data = bench.topic(point.partitions, point.messages)
-            for round_, contender in order(CONTENDERS, size.modes_rounds):
-                label = FIRST if round_ == 0 else WARM
+            for round_, contender in order(CONTENDERS, size.modes_rounds, size.modes_warmup):
+                label = FIRST if round_ < size.modes_warmup else WARM
                 numbers = _run(worker, point, data, label, contender)
                 run = {"contender": contender, "cap": cap, "point": point.name, "round": round_}
                 runs.append(run | {"label": label, **numbers})
@@ -203,11 +206,12 @@ def markdown(result: dict[str, Any]) -> list[str]:
     runs = modes["runs"]
     warm = [r for r in runs if r["label"] == WARM]
     rounds = len({r["round"] for r in warm})
+    warmup = len({r["round"] for r in runs if r["label"] == FIRST})
     points = modes["points"]
     out = [
-        f"Modes (`BENCH_PHASES=modes`; one worker, {rounds} alternating warm rounds after a first run of "
-        f"each, {points['small']['name']} / {points['large']['name']}: median warm records/s, and CPU s / 1k "
-        "records):",
+        f"Modes (`BENCH_PHASES=modes`; one worker, {rounds} alternating warm rounds after {warmup} "
+        f"warm-up round(s) of each, {points['small']['name']} / {points['large']['name']}: median warm "
+        "records/s, and CPU s / 1k records):",
         "",
         "| contender | small cap rec/s | large cap rec/s | small CPU s/1k | large CPU s/1k |",
         "|---|---:|---:|---:|---:|",

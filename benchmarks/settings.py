@@ -194,8 +194,10 @@ class Size:
     # the latency phase's throughput comparison: warm runs of the low-latency mode and of batch mode
     # each (alternating, after a first run of each) on a topic of `messages` over LATENCY_PARTITIONS
     low_latency_runs: int = 2
-    # modes: warm rounds of every mode and its reference, alternating, after a first run of each
+    # modes: warm rounds of every mode and its reference, alternating, after `modes_warmup` rounds
+    # of each (not counted)
     modes_rounds: int = 5
+    modes_warmup: int = 2
 
     @property
     def headline_partitions(self) -> int:
@@ -273,8 +275,8 @@ def size_from_env(name: str | None = None) -> Size:
     BENCH_REPEAT, BENCH_WARM_RUNS, BENCH_HEADLINE_WARM_RUNS, BENCH_MAX_BATCHES, BENCH_CONTENDERS
     (e.g. "eo_partition,sss"), BENCH_LATENCY_SECONDS, BENCH_LATENCY_RATE, BENCH_PHASES (e.g.
     "scale,memory", "latency" or "lineage"), BENCH_SCALE_RECORDS, BENCH_SCALE_RUNS, BENCH_MEMORY_BATCHES,
-    BENCH_LINEAGE_RUNS, BENCH_LOW_LATENCY_RUNS, BENCH_MODES_ROUNDS; the scale phase's extension:
-    more_from_env."""
+    BENCH_LINEAGE_RUNS, BENCH_LOW_LATENCY_RUNS, BENCH_MODES_ROUNDS, BENCH_MODES_WARMUP; the scale
+    phase's extension: more_from_env."""
     chosen = (name or os.environ.get("BENCH_SIZE") or "full").strip().lower()
     sizes = {FULL.name: FULL, SMOKE.name: SMOKE}
     if chosen not in sizes:
@@ -321,6 +323,7 @@ def size_from_env(name: str | None = None) -> Size:
         low_latency_runs=int(env.get("BENCH_LOW_LATENCY_RUNS", base.low_latency_runs)),
         lineage_runs=int(env.get("BENCH_LINEAGE_RUNS", base.lineage_runs)),
         modes_rounds=int(env.get("BENCH_MODES_ROUNDS", base.modes_rounds)),
+        modes_warmup=max(1, int(env.get("BENCH_MODES_WARMUP", base.modes_warmup))),
         scale_more=more_from_env(base.scale_more),
     )
 

@@ -60,8 +60,10 @@ def produce_spread(kafka: KafkaSettings, partitions: int, records: int) -> Sprea
             except BufferError:
                 producer.poll(0.05)
         producer.poll(0)
-    if producer.flush(120):
-        raise RuntimeError(f"{topic}: records left undelivered")
+    # a busy broker takes minutes for 4,096 partitions (a fresh stack's at 22:40 UTC: over 120 s)
+    left = producer.flush(600)
+    if left:
+        raise RuntimeError(f"{topic}: {left} records left undelivered after 600 s")
     return SpreadTopic(topic, partitions, records)
 
 

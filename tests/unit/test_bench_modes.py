@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from benchmarks import modes, report
-from benchmarks.settings import ALO, EO_BATCH, EO_CONNECT, EO_PARTITION, EO_STREAM, SSS, Point
+from benchmarks.settings import ALO, EO_BATCH, EO_CONNECT, EO_PARTITION, EO_STREAM, SSS, Point, size_from_env
 from benchmarks.worker import WorkerFailed
 
 
@@ -27,14 +27,32 @@ def run(contender: str, cap: str, round_: int, rps: float, cpu: float = 0.1) -> 
     }
 
 
-@given(st.integers(min_value=1, max_value=7))
-def test_every_round_runs_every_contender_once_and_no_one_is_always_first(rounds: int) -> None:
-    planned = modes.order(modes.CONTENDERS, rounds)
-    assert len(planned) == len(modes.CONTENDERS) * (rounds + 1)
-    for k in range(rounds + 1):
+@given(st.integers(min_value=1, max_value=7), st.integers(min_value=1, max_value=3))
+def test_every_round_runs_every_contender_once_and_no_one_is_always_first(rounds: int, warmup: int) -> None:
+    planned = modes.order(modes.CONTENDERS, rounds, warmup)
+    assert len(planned) == len(modes.CONTENDERS) * (warmup + rounds)
+    assert [r for r, _ in planned] == sorted(r for r, _ in planned)  # round after round
+    for k in range(warmup + rounds):
         assert sorted(c for r, c in planned if r == k) == sorted(modes.CONTENDERS)
-    firsts = {next(c for r, c in planned if r == k) for k in range(1, rounds + 1)}
+    measured = range(warmup, warmup + rounds)
+    firsts = {next(c for r, c in planned if r == k) for k in measured}
     assert rounds < 2 or len(firsts) > 1
+
+
+def test_the_warm_up_rounds_are_not_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BENCH_MODES_WARMUP", "2")
+    monkeypatch.setenv("BENCH_MODES_ROUNDS", "3")
+    size = size_from_env("full")
+    assert (size.modes_warmup, size.modes_rounds) == (2, 3)
+    # round 0 and 1 warm up: a slow eo in round 1 does not move the field
+    runs = [run(c, cap, 0, 1.0) for c in modes.CONTENDERS for cap in modes.CAPS]
+    runs += [
+        run(EO_PARTITION, "small", 1, 10.0) | {"label": modes.FIRST},
+        run(ALO, "small", 1, 100.0) | {"label": modes.FIRST},
+    ]
+    for k in (2, 3, 4):
+        runs += [run(EO_PARTITION, "small", k, 95.0), run(ALO, "small", k, 100.0)]
+    assert modes.fields({"runs": runs})["eo_vs_alo_small"] == 0.95
 
 
 def test_the_fields_are_medians_of_the_warm_rounds_with_their_spread() -> None:
