@@ -27,6 +27,7 @@ from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.redaction import Secret
 from txn_offsets.service.app import Service, create_app
 from txn_offsets.service.kafka_view import KafkaView
+from txn_offsets.service.server import BACKLOG
 from txn_offsets.store.handle import Store
 from txn_offsets.store.runs import start_run
 
@@ -173,14 +174,17 @@ def test_probes_answer_from_the_cache_while_kafka_hangs(
     proc, base = start_serve(env, "--schema", migrated.schema)
     try:
         until(lambda: checked(http.get(f"{base}/healthz", headers=BEARER).json()))
-        paths = [f"{base}/healthz", f"{base}/readyz"] * 40
+        # as many probes at once as the listen queue holds with /metrics beside them: a burst over
+        # it is the kernel's to queue (a dropped SYN is sent again after 1 s), not the service's -
+        # CI's loaded machine saw 1.67 s for the slowest of 80 behind a queue of 64
+        paths = [f"{base}/healthz", f"{base}/readyz"] * ((BACKLOG - 4) // 2)
         with ThreadPoolExecutor(len(paths)) as pool:
             probes = [pool.submit(timed_get, http, url) for url in paths]
             time.sleep(0.2)  # the probes are in flight
             metrics_s, metrics = timed_get(http, f"{base}/metrics", BEARER)
             answers = [p.result() for p in probes]
         assert metrics.status_code == 200 and 'txn_offsets_up{target="kafka"} 0.0' in metrics.text
-        assert metrics_s < 2.0, f"/metrics took {metrics_s:.2f} s with 80 probes in flight"
+        assert metrics_s < 2.0, f"/metrics took {metrics_s:.2f} s with {len(paths)} probes in flight"
         slowest = max(s for s, _ in answers)
         assert slowest < 1.0, f"slowest probe {slowest:.2f} s"
         assert {(r.status_code, r.text) for _, r in answers} == {
