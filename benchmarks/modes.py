@@ -58,7 +58,8 @@ RETRIES = 3  # runs again of a run whose Python process did not connect back to 
 def order(contenders: tuple[str, ...], rounds: int, warmup: int = 1) -> list[tuple[int, str]]:
     """(round, contender) in the order to run them: round 0 in the given order, then round k
     (1..warmup + rounds - 1) rotated by k and reversed every other round, so no contender is always
-    first, or always next to the same one. Rounds below `warmup` warm up (:func:`label`)."""
+    first, or always next to the same one. Rounds below `warmup` warm up (:func:`phase` labels them
+    FIRST: not counted)."""
     runs = [(0, c) for c in contenders]
     for k in range(1, warmup + rounds):
         shift = k % len(contenders)

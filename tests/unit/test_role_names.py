@@ -3,14 +3,12 @@ topic constraints. Pure: no database."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 import sqlalchemy as sa
 
+from tests import migration_scripts
 from txn_offsets.cli import exits, main
 from txn_offsets.errors import ConfigError
 from txn_offsets.store.roles import (
@@ -66,18 +64,8 @@ def test_public_is_named_as_every_role(capsys: pytest.CaptureFixture[str]) -> No
     assert "PUBLIC, every role" in capsys.readouterr().err
 
 
-def _migration(revision: str = "0014") -> ModuleType:
-    versions = Path(__file__).resolve().parents[2] / "migrations" / "versions"
-    path = next(versions.glob(f"{revision}_*.py"))
-    spec = importlib.util.spec_from_file_location(f"migration_{revision}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_models_mirror_the_topic_constraints_of_0014() -> None:
-    migration = _migration()
+    migration = migration_scripts.load("0014")
     tables = tables_for("txn_offsets")
     checks = {
         (table.name, str(c.name)): str(c.sqltext)
@@ -92,7 +80,7 @@ def test_the_models_mirror_the_topic_constraints_of_0014() -> None:
 
 
 def test_0014_restores_the_checks_of_0011_character_for_character() -> None:
-    old, new = _migration("0011"), _migration("0014")
+    old, new = migration_scripts.load("0011"), migration_scripts.load("0014")
     assert (new.OLD_TOPIC_CHECK, new.OLD_PLANS_CHECK) == (old.TOPIC_CHECK, old.PLANS_CHECK)
     assert new.TOPIC_COLUMNS == old.TOPIC_COLUMNS and new.PLANS_LEGAL == old.PLANS_LEGAL
     # no bounded repetition of the topic's characters is left (what made the checks slow)

@@ -5,31 +5,20 @@ agree, and so do the new and old checks of a stream plan's range."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-from pathlib import Path
-from types import ModuleType
 
 import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests import migration_scripts
 from txn_offsets.config import DatabaseSettings
 
 _KAFKA_LEGAL = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 
-def _migration() -> ModuleType:
-    path = next((Path(__file__).resolve().parents[3] / "migrations" / "versions").glob("0014_*.py"))
-    spec = importlib.util.spec_from_file_location("migration_0014", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-M = _migration()
+M = migration_scripts.load("0014")
 
 LEGAL = st.sampled_from("abzAZ09._-")
 OTHER = st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",))  # PostgreSQL text: no NUL
