@@ -58,6 +58,8 @@ def test_the_stacks_single_node_is_unchanged(tmp_path: Path) -> None:
     assert conf["controller.quorum.bootstrap.servers"] == "127.0.0.1:9093"
     assert conf["transaction.state.log.replication.factor"] == "1" and "controller.quorum.voters" not in conf
     assert (node.bootstrap, node.jvm_options) == ("127.0.0.1:9092", ("-Xms256m", "-Xmx1g", "-XX:+UseG1GC"))
+    # an idle broker quiet: the controller's no-op records every 5 s, not every 0.5 s
+    assert conf["metadata.max.idle.interval.ms"] == "5000"
 
 
 def test_the_hosts_table() -> None:
