@@ -32,7 +32,7 @@ from txn_offsets.plan.shared import SharedAsks
 from txn_offsets.spark.frames import Execution, check_execution
 from txn_offsets.spark.tasks import ReadOptions
 from txn_offsets.store.budget import ConnectionBudget, check_server
-from txn_offsets.store.database import engine_for
+from txn_offsets.store.database import release_run_engine, run_engine
 from txn_offsets.store.handle import Store
 from txn_offsets.store.roles import check_run_role
 from txn_offsets.store.run_ends import note_failure
@@ -143,8 +143,10 @@ def job_run(
     preflight (and with `budget`, the server's free connections read on the engine's first
     connection, which the run keeps); at exit (an error's class and cause noted in the run's row of
     ``job_runs`` first: :func:`~txn_offsets.store.run_ends.note_failure`) the lease is released (quietly, see
-    :func:`end_quietly`) and the engine closed. A failed preflight or start changes nothing and
-    leaves nothing open.
+    :func:`end_quietly`) and the engine closed - or, after a run that ended cleanly, kept for this
+    process's next run on the same database (:func:`~txn_offsets.store.database.run_engine`: the
+    next run starts on open connections). A failed preflight or start changes nothing and leaves
+    nothing open.
 
     ``run_jobs`` passes what its jobs share: `engines`, driver engines per database settings used
     instead of one of the run's own and left open (their owner disposes of them: one pool for many
@@ -153,7 +155,7 @@ def job_run(
     (:func:`preflight_jobs`), whose runs skip their own preflight; `starts`, to start (and end) the
     run together with the other jobs' runs starting (ending) at the same time."""
     shared = engines or {}
-    engine = shared.get(database) or engine_for(database)
+    engine = shared.get(database) or run_engine(database)
     store = Store(engine, database)
     own = database not in shared
     try:
@@ -165,17 +167,19 @@ def job_run(
         run = _start(store, spec, starts)
     except BaseException:
         if own:
-            engine.dispose()
+            release_run_engine(database, engine, clean=False)
         raise
+    clean = False
     try:
         yield store, run
+        clean = True
     except BaseException as exc:
         note_failure(store, run, exc)  # how the run ended, in its row of `job_runs` (quietly)
         raise
     finally:
         _end(store, run, starts)
-        if own:
-            engine.dispose()
+        if own:  # kept for this process's next run when this one ended cleanly
+            release_run_engine(database, engine, clean=clean)
 
 
 def _start(store: Store, spec: JobSpec, starts: SharedStarts | None) -> Run:

@@ -11,7 +11,8 @@ from tests.fix_services import TopicFactory
 from tests.integration.spark.counting import Counting, counting_writer
 from txn_offsets import ConfigError, SchemaMissing, StartPolicy, run_job
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.plan.planner import Limits
+from txn_offsets.plan.planner import Limits, TopicSelection, preflight
+from txn_offsets.store.handle import Store
 
 
 def _jobs(engine: sa.Engine, db: DatabaseSettings) -> list[tuple[Any, ...]]:
@@ -84,3 +85,42 @@ def test_bad_limits_are_named(spark: Any, counting: Counting, kwargs: dict[str, 
         given = {k: (v() if callable(v) else v) for k, v in kwargs.items()}  # Limits validates on creation
         run_job(spark, **{**args, **given})
     assert _jobs(counting.engine, counting.db) == []
+
+
+@pytest.mark.parametrize("table", ["offsets", "offset_audit", "dead_letters"])
+def test_a_missing_table_changes_nothing(spark: Any, counting: Counting, table: str) -> None:
+    with counting.engine.begin() as conn:
+        conn.execute(sa.text(f'DROP TABLE "{counting.db.schema}".{table} CASCADE'))
+    with pytest.raises(SchemaMissing, match=rf"{table}.*txn-offsets db upgrade"):
+        run_job(
+            spark,
+            job=counting.job,
+            kafka=counting.kafka,
+            database=counting.db,
+            writer=counting.writer(),
+            topics=[counting.topic_factory()],
+            start=StartPolicy.earliest(),
+        )
+    assert _jobs(counting.engine, counting.db) == []
+
+
+def test_the_preflight_reads_every_table_in_one_statement(counting_no_spark: Counting) -> None:
+    """Every run's start: one round trip for the tables (four until 2026-11-30)."""
+    store = Store.of(counting_no_spark.db)
+    sent: list[str] = []
+    sa.event.listen(store.engine, "before_cursor_execute", lambda *args: sent.append(args[2]))
+    try:
+        with store.connect():  # the engine's first connection (its own checks) before counting
+            pass
+        sent.clear()
+        preflight(
+            store,
+            counting_no_spark.kafka,
+            job=counting_no_spark.job,
+            selection=TopicSelection((counting_no_spark.topic_factory(),), None),
+        )
+    finally:
+        store.engine.dispose()
+    assert len(sent) == 1, sent
+    for table in ("offsets", "jobs", "offset_audit", "dead_letters"):
+        assert f"{counting_no_spark.db.schema}.{table}" in sent[0]

@@ -1,0 +1,141 @@
+"""A run's driver engine kept for the process's next run (txn_offsets.store.database.run_engine): the
+next run on the same settings starts on the connections the last one left open (none opened); a
+run that failed leaves nothing open; a kept engine no run takes within KEEP_RUN_ENGINE_S is closed
+(its connections gone from the server); one whose connections the server dropped meanwhile is
+replaced, and the next run starts as if nothing was kept."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+import sqlalchemy as sa
+
+from txn_offsets.config import DatabaseSettings, KafkaSettings
+from txn_offsets.plan.planner import TopicSelection
+from txn_offsets.spark.spec import JobSpec, job_run
+from txn_offsets.store import database
+
+
+@pytest.fixture(autouse=True)
+def _nothing_kept() -> Iterator[None]:
+    database.close_kept_engines()
+    yield
+    database.close_kept_engines()
+
+
+def _spec(topic: str) -> JobSpec:
+    return JobSpec(job=f"kept-{uuid.uuid4().hex[:8]}", selection=TopicSelection((topic,), None))
+
+
+def _tagged(db: DatabaseSettings) -> tuple[DatabaseSettings, str]:
+    """The same settings, every connection of them named in pg_stat_activity by a name of its own."""
+    name = f"kept-{uuid.uuid4().hex[:10]}"
+    url = sa.engine.make_url(db.url).update_query_dict({"application_name": name})
+    return dataclasses.replace(db, url=url.render_as_string(hide_password=False)), name
+
+
+def _on_server(engine: sa.Engine, name: str) -> list[int]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text("SELECT pid FROM pg_stat_activity WHERE application_name = :n"), {"n": name}
+        )
+        return [int(r.pid) for r in rows]
+
+
+def _connects(engine: sa.Engine) -> list[object]:
+    """Every new connection `engine` opens from now on."""
+    opened: list[object] = []
+    sa.event.listen(engine, "connect", lambda conn, _record: opened.append(conn))
+    return opened
+
+
+@pytest.fixture
+def topic(topic_factory: Callable[..., str]) -> str:
+    return topic_factory(partitions=1)
+
+
+def test_the_next_run_starts_on_the_connections_the_last_one_left(
+    migrated: DatabaseSettings, kafka_bootstrap: str, topic: str, engine: sa.Engine
+) -> None:
+    kafka = KafkaSettings(kafka_bootstrap)
+    db, name = _tagged(migrated)
+    spec = _spec(topic)
+    with job_run(spec, db, kafka) as (store, run):
+        first = store.engine
+        assert run.generation == 1
+    left = _on_server(engine, name)
+    assert len(left) >= 1, "the run's connection was closed, not kept"
+    opened = _connects(first)
+    with job_run(spec, db, kafka) as (store, run):
+        assert store.engine is first
+        assert run.generation == 2  # a new run of the same job, fencing the first
+    with job_run(_spec(topic), db, kafka) as (store, run):  # another job, the same settings
+        assert store.engine is first and run.generation == 1
+    assert opened == [], "a later run opened a connection of its own"
+    assert sorted(_on_server(engine, name)) == sorted(left)
+    other, other_name = _tagged(migrated)  # other settings: an engine of their own
+    with job_run(_spec(topic), other, kafka) as (store, _):
+        assert store.engine is not first
+    database.close_kept_engines()
+    assert _on_server(engine, name) == [] and _on_server(engine, other_name) == []
+
+
+def test_a_failed_run_leaves_nothing_open(
+    migrated: DatabaseSettings, kafka_bootstrap: str, topic: str, engine: sa.Engine
+) -> None:
+    kafka = KafkaSettings(kafka_bootstrap)
+    db, name = _tagged(migrated)
+    with (
+        pytest.raises(RuntimeError, match="the job's own error"),
+        job_run(_spec(topic), db, kafka) as (store, _),
+    ):
+        failed = store.engine
+        raise RuntimeError("the job's own error")
+    assert _on_server(engine, name) == []
+    with job_run(_spec(topic), db, kafka) as (store, run):
+        assert store.engine is not failed and run.generation == 1
+
+
+def test_an_engine_no_run_takes_is_closed(
+    migrated: DatabaseSettings,
+    kafka_bootstrap: str,
+    topic: str,
+    engine: sa.Engine,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(database, "KEEP_RUN_ENGINE_S", 0.3)
+    kafka = KafkaSettings(kafka_bootstrap)
+    db, name = _tagged(migrated)
+    with job_run(_spec(topic), db, kafka) as (store, _):
+        kept = store.engine
+    assert _on_server(engine, name) != []
+    deadline = time.monotonic() + 15
+    while _on_server(engine, name) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _on_server(engine, name) == [], "the kept engine's connections outlived KEEP_RUN_ENGINE_S"
+    with job_run(_spec(topic), db, kafka) as (store, _):
+        assert store.engine is not kept
+
+
+def test_a_kept_engine_whose_connections_died_is_replaced(
+    migrated: DatabaseSettings, kafka_bootstrap: str, topic: str, engine: sa.Engine
+) -> None:
+    kafka = KafkaSettings(kafka_bootstrap)
+    db, name = _tagged(migrated)
+    spec = _spec(topic)
+    with job_run(spec, db, kafka) as (store, _):
+        kept = store.engine
+    with engine.connect() as conn:  # what a server restart does to them
+        for pid in _on_server(engine, name):
+            conn.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+        conn.commit()
+    deadline = time.monotonic() + 10
+    while _on_server(engine, name) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with job_run(spec, db, kafka) as (store, run):  # at once: well within PING_IF_IDLE_S
+        assert store.engine is not kept
+        assert run.generation == 2
