@@ -150,8 +150,8 @@ def run_engine(db: DatabaseSettings) -> sa.Engine:
     timer.cancel()
     try:  # one round trip: a server restarted meanwhile must not fail the run on a dead connection
         with engine.connect() as conn:
-            engine.dialect.do_ping(conn.connection.dbapi_connection)
-    except Exception:  # noqa: BLE001 - any failure: a new engine (its own error, if any, is the run's)
+            conn.exec_driver_sql("SELECT 1")
+    except Exception:  # any failure: a new engine (its own error, if any, is the run's)
         engine.dispose()
         return engine_for(db)
     return engine
