@@ -58,36 +58,40 @@ def topic(topic_factory: Callable[..., str]) -> str:
     return topic_factory(partitions=1)
 
 
+@pytest.fixture
+def kafka(kafka_bootstrap: str) -> KafkaSettings:
+    return KafkaSettings(kafka_bootstrap)
+
+
+def _run(spec: JobSpec, db: DatabaseSettings, kafka: KafkaSettings) -> tuple[sa.Engine, int]:
+    """One run that ends cleanly: its driver engine and generation."""
+    with job_run(spec, db, kafka) as (store, run):
+        return store.engine, run.generation
+
+
 def test_the_next_run_starts_on_the_connections_the_last_one_left(
-    migrated: DatabaseSettings, kafka_bootstrap: str, topic: str, engine: sa.Engine
+    migrated: DatabaseSettings, kafka: KafkaSettings, topic: str, engine: sa.Engine
 ) -> None:
-    kafka = KafkaSettings(kafka_bootstrap)
     db, name = _tagged(migrated)
     spec = _spec(topic)
-    with job_run(spec, db, kafka) as (store, run):
-        first = store.engine
-        assert run.generation == 1
+    first, generation = _run(spec, db, kafka)
+    assert generation == 1
     left = _on_server(engine, name)
     assert len(left) >= 1, "the run's connection was closed, not kept"
     opened = _connects(first)
-    with job_run(spec, db, kafka) as (store, run):
-        assert store.engine is first
-        assert run.generation == 2  # a new run of the same job, fencing the first
-    with job_run(_spec(topic), db, kafka) as (store, run):  # another job, the same settings
-        assert store.engine is first and run.generation == 1
+    assert _run(spec, db, kafka) == (first, 2)  # a new run of the same job, fencing the first
+    assert _run(_spec(topic), db, kafka) == (first, 1)  # another job, the same settings
     assert opened == [], "a later run opened a connection of its own"
     assert sorted(_on_server(engine, name)) == sorted(left)
     other, other_name = _tagged(migrated)  # other settings: an engine of their own
-    with job_run(_spec(topic), other, kafka) as (store, _):
-        assert store.engine is not first
+    assert _run(_spec(topic), other, kafka)[0] is not first
     database.close_kept_engines()
     assert _on_server(engine, name) == [] and _on_server(engine, other_name) == []
 
 
 def test_a_failed_run_leaves_nothing_open(
-    migrated: DatabaseSettings, kafka_bootstrap: str, topic: str, engine: sa.Engine
+    migrated: DatabaseSettings, kafka: KafkaSettings, topic: str, engine: sa.Engine
 ) -> None:
-    kafka = KafkaSettings(kafka_bootstrap)
     db, name = _tagged(migrated)
     with (
         pytest.raises(RuntimeError, match="the job's own error"),
@@ -96,46 +100,43 @@ def test_a_failed_run_leaves_nothing_open(
         failed = store.engine
         raise RuntimeError("the job's own error")
     assert _on_server(engine, name) == []
-    with job_run(_spec(topic), db, kafka) as (store, run):
-        assert store.engine is not failed and run.generation == 1
+    later, generation = _run(_spec(topic), db, kafka)
+    assert later is not failed and generation == 1
 
 
 def test_an_engine_no_run_takes_is_closed(
     migrated: DatabaseSettings,
-    kafka_bootstrap: str,
+    kafka: KafkaSettings,
     topic: str,
     engine: sa.Engine,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(database, "KEEP_RUN_ENGINE_S", 0.3)
-    kafka = KafkaSettings(kafka_bootstrap)
     db, name = _tagged(migrated)
-    with job_run(_spec(topic), db, kafka) as (store, _):
-        kept = store.engine
+    kept, _ = _run(_spec(topic), db, kafka)
     assert _on_server(engine, name) != []
-    deadline = time.monotonic() + 15
-    while _on_server(engine, name) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    _until_gone(engine, name, 15)
     assert _on_server(engine, name) == [], "the kept engine's connections outlived KEEP_RUN_ENGINE_S"
-    with job_run(_spec(topic), db, kafka) as (store, _):
-        assert store.engine is not kept
+    assert _run(_spec(topic), db, kafka)[0] is not kept
 
 
 def test_a_kept_engine_whose_connections_died_is_replaced(
-    migrated: DatabaseSettings, kafka_bootstrap: str, topic: str, engine: sa.Engine
+    migrated: DatabaseSettings, kafka: KafkaSettings, topic: str, engine: sa.Engine
 ) -> None:
-    kafka = KafkaSettings(kafka_bootstrap)
     db, name = _tagged(migrated)
     spec = _spec(topic)
-    with job_run(spec, db, kafka) as (store, _):
-        kept = store.engine
+    kept, _ = _run(spec, db, kafka)
     with engine.connect() as conn:  # what a server restart does to them
         for pid in _on_server(engine, name):
             conn.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": pid})
         conn.commit()
-    deadline = time.monotonic() + 10
+    _until_gone(engine, name, 10)
+    # at once: well within PING_IF_IDLE_S, when a pooled connection is not pinged before use
+    assert _run(spec, db, kafka)[0] is not kept
+    assert _run(spec, db, kafka)[1] == 3
+
+
+def _until_gone(engine: sa.Engine, name: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
     while _on_server(engine, name) and time.monotonic() < deadline:
         time.sleep(0.05)
-    with job_run(spec, db, kafka) as (store, run):  # at once: well within PING_IF_IDLE_S
-        assert store.engine is not kept
-        assert run.generation == 2

@@ -20,17 +20,21 @@ def _jobs(engine: sa.Engine, db: DatabaseSettings) -> list[tuple[Any, ...]]:
         return [tuple(r) for r in conn.execute(sa.text(f'SELECT job, generation FROM "{db.schema}".jobs'))]
 
 
+def _run(spark: Any, counting: Counting, topic: str) -> None:
+    run_job(
+        spark,
+        job=counting.job,
+        kafka=counting.kafka,
+        database=counting.db,
+        writer=counting.writer(),
+        topics=[topic],
+        start=StartPolicy.earliest(),
+    )
+
+
 def test_missing_topic_changes_nothing(spark: Any, counting: Counting) -> None:
     with pytest.raises(ConfigError, match=r"topic 'no-such-topic-.*' does not exist"):
-        run_job(
-            spark,
-            job=counting.job,
-            kafka=counting.kafka,
-            database=counting.db,
-            writer=counting.writer(),
-            topics=[f"no-such-topic-{counting.job}"],
-            start=StartPolicy.earliest(),
-        )
+        _run(spark, counting, f"no-such-topic-{counting.job}")
     assert _jobs(counting.engine, counting.db) == []
 
 
@@ -92,15 +96,7 @@ def test_a_missing_table_changes_nothing(spark: Any, counting: Counting, table: 
     with counting.engine.begin() as conn:
         conn.execute(sa.text(f'DROP TABLE "{counting.db.schema}".{table} CASCADE'))
     with pytest.raises(SchemaMissing, match=rf"{table}.*txn-offsets db upgrade"):
-        run_job(
-            spark,
-            job=counting.job,
-            kafka=counting.kafka,
-            database=counting.db,
-            writer=counting.writer(),
-            topics=[counting.topic_factory()],
-            start=StartPolicy.earliest(),
-        )
+        _run(spark, counting, counting.topic_factory())
     assert _jobs(counting.engine, counting.db) == []
 
 
