@@ -168,8 +168,6 @@ def release_run_engine(db: DatabaseSettings, engine: sa.Engine, *, clean: bool) 
     timer = threading.Timer(KEEP_RUN_ENGINE_S, _expire, (db, engine))
     timer.daemon = True
     with _kept_lock:
-        if not _kept:
-            atexit.register(close_kept_engines)
         replaced = _kept.pop(db, None)
         _kept[db] = (engine, timer)
     if replaced is not None:
@@ -195,6 +193,9 @@ def close_kept_engines() -> None:
     for engine, timer in kept:
         timer.cancel()
         engine.dispose()
+
+
+atexit.register(close_kept_engines)  # the server sees a clean goodbye from a kept engine too
 
 
 def dispose_worker_engines() -> None:
