@@ -32,8 +32,8 @@ from txn_offsets.plan.shared import SharedAsks
 from txn_offsets.spark.frames import Execution, check_execution
 from txn_offsets.spark.tasks import ReadOptions
 from txn_offsets.store.budget import ConnectionBudget, check_server
-from txn_offsets.store.database import release_run_engine, run_engine
 from txn_offsets.store.handle import Store
+from txn_offsets.store.kept import release_run_store, run_store
 from txn_offsets.store.roles import check_run_role
 from txn_offsets.store.run_ends import note_failure
 from txn_offsets.store.runs import (
@@ -144,8 +144,8 @@ def job_run(
     connection, which the run keeps); at exit (an error's class and cause noted in the run's row of
     ``job_runs`` first: :func:`~txn_offsets.store.run_ends.note_failure`) the lease is released (quietly, see
     :func:`end_quietly`) and the engine closed - or, after a run that ended cleanly, kept for this
-    process's next run on the same database (:func:`~txn_offsets.store.database.run_engine`: the
-    next run starts on open connections). A failed preflight or start changes nothing and leaves
+    process's next run on the same database (:mod:`txn_offsets.store.kept`: the next run starts
+    on open connections). A failed preflight or start changes nothing and leaves
     nothing open.
 
     ``run_jobs`` passes what its jobs share: `engines`, driver engines per database settings used
@@ -155,9 +155,8 @@ def job_run(
     (:func:`preflight_jobs`), whose runs skip their own preflight; `starts`, to start (and end) the
     run together with the other jobs' runs starting (ending) at the same time."""
     shared = engines or {}
-    engine = shared.get(database) or run_engine(database)
-    store = Store(engine, database)
     own = database not in shared
+    store = run_store(database) if own else Store(shared[database], database)
     try:
         if budget is not None:
             with store.connect() as conn:
@@ -167,7 +166,7 @@ def job_run(
         run = _start(store, spec, starts)
     except BaseException:
         if own:
-            release_run_engine(database, engine, clean=False)
+            release_run_store(store, clean=False)
         raise
     clean = False
     try:
@@ -179,7 +178,7 @@ def job_run(
     finally:
         _end(store, run, starts)
         if own:  # kept for this process's next run when this one ended cleanly
-            release_run_engine(database, engine, clean=clean)
+            release_run_store(store, clean=clean)
 
 
 def _start(store: Store, spec: JobSpec, starts: SharedStarts | None) -> Run:

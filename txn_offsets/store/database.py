@@ -27,8 +27,6 @@ from txn_offsets.errors import SchemaMissing, ServiceUnavailable
 from txn_offsets.store.pooler import make_pooler_safe, options_refused
 
 __all__ = [
-    "KEEP_RUN_ENGINE_S",
-    "close_kept_engines",
     "dispose_worker_engines",
     "engine_for",
     "is_connection_lost",
@@ -36,8 +34,6 @@ __all__ = [
     "is_read_only",
     "is_retryable",
     "is_statement_timeout",
-    "release_run_engine",
-    "run_engine",
     "sqlstate",
     "translate_errors",
     "worker_engine",
@@ -125,77 +121,6 @@ def worker_engine(db: DatabaseSettings) -> sa.Engine:
             engine = engine_for(db, pool_size=WORKER_POOL[0], max_overflow=WORKER_POOL[1])
             _engines[db] = engine
         return engine
-
-
-#: how long the driver engine of a run that ended cleanly waits, its connections open, for the next
-#: run of this process on the same database settings (:func:`run_engine`)
-KEEP_RUN_ENGINE_S = 30.0
-_kept: dict[DatabaseSettings, tuple[sa.Engine, threading.Timer]] = {}
-_kept_lock = threading.Lock()
-
-
-def run_engine(db: DatabaseSettings) -> sa.Engine:
-    """The driver engine of a run that starts now: the one a run on `db` that ended cleanly in this
-    process at most :data:`KEEP_RUN_ENGINE_S` ago gave back (:func:`release_run_engine`), else a new
-    one (:func:`engine_for`). Each run has its engine to itself (its pool is the run's connection
-    budget); a kept one saves the next run its first connection: TLS, authentication, the
-    connection's checks and SQLAlchemy's first-connect queries - 26-37 ms a run on a busy 2-core
-    machine, a fifth of what a run's start and end cost there. A kept engine is pinged when taken
-    (one round trip), and replaced by a new one if that fails."""
-    with _kept_lock:
-        kept = _kept.pop(db, None)
-    if kept is None:
-        return engine_for(db)
-    engine, timer = kept
-    timer.cancel()
-    try:  # one round trip: a server restarted meanwhile must not fail the run on a dead connection
-        with engine.connect() as conn:
-            conn.exec_driver_sql("SELECT 1")
-    except Exception:  # any failure: a new engine (its own error, if any, is the run's)
-        engine.dispose()
-        return engine_for(db)
-    return engine
-
-
-def release_run_engine(db: DatabaseSettings, engine: sa.Engine, *, clean: bool) -> None:
-    """A run on `db` ended: keep its `engine` for the next run (:func:`run_engine`) when it ended
-    `clean`ly, closed after KEEP_RUN_ENGINE_S unless taken (one per settings: an engine kept
-    before is closed now); closed at once otherwise (a failed run's connections may be the cause:
-    a database that went away, a primary that became a standby)."""
-    if not clean:
-        engine.dispose()
-        return
-    timer = threading.Timer(KEEP_RUN_ENGINE_S, _expire, (db, engine))
-    timer.daemon = True
-    with _kept_lock:
-        replaced = _kept.pop(db, None)
-        _kept[db] = (engine, timer)
-    if replaced is not None:
-        replaced[1].cancel()
-        replaced[0].dispose()
-    timer.start()
-
-
-def _expire(db: DatabaseSettings, engine: sa.Engine) -> None:
-    with _kept_lock:
-        kept = _kept.get(db)
-        if kept is None or kept[0] is not engine:
-            return  # taken by a run (or replaced) meanwhile
-        del _kept[db]
-    engine.dispose()
-
-
-def close_kept_engines() -> None:
-    """Close every engine kept for a next run (at interpreter exit; tests)."""
-    with _kept_lock:
-        kept = list(_kept.values())
-        _kept.clear()
-    for engine, timer in kept:
-        timer.cancel()
-        engine.dispose()
-
-
-atexit.register(close_kept_engines)  # the server sees a clean goodbye from a kept engine too
 
 
 def dispose_worker_engines() -> None:

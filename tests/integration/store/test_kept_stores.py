@@ -1,6 +1,6 @@
-"""A run's driver engine kept for the process's next run (txn_offsets.store.database.run_engine): the
+"""A run's driver Store kept for the process's next run (txn_offsets.store.kept.run_store): the
 next run on the same settings starts on the connections the last one left open (none opened); a
-run that failed leaves nothing open; a kept engine no run takes within KEEP_RUN_ENGINE_S is closed
+run that failed leaves nothing open; a kept engine no run takes within KEEP_S is closed
 (its connections gone from the server); one whose connections the server dropped meanwhile is
 replaced, and the next run starts as if nothing was kept."""
 
@@ -18,14 +18,15 @@ import sqlalchemy as sa
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.plan.planner import TopicSelection
 from txn_offsets.spark.spec import JobSpec, job_run
-from txn_offsets.store import database
+from txn_offsets.store import kept as keeping
+from txn_offsets.store.handle import Store
 
 
 @pytest.fixture(autouse=True)
 def _nothing_kept() -> Iterator[None]:
-    database.close_kept_engines()
+    keeping.close_kept_stores()
     yield
-    database.close_kept_engines()
+    keeping.close_kept_stores()
 
 
 def _spec(topic: str) -> JobSpec:
@@ -86,7 +87,7 @@ def test_the_next_run_starts_on_the_connections_the_last_one_left(
     assert sorted(_on_server(engine, name)) == sorted(left)
     other, other_name = _tagged(migrated)  # other settings: an engine of their own
     assert _run(_spec(topic), other, kafka)[0] is not first
-    database.close_kept_engines()
+    keeping.close_kept_stores()
     assert _on_server(engine, name) == [] and _on_server(engine, other_name) == []
 
 
@@ -112,12 +113,12 @@ def test_an_engine_no_run_takes_is_closed(
     engine: sa.Engine,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(database, "KEEP_RUN_ENGINE_S", 0.3)
+    monkeypatch.setattr(keeping, "KEEP_S", 0.3)
     db, name = _tagged(migrated)
     kept, _ = _run(_spec(topic), db, kafka)
     assert _on_server(engine, name) != []
     _until_gone(engine, name, 15)
-    assert _on_server(engine, name) == [], "the kept engine's connections outlived KEEP_RUN_ENGINE_S"
+    assert _on_server(engine, name) == [], "the kept engine's connections outlived KEEP_S"
     assert _run(_spec(topic), db, kafka)[0] is not kept
 
 
@@ -147,9 +148,9 @@ def test_keeping_engines_adds_nothing_to_do_at_exit(migrated: DatabaseSettings) 
     """A process running thousands of runs: each kept engine replaces the last, closed at once,
     and nothing more is registered at exit than one closing of what is kept."""
     before = atexit._ncallbacks()
-    engines = [database.engine_for(migrated) for _ in range(3)]
-    for engine in engines:
-        database.release_run_engine(migrated, engine, clean=True)
+    stores = [Store.of(migrated) for _ in range(3)]
+    for store in stores:
+        keeping.release_run_store(store, clean=True)
     assert atexit._ncallbacks() == before
-    assert database.run_engine(migrated) is engines[-1]
-    engines[-1].dispose()
+    assert keeping.run_store(migrated) is stores[-1]
+    stores[-1].engine.dispose()
