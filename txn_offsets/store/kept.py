@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import atexit
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.store.handle import Store
@@ -35,7 +35,15 @@ class _Kept:
     """A Store kept for the next run, and the timer that closes it unless a run takes it first."""
 
     store: Store
-    timer: threading.Timer | None = None
+    timer: threading.Timer = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.timer = threading.Timer(KEEP_S, _expire, (self,))
+        self.timer.daemon = True
+
+    def close(self) -> None:
+        self.timer.cancel()
+        self.store.engine.dispose()
 
 
 _kept: dict[DatabaseSettings, _Kept] = {}
@@ -49,13 +57,12 @@ def run_store(db: DatabaseSettings) -> Store:
         kept = _kept.pop(db, None)
     if kept is None:
         return Store.of(db)
-    if kept.timer is not None:
-        kept.timer.cancel()
+    kept.timer.cancel()
     try:  # one round trip: a server restarted meanwhile must not fail the run on a dead connection
         with kept.store.engine.connect() as conn:
             conn.exec_driver_sql("SELECT 1")
     except Exception:  # any failure: a new engine (its own error, if any, is the run's)
-        kept.store.engine.dispose()
+        kept.close()
         return Store.of(db)
     return kept.store
 
@@ -68,13 +75,11 @@ def release_run_store(store: Store, *, clean: bool) -> None:
         store.engine.dispose()
         return
     kept = _Kept(store)
-    kept.timer = threading.Timer(KEEP_S, _expire, (kept,))
-    kept.timer.daemon = True
     with _lock:
         replaced = _kept.pop(store.settings, None)
         _kept[store.settings] = kept
     if replaced is not None:
-        _close(replaced)
+        replaced.close()
     kept.timer.start()
 
 
@@ -83,13 +88,7 @@ def _expire(kept: _Kept) -> None:
         if _kept.get(kept.store.settings) is not kept:
             return  # taken by a run (or replaced) meanwhile
         del _kept[kept.store.settings]
-    _close(kept)
-
-
-def _close(kept: _Kept) -> None:
-    if kept.timer is not None:
-        kept.timer.cancel()
-    kept.store.engine.dispose()
+    kept.close()
 
 
 def close_kept_stores() -> None:
@@ -98,7 +97,7 @@ def close_kept_stores() -> None:
         kept = list(_kept.values())
         _kept.clear()
     for one in kept:
-        _close(one)
+        one.close()
 
 
 atexit.register(close_kept_stores)  # the server sees a clean goodbye from a kept engine too
