@@ -88,6 +88,8 @@ def test_the_next_run_starts_on_the_connections_the_last_one_left(
     other, other_name = _tagged(migrated)  # other settings: an engine of their own
     assert _run(_spec(topic), other, kafka)[0] is not first
     keeping.close_kept_stores()
+    _until_gone(engine, name, 10)
+    _until_gone(engine, other_name, 10)
     assert _on_server(engine, name) == [] and _on_server(engine, other_name) == []
 
 
@@ -101,6 +103,7 @@ def test_a_failed_run_leaves_nothing_open(
     ):
         failed = store.engine
         raise RuntimeError("the job's own error")
+    _until_gone(engine, name, 10)  # a closed connection's backend leaves pg_stat_activity soon after
     assert _on_server(engine, name) == []
     later, generation = _run(_spec(topic), db, kafka)
     assert later is not failed and generation == 1
