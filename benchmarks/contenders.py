@@ -26,7 +26,7 @@ from examples import pageviews, windowed_counts
 from txn_offsets import BatchReport, BatchWriter, Limits, StartPolicy, run_job
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.kafka.metadata import watermarks
-from txn_offsets.kafka.reader import Record
+from txn_offsets.kafka.records import Record
 from txn_offsets.ranges import OffsetRange, plan_ranges
 from txn_offsets.spark.batch import Batch
 from txn_offsets.spark.tasks import TaskReport

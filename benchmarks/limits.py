@@ -40,7 +40,7 @@ from benchmarks import sink
 from benchmarks.contenders import Context, Outcome
 from benchmarks.dataset import Expected, expected_of
 from examples import pageviews, windowed_counts
-from txn_offsets.kafka.reader import Record
+from txn_offsets.kafka.records import Record
 from txn_offsets.store.database import engine_for
 
 Partials = windowed_counts.Partials

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from txn_offsets.kafka.reader import Record
+from txn_offsets.kafka.records import Record
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.upserts import upsert_add
 

@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 from confluent_kafka import Producer
 
-from txn_offsets.kafka.reader import Record
+from txn_offsets.kafka.records import Record
 
 WINDOW_MS = 60_000
 

@@ -36,7 +36,7 @@ from txn_offsets.errors import (
     UnknownJob,
     WriteFailed,
 )
-from txn_offsets.kafka.reader import Record
+from txn_offsets.kafka.records import Record
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.plan.planner import Limits
 from txn_offsets.ranges import OffsetRange

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from chaos.faults import Decoded
-from txn_offsets.kafka.reader import Record
+from txn_offsets.kafka.records import Record
 
 __all__ = ["decode_user"]
 

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from examples.pageviews import PageView, decode
-from txn_offsets.kafka.reader import Record
+from txn_offsets.kafka.records import Record
 
 
 def record(value: bytes | None) -> Record:

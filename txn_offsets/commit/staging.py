@@ -24,7 +24,7 @@ from txn_offsets.commit.proof import Source
 from txn_offsets.commit.unit import Unit
 from txn_offsets.config import DatabaseSettings
 from txn_offsets.errors import RecordRejected, RecordsNotConsumed
-from txn_offsets.kafka.reader import Record
+from txn_offsets.kafka.records import Record
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.store.dead_letters import DeadLetter, write_dead_letters
 from txn_offsets.store.lineage import Lineage

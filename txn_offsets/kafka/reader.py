@@ -9,14 +9,17 @@ Consumers come from the per-process pool of :mod:`txn_offsets.kafka.consumers` (
 per Kafka settings, with the metadata of the topics it reads fetched up front). Many small
 ranges (of different partitions) are read together by :func:`read_ranges`: first with Kafka's own
 Fetch, one request per leader (:mod:`txn_offsets.kafka.fetcher`), then what that leaves with one
-librdkafka assignment, the partitions fetched side by side.
+librdkafka assignment, the partitions fetched side by side. :func:`read_in_order` is how a Spark
+task reads its ranges (a commit task and a records task alike): small ones together, large ones
+streamed.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -28,7 +31,7 @@ from txn_offsets.kafka.records import Record, as_bytes, headers_of
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.ranges import TopicPartition as TP
 
-__all__ = ["Record", "read_range", "read_ranges"]
+__all__ = ["read_in_order", "read_range", "read_ranges"]
 
 logger = logging.getLogger(__name__)
 
@@ -195,6 +198,46 @@ def read_ranges(
             stall_timeout_s=stall_timeout_s,
         )
     return out
+
+
+#: Small ranges are read together (:func:`read_in_order`), up to this many offsets at a time (held
+#: in memory until their caller takes them); a larger range is streamed on its own.
+TOGETHER_MAX_OFFSETS = 50_000
+
+
+def read_in_order(
+    kafka: KafkaSettings,
+    ranges: Sequence[OffsetRange],
+    *,
+    batch_size: int = 2000,
+    stall_timeout_s: float = 60.0,
+) -> Iterator[tuple[OffsetRange, Iterator[Record]]]:
+    """Each of `ranges` (one per partition) with its records, in the given order: the small ranges
+    at the head of what is left read together (:func:`read_ranges`: one Kafka Fetch for all of
+    them, not an assignment and a fetch round trip per range), at most TOGETHER_MAX_OFFSETS offsets
+    at a time; a range that does not fit with the next one streamed on its own (:func:`read_range`).
+    The caller reads each range's records before it asks for the next range."""
+    fetched: dict[TP, list[Record]] = {}
+    for i, rng in enumerate(ranges):
+        if rng.key not in fetched:
+            fetched = _together(kafka, ranges[i:], batch_size, stall_timeout_s)
+        records = fetched.pop(rng.key, None)
+        if records is not None:
+            yield rng, iter(records)
+        else:
+            yield rng, read_range(kafka, rng, batch_size=batch_size, stall_timeout_s=stall_timeout_s)
+
+
+def _together(
+    kafka: KafkaSettings, rest: Sequence[OffsetRange], batch_size: int, stall_timeout_s: float
+) -> dict[TP, list[Record]]:
+    """The records of the small ranges at the head of `rest`, read together; {} when fewer than
+    two fit in TOGETHER_MAX_OFFSETS (the next range is streamed on its own)."""
+    spans = itertools.accumulate(r.span for r in rest)
+    head = [r for r, total in zip(rest, spans, strict=False) if total <= TOGETHER_MAX_OFFSETS]
+    if len(head) < 2:
+        return {}
+    return read_ranges(kafka, head, batch_size=batch_size, stall_timeout_s=stall_timeout_s)
 
 
 def _consume(

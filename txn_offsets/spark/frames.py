@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Literal, get_args
 
 from txn_offsets.errors import ConfigError
-from txn_offsets.kafka.reader import Record
+from txn_offsets.kafka.records import Record
 from txn_offsets.spark import session
 from txn_offsets.spark.tasks import TaskReport
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
 from txn_offsets.errors import RecordRejected
-from txn_offsets.kafka.reader import Record
+from txn_offsets.kafka.records import Record
 from txn_offsets.store.dead_letters import DeadLetter
 
 __all__ = ["decoded"]

@@ -11,7 +11,6 @@ keyed by the database settings (:func:`txn_offsets.store.database.worker_engine`
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -23,8 +22,9 @@ from txn_offsets.commit import Outcome, RangeOutcome, Unit, commit_unit
 from txn_offsets.commit.staging import Prepare, Prepared, RangesWrite, Stop, prepare_range, unit_of
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError, TxnOffsetsError
-from txn_offsets.kafka.reader import Record, read_range, read_ranges
-from txn_offsets.ranges import OffsetRange, TopicPartition, packed_ranges, unpacked_ranges
+from txn_offsets.kafka.reader import read_in_order
+from txn_offsets.kafka.records import Record
+from txn_offsets.ranges import OffsetRange, packed_ranges, unpacked_ranges
 from txn_offsets.spark.heap import freeze_worker_heap
 from txn_offsets.store.database import worker_engine
 from txn_offsets.store.runs import Run
@@ -34,10 +34,6 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 A = TypeVar("A")
-
-#: Small ranges of a task are read together, up to this many offsets at a time (held in memory
-#: until each range is prepared); a larger range is streamed on its own.
-PREFETCH_MAX_OFFSETS = 50_000
 
 
 @dataclass(frozen=True)
@@ -184,35 +180,16 @@ class PartitionTask(Generic[A]):
     def stage(self, group: list[OffsetRange]) -> Staged[A]:
         """Read and prepare the ranges of `group` up to the first one rejected or not consumed."""
         prepared: list[Prepared[A]] = []
-        fetched: dict[TopicPartition, list[Record]] = {}
-        for i, rng in enumerate(group):
-            if rng.key not in fetched:
-                fetched = self._prefetch(group[i:])
-            item = self._prepare(rng, fetched.pop(rng.key, None))
+        opts = self.read
+        reading = read_in_order(
+            self.kafka, group, batch_size=opts.batch_size, stall_timeout_s=opts.stall_timeout_s
+        )
+        for rng, records in reading:
+            item = prepare_range(rng, records, self.prepare, dead_letters=self.dead_letters)
             if isinstance(item, Stop):
                 return Staged(prepared, stop_report(item))
             prepared.append(item)
         return Staged(prepared, None)
-
-    def _prefetch(self, rest: list[OffsetRange]) -> dict[TopicPartition, list[Record]]:
-        """The records of the small ranges at the head of `rest`, read together (one assignment:
-        no assign + fetch round trip per range), at most PREFETCH_MAX_OFFSETS offsets in all; {}
-        when fewer than two fit (the next range is streamed on its own)."""
-        spans = itertools.accumulate(r.span for r in rest)
-        head = [r for r, total in zip(rest, spans, strict=False) if total <= PREFETCH_MAX_OFFSETS]
-        if len(head) < 2:
-            return {}
-        opts = self.read
-        return read_ranges(self.kafka, head, batch_size=opts.batch_size, stall_timeout_s=opts.stall_timeout_s)
-
-    def _prepare(self, rng: OffsetRange, records: list[Record] | None) -> Prepared[A] | Stop:
-        opts = self.read
-        source = (
-            iter(records)
-            if records is not None
-            else read_range(self.kafka, rng, batch_size=opts.batch_size, stall_timeout_s=opts.stall_timeout_s)
-        )
-        return prepare_range(rng, source, self.prepare, dead_letters=self.dead_letters)
 
     def unit(self, prepared: Sequence[Prepared[A]]) -> Unit:
         """What one transaction commits for the `prepared` ranges (proven against this task's Kafka).
@@ -302,10 +279,9 @@ class ReadTask:
 
     def __call__(self, index: int, assigned: Iterable[Any]) -> Iterator[Record]:
         freeze_worker_heap()
-        for i in _range_indexes(assigned):
-            yield from read_range(
-                self.kafka,
-                self.ranges[i],
-                batch_size=self.read.batch_size,
-                stall_timeout_s=self.read.stall_timeout_s,
-            )
+        ranges = [self.ranges[i] for i in _range_indexes(assigned)]
+        opts = self.read
+        for _rng, records in read_in_order(
+            self.kafka, ranges, batch_size=opts.batch_size, stall_timeout_s=opts.stall_timeout_s
+        ):
+            yield from records

@@ -21,7 +21,7 @@ import sqlalchemy as sa
 
 from txn_offsets.commit import Unit
 from txn_offsets.errors import ConfigError
-from txn_offsets.kafka.reader import Record
+from txn_offsets.kafka.records import Record
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark import frames
 from txn_offsets.spark.batch import Batch

@@ -97,7 +97,8 @@ from txn_offsets.errors import (
 )
 from txn_offsets.kafka import metadata
 from txn_offsets.kafka.described import TopicInfo
-from txn_offsets.kafka.reader import Record, read_range
+from txn_offsets.kafka.reader import read_range
+from txn_offsets.kafka.records import Record
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.plan.planner import Limits, TopicSelection, plan_batch
 from txn_offsets.ranges import OffsetRange

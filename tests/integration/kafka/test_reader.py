@@ -20,7 +20,8 @@ from txn_offsets.config import KafkaSettings
 from txn_offsets.errors import KafkaReadError
 from txn_offsets.kafka.clients import LOGGER_NAME
 from txn_offsets.kafka.metadata import watermarks
-from txn_offsets.kafka.reader import Record, read_range
+from txn_offsets.kafka.reader import read_range
+from txn_offsets.kafka.records import Record
 from txn_offsets.ranges import OffsetRange
 
 # explicit record timestamps, recent ones: records older than the topic's retention (7 days) can be

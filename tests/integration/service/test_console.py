@@ -14,7 +14,7 @@ from starlette.testclient import TestClient
 from tests.integration.helpers import Cli, seed
 from tests.integration.service.console_jobs import HOSTILE_REASON, REASON, ConsoleJobs, jobs_for
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.kafka.reader import Record
+from txn_offsets.kafka.records import Record
 from txn_offsets.redaction import Secret
 from txn_offsets.service.app import LoopbackHostsOnly, Service, create_app
 from txn_offsets.service.console import LagHistory

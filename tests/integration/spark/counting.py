@@ -19,7 +19,7 @@ from tests.fix_services import TopicFactory
 from tests.kafka_ends import settled_ends
 from txn_offsets import JobSummary
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.kafka.reader import Record
+from txn_offsets.kafka.records import Record
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.plan.planner import Limits, Plan, TopicSelection, plan_batch
 from txn_offsets.ranges import OffsetRange

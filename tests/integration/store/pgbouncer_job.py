@@ -24,7 +24,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
-from txn_offsets.kafka.reader import Record
+from txn_offsets.kafka.records import Record
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.plan.planner import Limits
 from txn_offsets.ranges import OffsetRange

@@ -34,7 +34,8 @@ from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import OffsetConflict, TxnOffsetsError
 from txn_offsets.kafka import recreated
 from txn_offsets.kafka.follower import Follower
-from txn_offsets.kafka.reader import SETTLE_TIMEOUT_S, Record
+from txn_offsets.kafka.reader import SETTLE_TIMEOUT_S
+from txn_offsets.kafka.records import Record
 from txn_offsets.ranges import OffsetRange, TopicPartition
 from txn_offsets.spark.heap import freeze_worker_heap
 from txn_offsets.spark.lowlatency.control import end_epoch, epoch_live

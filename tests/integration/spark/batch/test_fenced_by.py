@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from tests.fix_services import REPO
 from tests.integration.spark.counting import Counting, key_of
 from txn_offsets.errors import Fenced
-from txn_offsets.kafka.reader import Record
+from txn_offsets.kafka.records import Record
 from txn_offsets.plan.planner import Limits
 from txn_offsets.spark.summary import BatchReport
 from txn_offsets.spark.tasks import ReadOptions

@@ -22,7 +22,7 @@ from tests.integration.spark.counting import (
 from tests.kafka_ends import settled_ends
 from txn_offsets.config import KafkaSettings
 from txn_offsets.errors import BatchFailed, DataLoss, RecordRejected
-from txn_offsets.kafka.reader import Record
+from txn_offsets.kafka.records import Record
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.plan.planner import Limits
 from txn_offsets.ranges import OffsetRange

@@ -33,7 +33,7 @@ from txn_offsets import (
     WriteFailed,
 )
 from txn_offsets.config import DatabaseSettings
-from txn_offsets.kafka.reader import Record
+from txn_offsets.kafka.records import Record
 from txn_offsets.kafka.start import StartPolicy
 from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark.writers import PartitionWriter
