@@ -162,6 +162,43 @@ def test_a_connect_batch_asks_the_server_for_no_setting(
     assert per_batch == [0] * summary.batches
 
 
+def test_a_connect_batch_collects_its_reports_without_reattachable_execution(
+    connect_spark: Any, counting: Counting, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch under Spark Connect collects its tasks' reports without a reattachable execution (a
+    ReleaseExecute RPC for each response: ~10 ms of a small batch), on a copy of the session's
+    client: the session's own client, which the user's queries share, still reattaches."""
+    from pyspark.sql.connect.client import core
+
+    made: list[Any] = []
+    real_iterator = core.ExecutePlanResponseReattachableIterator
+
+    def iterator(*args: Any, **kwargs: Any) -> Any:
+        made.append(args[0])
+        return real_iterator(*args, **kwargs)
+
+    monkeypatch.setattr(core, "ExecutePlanResponseReattachableIterator", iterator)
+    per_batch: list[int] = []
+    real_run_tasks = frames.run_tasks
+
+    def run_tasks(*args: Any, **kwargs: Any) -> Any:
+        before = len(made)
+        reports = real_run_tasks(*args, **kwargs)
+        per_batch.append(len(made) - before)
+        return reports
+
+    monkeypatch.setattr(frames, "run_tasks", run_tasks)
+    topic, expected = counting.topic(2, 200)
+    summary = counting.run(topic, session=connect_spark, limits=Limits(max_records_per_partition=50))
+    assert counting.totals() == dict(expected) and counting.offsets() == counting.ends(topic, 2)
+    assert summary.batches == len(per_batch) >= 2 and summary.records == 200
+    assert per_batch == [0] * summary.batches
+    # the user's session is as it was: its own queries still reattach
+    assert connect_spark.client._use_reattachable_execute is True
+    connect_spark.range(3).collect()
+    assert len(made) == 1
+
+
 def test_replay_is_a_no_op_and_a_zombie_is_fenced(session: Session, counting: Counting) -> None:
     spark, execution = session
     topic, expected = counting.topic(2, 600)
