@@ -131,6 +131,21 @@ def test_marker_only_range_commits_alone(connect_spark: Any, counting: Counting)
     assert counting.totals() == dict(expected)
 
 
+def _per_batch(monkeypatch: pytest.MonkeyPatch, seen: list[Any]) -> list[int]:
+    """How many items `seen` gained during each batch's tasks (frames.run_tasks), batch by batch."""
+    per_batch: list[int] = []
+    real_run_tasks = frames.run_tasks
+
+    def run_tasks(*args: Any, **kwargs: Any) -> Any:
+        before = len(seen)
+        reports = real_run_tasks(*args, **kwargs)
+        per_batch.append(len(seen) - before)
+        return reports
+
+    monkeypatch.setattr(frames, "run_tasks", run_tasks)
+    return per_batch
+
+
 def test_a_connect_batch_asks_the_server_for_no_setting(
     connect_spark: Any, counting: Counting, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -145,16 +160,7 @@ def test_a_connect_batch_asks_the_server_for_no_setting(
         return real_config(operation)
 
     monkeypatch.setattr(client, "config", config)
-    per_batch: list[int] = []
-    real_run_tasks = frames.run_tasks
-
-    def run_tasks(*args: Any, **kwargs: Any) -> Any:
-        before = len(asked)
-        reports = real_run_tasks(*args, **kwargs)
-        per_batch.append(len(asked) - before)
-        return reports
-
-    monkeypatch.setattr(frames, "run_tasks", run_tasks)
+    per_batch = _per_batch(monkeypatch, asked)
     topic, expected = counting.topic(2, 200)
     summary = counting.run(topic, session=connect_spark, limits=Limits(max_records_per_partition=50))
     assert counting.totals() == dict(expected) and counting.offsets() == counting.ends(topic, 2)
@@ -178,16 +184,7 @@ def test_a_connect_batch_collects_its_reports_without_reattachable_execution(
         return real_iterator(*args, **kwargs)
 
     monkeypatch.setattr(core, "ExecutePlanResponseReattachableIterator", iterator)
-    per_batch: list[int] = []
-    real_run_tasks = frames.run_tasks
-
-    def run_tasks(*args: Any, **kwargs: Any) -> Any:
-        before = len(made)
-        reports = real_run_tasks(*args, **kwargs)
-        per_batch.append(len(made) - before)
-        return reports
-
-    monkeypatch.setattr(frames, "run_tasks", run_tasks)
+    per_batch = _per_batch(monkeypatch, made)
     topic, expected = counting.topic(2, 200)
     summary = counting.run(topic, session=connect_spark, limits=Limits(max_records_per_partition=50))
     assert counting.totals() == dict(expected) and counting.offsets() == counting.ends(topic, 2)
