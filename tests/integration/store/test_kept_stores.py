@@ -88,9 +88,7 @@ def test_the_next_run_starts_on_the_connections_the_last_one_left(
     other, other_name = _tagged(migrated)  # other settings: an engine of their own
     assert _run(_spec(topic), other, kafka)[0] is not first
     keeping.close_kept_stores()
-    _until_gone(engine, name, 10)
-    _until_gone(engine, other_name, 10)
-    assert _on_server(engine, name) == [] and _on_server(engine, other_name) == []
+    assert _until_gone(engine, name, 10) == [] and _until_gone(engine, other_name, 10) == []
 
 
 def test_a_failed_run_leaves_nothing_open(
@@ -103,8 +101,8 @@ def test_a_failed_run_leaves_nothing_open(
     ):
         failed = store.engine
         raise RuntimeError("the job's own error")
-    _until_gone(engine, name, 10)  # a closed connection's backend leaves pg_stat_activity soon after
-    assert _on_server(engine, name) == []
+    # a closed connection's backend leaves pg_stat_activity soon after, not at once
+    assert _until_gone(engine, name, 10) == []
     later, generation = _run(_spec(topic), db, kafka)
     assert later is not failed and generation == 1
 
@@ -120,8 +118,7 @@ def test_an_engine_no_run_takes_is_closed(
     db, name = _tagged(migrated)
     kept, _ = _run(_spec(topic), db, kafka)
     assert _on_server(engine, name) != []
-    _until_gone(engine, name, 15)
-    assert _on_server(engine, name) == [], "the kept engine's connections outlived KEEP_S"
+    assert _until_gone(engine, name, 15) == [], "the kept engine's connections outlived KEEP_S"
     assert _run(_spec(topic), db, kafka)[0] is not kept
 
 
@@ -141,10 +138,12 @@ def test_a_kept_engine_whose_connections_died_is_replaced(
     assert _run(spec, db, kafka)[1] == 3
 
 
-def _until_gone(engine: sa.Engine, name: str, timeout_s: float) -> None:
+def _until_gone(engine: sa.Engine, name: str, timeout_s: float) -> list[int]:
+    """The backends of `name` still on the server once none is left or `timeout_s` passed."""
     deadline = time.monotonic() + timeout_s
-    while _on_server(engine, name) and time.monotonic() < deadline:
+    while (left := _on_server(engine, name)) and time.monotonic() < deadline:
         time.sleep(0.05)
+    return left
 
 
 def test_keeping_engines_adds_nothing_to_do_at_exit(migrated: DatabaseSettings) -> None:
