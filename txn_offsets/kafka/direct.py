@@ -1,11 +1,13 @@
-"""What one named broker itself answers: Metadata v12, ListOffsets v7 and Fetch v13 on one socket.
+"""What one named broker itself answers: Metadata v12, ListOffsets v7, Fetch v13 (and
+DescribeTopicPartitions v0 where the broker serves it) on one socket.
 
 librdkafka picks the broker each request goes to and keeps the topic ids to itself, so a question
 only a given broker can answer - "which log do you hold under this name?" - is asked here, over
 :mod:`txn_offsets.kafka.wire`: :func:`connect` opens one connection with the client's own security
 settings (PLAINTEXT, SSL, SASL PLAIN or SCRAM-SHA-256/512 over either; anything else is
 :class:`Unsupported`), :func:`metadata` is that broker's metadata cache (topic ids, leaders, leader
-epochs), :func:`list_offsets` answers from whatever log the broker holds under the topic's *name*
+epochs), :func:`send_topic_ids` the same cache's topic ids without the partitions,
+:func:`list_offsets` answers from whatever log the broker holds under the topic's *name*
 (ListOffsets carries no topic id), and :func:`fetch` names the topic by its *id*: a broker whose
 log under that name belongs to another id answers UNKNOWN_TOPIC_ID or INCONSISTENT_TOPIC_ID.
 """
@@ -19,7 +21,7 @@ import secrets
 import socket
 import ssl
 import struct
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,9 +45,13 @@ __all__ = [
     "metadata_answer",
     "send_fetch",
     "send_metadata",
+    "send_topic_ids",
+    "supports",
+    "topic_ids_answer",
 ]
 
 METADATA, LIST_OFFSETS, FETCH, SASL_HANDSHAKE, SASL_AUTHENTICATE = 3, 2, 1, 17, 36
+API_VERSIONS, DESCRIBE_TOPIC_PARTITIONS = 18, 75
 METADATA_V, LIST_OFFSETS_V, FETCH_V = 12, 7, 13
 EARLIEST, LATEST = -2, -1
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
@@ -58,6 +64,7 @@ def isolation(level: str) -> int:
 
 #: a Metadata answer's partition: error code, index, leader, leader epoch
 _PARTITION_HEAD = struct.Struct(">hiii")
+_API_RANGE = struct.Struct(">hhh")  # ApiVersions v0: api key, lowest and highest version
 
 
 class Unsupported(Exception):
@@ -121,6 +128,7 @@ class Connection:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.correlation = 0
+        self.apis: dict[int, tuple[int, int]] | None = None  # api key -> versions (:func:`supports`)
 
     def ask(self, api_key: int, version: int, body: bytes, *, flexible: bool) -> wire.Reader:
         return self.answer(self.send(api_key, version, body, flexible=flexible), flexible=flexible)
@@ -289,6 +297,65 @@ def metadata_answer(conn: Connection, correlation: int) -> Cluster:
         r.skip_tags()
         out[name] = Topic(error, topic_id, partitions)
     return Cluster(brokers, out)
+
+
+def supports(conn: Connection, api_key: int, version: int) -> bool:
+    """Whether the broker serves `api_key` at `version` (ApiVersions v0, asked once per connection;
+    an error answer counts as serving nothing beyond what this client always sends)."""
+    if conn.apis is None:
+        r = conn.ask(API_VERSIONS, 0, b"", flexible=False)
+        apis: dict[int, tuple[int, int]] = {}
+        if r.int16() == 0:
+            for _ in range(r.int32()):
+                key, low, high = r.fields(_API_RANGE)
+                apis[key] = (low, high)
+        conn.apis = apis
+    low, high = conn.apis.get(api_key, (0, -1))
+    return low <= version <= high
+
+
+@dataclass(frozen=True)
+class IdsAsked:
+    """The requests :func:`send_topic_ids` sent: Metadata's correlation id, and the correlation id
+    of each topic asked with DescribeTopicPartitions."""
+
+    metadata: int
+    described: tuple[tuple[int, str], ...]
+
+
+def send_topic_ids(conn: Connection, topics: Sequence[str], *, wide: Collection[str] = ()) -> IdsAsked:
+    """Ask for the brokers the broker lists and each of `topics`' id, without waiting
+    (:func:`topic_ids_answer`): Metadata v12 for the topics, except those in `wide`, which go as
+    DescribeTopicPartitions v0 (Kafka >= 3.7 with KRaft; the same metadata cache), one request per
+    topic with a limit of one partition, where the broker serves it. A Metadata answer for a topic
+    of 4,096 partitions costs the broker ~14 ms of CPU and this client ~8 ms to read, where
+    DescribeTopicPartitions costs ~1 and ~0.1; for a topic of 8 partitions it is the other way
+    round (0.1-0.25 ms against 0.45-0.8 ms of the broker's CPU)."""
+    described = [t for t in topics if t in wide] if supports(conn, DESCRIBE_TOPIC_PARTITIONS, 0) else []
+    first = send_metadata(conn, [t for t in topics if t not in described])
+    asked = []
+    for topic in described:  # one topic a request: a limit counts the partitions of all its topics
+        body = wire.compact_array([wire.compact_string(topic) + b"\0"]) + struct.pack(">ib", 1, -1) + b"\0"
+        asked.append((conn.send(DESCRIBE_TOPIC_PARTITIONS, 0, body, flexible=True), topic))
+    return IdsAsked(first, tuple(asked))
+
+
+def topic_ids_answer(conn: Connection, asked: IdsAsked) -> Cluster:
+    """The answers to :func:`send_topic_ids`: the brokers listed and each topic's error and id, with
+    its partitions where Metadata was asked for it. ValueError: an answer that does not describe
+    the topic asked."""
+    cluster = metadata_answer(conn, asked.metadata)
+    topics = dict(cluster.topics)
+    for correlation, topic in asked.described:
+        r = conn.answer(correlation, flexible=True)
+        r.int32()  # throttle
+        if r.array() < 1:
+            raise ValueError(f"DescribeTopicPartitions answered no topic for {topic!r}")
+        error, name, topic_id = r.int16(), r.compact_string(), r.uuid()
+        if name != topic:
+            raise ValueError(f"DescribeTopicPartitions answered for another topic than {topic!r}")
+        topics[topic] = Topic(error, topic_id, {})  # the rest of the answer is not read
+    return Cluster(cluster.brokers, topics)
 
 
 def list_offsets(

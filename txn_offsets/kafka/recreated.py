@@ -72,6 +72,8 @@ logger = logging.getLogger(__name__)
 RETRY_S = 0.5  # between attempts while a leader still holds another log under the name
 CONNECT_S = 5.0  # per broker connection and request: one that answers nothing is not waited for longer
 DOWN_S = 10.0  # a broker that did not answer the proof is not asked again for this long
+#: a topic of more partitions is asked for its id alone (:func:`direct.send_topic_ids`) by Brokers
+WIDE_PARTITIONS = 128
 _warned: set[str] = set()
 
 
@@ -89,7 +91,8 @@ def confirm(answer: direct.FetchAnswer, *, read_committed: bool) -> tuple[int, i
 @dataclass(frozen=True)
 class View:
     """One broker's own metadata of one topic: its id (None: no such topic), each partition's
-    (leader, leader epoch), and the brokers it lists."""
+    (leader, leader epoch) - none in a :class:`Brokers` view of a topic of more than
+    WIDE_PARTITIONS partitions, whose id alone is asked - and the brokers it lists."""
 
     topic_id: str | None
     leaders: Mapping[int, tuple[int, int]]
@@ -154,6 +157,7 @@ class Brokers:
         self.down_until: dict[str, float] = {}
         self.lock = threading.Lock()
         self.settled: set[tuple[str, str]] = set()  # (topic, id) every broker named (:func:`settle`)
+        self.wide: set[str] = set()  # topics a broker listed over WIDE_PARTITIONS partitions for
 
     def _learn(self, host: str, port: int) -> None:
         if (host, port) in self.seen:  # resolved once
@@ -167,7 +171,9 @@ class Brokers:
 
     def views(self, topics: Sequence[str], timeout_s: float) -> dict[str, dict[str, View | None]]:
         """Each broker's own view of each of `topics`, by broker address; None for a broker that
-        did not answer (now, or within DOWN_S)."""
+        did not answer (now, or within DOWN_S). A topic once listed with more than WIDE_PARTITIONS
+        partitions is asked for its id alone (:func:`direct.send_topic_ids`): every commit's proof
+        asks, and the proof needs the id only."""
         with self.lock:
             out: dict[str, dict[str, View | None]] = {}
             while todo := sorted(set(self.known) - set(out)):
@@ -175,6 +181,10 @@ class Brokers:
                 for broker in todo:
                     cluster = answers.get(broker)
                     out[broker] = {t: _view(cluster, t) for t in topics}
+                    if cluster is not None:
+                        self.wide.update(
+                            t for t, own in cluster.topics.items() if len(own.partitions) > WIDE_PARTITIONS
+                        )
                     for host, port in cluster.brokers.values() if cluster else ():
                         self._learn(host, port)
             return out
@@ -185,7 +195,7 @@ class Brokers:
         """The metadata `brokers` answer, asked at once: every request sent (on the kept
         connection, else a new one) before any answer is read. A kept connection that fails (the
         broker closed it meanwhile) is replaced once; a broker not reached is down for DOWN_S."""
-        sent: dict[str, tuple[direct.Connection, int]] = {}
+        sent: dict[str, tuple[direct.Connection, direct.IdsAsked]] = {}
         again: list[str] = []
         for broker in brokers:
             if self.down_until.get(broker, 0.0) > time.monotonic():
@@ -195,14 +205,14 @@ class Brokers:
                 again.append(broker)
                 continue
             try:
-                sent[broker] = (conn, direct.send_metadata(conn, topics))
-            except OSError:
+                sent[broker] = (conn, direct.send_topic_ids(conn, topics, wide=self.wide))
+            except (OSError, ValueError):
                 conn.close()
                 again.append(broker)
         out: dict[str, direct.Cluster] = {}
-        for broker, (conn, correlation) in sent.items():
+        for broker, (conn, asked) in sent.items():
             try:
-                out[broker] = direct.metadata_answer(conn, correlation)
+                out[broker] = direct.topic_ids_answer(conn, asked)
                 self.conns[broker] = conn
             except (OSError, ValueError):
                 conn.close()
@@ -214,7 +224,9 @@ class Brokers:
                 self._down(broker, exc)
                 continue
             try:
-                out[broker] = direct.metadata(conn, topics)
+                out[broker] = direct.topic_ids_answer(
+                    conn, direct.send_topic_ids(conn, topics, wide=self.wide)
+                )
                 self.conns[broker] = conn
             except (OSError, ValueError) as exc:
                 conn.close()
