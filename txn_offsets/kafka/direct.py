@@ -65,6 +65,7 @@ def isolation(level: str) -> int:
 #: a Metadata answer's partition: error code, index, leader, leader epoch
 _PARTITION_HEAD = struct.Struct(">hiii")
 _API_RANGE = struct.Struct(">hhh")  # ApiVersions v0: api key, lowest and highest version
+_FETCHED_HEAD = struct.Struct(">ihqqq")  # a Fetch answer's partition, up to its aborted transactions
 
 
 class Unsupported(Exception):
@@ -440,8 +441,8 @@ def fetch_answer(conn: Connection, correlation: int, partitions: Iterable[int]) 
     for _ in range(r.array()):
         r.uuid()
         for _ in range(r.array()):
-            index, error = r.int32(), r.int16()
-            high, stable, start = r.int64(), r.int64(), r.int64()
+            # index, error, high watermark, last stable offset, log start: one call (thousands a Fetch)
+            index, error, high, stable, start = r.fields(_FETCHED_HEAD)
             aborted = []
             for _ in range(max(0, r.array())):
                 aborted.append((r.int64(), r.int64()))  # producer id, first offset

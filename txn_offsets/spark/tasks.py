@@ -209,7 +209,8 @@ class PartitionTask(Generic[A]):
         """The reports of the committed `prepared` ranges, with their record counts, after the
         after_commit hook ran for each (unless a range failed)."""
         records = {p.range.key: p.records for p in prepared}
-        reports = [dataclasses.replace(r, records=records[r.range.key]) for r in reports]
+        # built, not dataclasses.replace()d: replace() looks the fields up again for every report
+        reports = [TaskReport(r.range, r.outcome, records[r.range.key], r.error) for r in reports]
         if any(r.error is not None for r in reports):
             return reports  # conflict / fenced / ...: not retried into success, the driver raises it
         if self.after_commit is not None:
