@@ -332,7 +332,9 @@ def send_topic_ids(conn: Connection, topics: Sequence[str], *, wide: Collection[
     of 4,096 partitions costs the broker ~14 ms of CPU and this client ~8 ms to read, where
     DescribeTopicPartitions costs ~1 and ~0.1; for a topic of 8 partitions it is the other way
     round (0.1-0.25 ms against 0.45-0.8 ms of the broker's CPU)."""
-    described = [t for t in topics if t in wide] if supports(conn, DESCRIBE_TOPIC_PARTITIONS, 0) else []
+    described = [t for t in topics if t in wide]
+    if described and not supports(conn, DESCRIBE_TOPIC_PARTITIONS, 0):
+        described = []
     first = send_metadata(conn, [t for t in topics if t not in described])
     asked = []
     for topic in described:  # one topic a request: a limit counts the partitions of all its topics
