@@ -129,7 +129,8 @@ def _compress(codec: int, body: bytes, *, xerial: bool) -> bytes:
     return body
 
 
-_bytes = st.none() | st.binary(max_size=12)
+# keys and values of one-byte lengths, and of lengths that take two (64 bytes and up: zigzag)
+_bytes = st.none() | st.binary(max_size=12) | st.binary(min_size=60, max_size=200)
 _rec_parts = st.tuples(
     _bytes, _bytes, st.integers(-5, 300), st.lists(st.tuples(st.text(max_size=4), _bytes), max_size=3)
 )

@@ -132,22 +132,44 @@ def _records(
     at = 0
     append = out.append
     new = tuple.__new__
+    # The varints are read inline where one byte holds them (most do: lengths and deltas of small
+    # records), through _varint otherwise: a call per varint was a third of the decoding.
     for _ in range(count):
-        length, at = _varint(body, at)
+        byte = body[at]
+        if byte < 0x80:
+            length, at = (byte >> 1) ^ -(byte & 1), at + 1
+        else:
+            length, at = _varint(body, at)
         start = at
         at += 1  # attributes (unused)
-        ts_delta, at = _varint(body, at)
-        offset_delta, at = _varint(body, at)
+        byte = body[at]
+        if byte < 0x80:
+            ts_delta, at = (byte >> 1) ^ -(byte & 1), at + 1
+        else:
+            ts_delta, at = _varint(body, at)
+        byte = body[at]
+        if byte < 0x80:
+            offset_delta, at = (byte >> 1) ^ -(byte & 1), at + 1
+        else:
+            offset_delta, at = _varint(body, at)
         offset = base + offset_delta
         if offset >= until:
             return True
         if offset < position:
             at = start + length
             continue
-        key_len, at = _varint(body, at)
+        byte = body[at]
+        if byte < 0x80:
+            key_len, at = (byte >> 1) ^ -(byte & 1), at + 1
+        else:
+            key_len, at = _varint(body, at)
         key = None if key_len < 0 else body[at : at + key_len]
         at += max(key_len, 0)
-        value_len, at = _varint(body, at)
+        byte = body[at]
+        if byte < 0x80:
+            value_len, at = (byte >> 1) ^ -(byte & 1), at + 1
+        else:
+            value_len, at = _varint(body, at)
         value = None if value_len < 0 else body[at : at + value_len]
         at += max(value_len, 0)
         n_headers, at = _varint(body, at)
