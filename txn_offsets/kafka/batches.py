@@ -132,26 +132,17 @@ def _records(
     at = 0
     append = out.append
     new = tuple.__new__
-    # The varints are read inline where one byte holds them (most do: lengths and deltas of small
-    # records), through _varint otherwise: a call per varint was a third of the decoding.
+    # A varint of one byte (most lengths and deltas of small records) is looked up here, a longer
+    # one read by _varint: a call per varint was a third of the decoding.
     for _ in range(count):
         byte = body[at]
-        if byte < 0x80:
-            length, at = (byte >> 1) ^ -(byte & 1), at + 1
-        else:
-            length, at = _varint(body, at)
+        length, at = (_ONE_BYTE[byte], at + 1) if byte < 0x80 else _varint(body, at)
         start = at
         at += 1  # attributes (unused)
         byte = body[at]
-        if byte < 0x80:
-            ts_delta, at = (byte >> 1) ^ -(byte & 1), at + 1
-        else:
-            ts_delta, at = _varint(body, at)
+        ts_delta, at = (_ONE_BYTE[byte], at + 1) if byte < 0x80 else _varint(body, at)
         byte = body[at]
-        if byte < 0x80:
-            offset_delta, at = (byte >> 1) ^ -(byte & 1), at + 1
-        else:
-            offset_delta, at = _varint(body, at)
+        offset_delta, at = (_ONE_BYTE[byte], at + 1) if byte < 0x80 else _varint(body, at)
         offset = base + offset_delta
         if offset >= until:
             return True
@@ -159,17 +150,11 @@ def _records(
             at = start + length
             continue
         byte = body[at]
-        if byte < 0x80:
-            key_len, at = (byte >> 1) ^ -(byte & 1), at + 1
-        else:
-            key_len, at = _varint(body, at)
+        key_len, at = (_ONE_BYTE[byte], at + 1) if byte < 0x80 else _varint(body, at)
         key = None if key_len < 0 else body[at : at + key_len]
         at += max(key_len, 0)
         byte = body[at]
-        if byte < 0x80:
-            value_len, at = (byte >> 1) ^ -(byte & 1), at + 1
-        else:
-            value_len, at = _varint(body, at)
+        value_len, at = (_ONE_BYTE[byte], at + 1) if byte < 0x80 else _varint(body, at)
         value = None if value_len < 0 else body[at : at + value_len]
         at += max(value_len, 0)
         n_headers, at = _varint(body, at)
@@ -188,6 +173,10 @@ def _records(
         ts = stamp if stamp is not None else base_ts + ts_delta
         append(new(Record, (topic, partition, offset, key, value, ts if ts >= 0 else None, headers)))
     return False
+
+
+#: the value of each one-byte zigzag varint
+_ONE_BYTE = tuple((byte >> 1) ^ -(byte & 1) for byte in range(0x80))
 
 
 def _varint(data: bytes, at: int) -> tuple[int, int]:
