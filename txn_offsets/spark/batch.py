@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import heapq
 import logging
 import threading
 import time
@@ -97,13 +98,17 @@ class Batch:
 
 def assign_ranges(spans: list[int], tasks: int) -> tuple[tuple[int, ...], ...]:
     """Spread range indexes over `tasks` groups: the largest span goes to the lightest group.
-    Placement only affects parallelism, never correctness (every range is claimed by its own guard)."""
-    load = [0] * tasks
+    Placement only affects parallelism, never correctness (every range is claimed by its own guard).
+    Ties go to the lower index (ranges) and group (tasks); the lightest group is kept in a heap: a
+    linear search of the groups with a key function per range cost 14 ms a 4,096-range batch on a
+    busy driver, before the batch's Spark job could start."""
+    lightest = [(0, g) for g in range(tasks)]  # (load, group): a heap already
     groups: list[list[int]] = [[] for _ in range(tasks)]
-    for i in sorted(range(len(spans)), key=lambda i: (-spans[i], i)):
-        g = min(range(tasks), key=lambda g: (load[g], g))
+    # largest span first, equal spans in index order (a reversed sort keeps equal keys in order)
+    for i in sorted(range(len(spans)), key=spans.__getitem__, reverse=True):
+        load, g = lightest[0]
         groups[g].append(i)
-        load[g] += spans[i]
+        heapq.heapreplace(lightest, (load + spans[i], g))
     return tuple(tuple(sorted(g)) for g in groups if g)
 
 

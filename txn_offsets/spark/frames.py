@@ -25,7 +25,8 @@ from typing import Any, Literal, get_args
 from txn_offsets.errors import ConfigError
 from txn_offsets.kafka.records import Record
 from txn_offsets.spark import session
-from txn_offsets.spark.tasks import TaskReport
+from txn_offsets.spark.reports import Reporting, unpacked
+from txn_offsets.spark.tasks import PartitionTask, TaskReport
 
 __all__ = [
     "EXECUTION_PATHS",
@@ -118,16 +119,17 @@ def task_frame(spark: Any, tasks: int) -> Any:
     return frame
 
 
-def run_tasks(spark: Any, groups: Sequence[tuple[int, ...]], body: TaskBody) -> list[TaskReport]:
-    """Run `body` (a PartitionTask) once per group, one Spark task each; the reports, in group order."""
+def run_tasks(spark: Any, groups: Sequence[tuple[int, ...]], task: PartitionTask[Any]) -> list[TaskReport]:
+    """Run `task` once per group, one Spark task each; the reports, in group order (each Spark
+    task's as one row: :mod:`txn_offsets.spark.reports`)."""
     frame = task_frame(spark, len(groups)).mapInArrow(
-        functools.partial(_report_batches, body, tuple(groups)), _report_schema()
+        functools.partial(_report_batches, Reporting(task), tuple(groups)), _report_schema()
     )
     with worker_imports():
         pickled = _collected_reports(spark, frame)
     # the bytes were pickled by our own task body in this job's Spark tasks (the same trust as the
     # results an RDD's collect() unpickles)
-    return [pickle.loads(report) for report in pickled]  # noqa: S301
+    return unpacked(task.ranges, [pickle.loads(packed) for packed in pickled])  # noqa: S301
 
 
 def _collected_reports(spark: Any, frame: Any) -> list[bytes]:
@@ -179,8 +181,8 @@ def _report_batches(
 
     schema = pa.schema([pa.field("report", pa.binary(), nullable=False)])
     for g in _group_ids(batches):
-        for report in body(g, [groups[g]]):
-            yield pa.RecordBatch.from_arrays([pa.array([pickle.dumps(report)], pa.binary())], schema=schema)
+        for packed in body(g, [groups[g]]):
+            yield pa.RecordBatch.from_arrays([pa.array([pickle.dumps(packed)], pa.binary())], schema=schema)
 
 
 def _record_batches(

@@ -157,7 +157,7 @@ class PartitionTask(Generic[A]):
         record) the rest are left alone: the driver raises that error and plans again from the
         stored offsets."""
         freeze_worker_heap()
-        ranges = [self.ranges[i] for i in _range_indexes(assigned)]
+        ranges = [self.ranges[i] for i in range_indexes(assigned)]
         size = self.read.ranges_per_transaction or max(1, len(ranges))
         for first in range(0, len(ranges), size):
             reports = self._commit_group(ranges[first : first + size])
@@ -260,7 +260,7 @@ def _task_with_ranges(kind: Callable[..., Any], fields: dict[str, Any]) -> Any:
     return kind(**(fields | {"ranges": unpacked_ranges(fields["ranges"])}))
 
 
-def _range_indexes(assigned: Iterable[Any]) -> list[int]:
+def range_indexes(assigned: Iterable[Any]) -> list[int]:
     """The indexes of the ranges a task was given (its input: one tuple of indexes), read to the
     end first: PySpark only reuses a Python worker whose input stream was consumed completely."""
     return [int(i) for group in assigned for i in group]
@@ -280,7 +280,7 @@ class ReadTask:
 
     def __call__(self, index: int, assigned: Iterable[Any]) -> Iterator[Record]:
         freeze_worker_heap()
-        ranges = [self.ranges[i] for i in _range_indexes(assigned)]
+        ranges = [self.ranges[i] for i in range_indexes(assigned)]
         opts = self.read
         for _rng, records in read_in_order(
             self.kafka, ranges, batch_size=opts.batch_size, stall_timeout_s=opts.stall_timeout_s

@@ -26,6 +26,7 @@ from txn_offsets.ranges import OffsetRange
 from txn_offsets.spark import frames
 from txn_offsets.spark.batch import Batch
 from txn_offsets.spark.records import decoded
+from txn_offsets.spark.reports import Reporting, unpacked
 from txn_offsets.spark.tasks import PartitionTask, TaskReport, commit_reporting
 from txn_offsets.store.dead_letters import DeadLetter
 from txn_offsets.store.lineage import Lineage
@@ -133,8 +134,8 @@ class PartitionWriter(Generic[T, A]):
         if batch.shared_round is not None:  # run_jobs: this batch's Spark job is shared with the other jobs'
             return batch.shared_round(task)
         with frames.worker_imports():
-            reports: list[TaskReport] = batch.ranges_rdd().mapPartitionsWithIndex(task).collect()
-        return reports
+            packed = batch.ranges_rdd().mapPartitionsWithIndex(Reporting(task)).collect()
+        return unpacked(task.ranges, packed)
 
 
 @dataclass(frozen=True, kw_only=True)
