@@ -8,6 +8,7 @@ compaction leave gaps), so nothing here ever counts records to find an end.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeGuard, get_args
@@ -107,7 +108,7 @@ def fair_share(spans: Mapping[TopicPartition, int], total: int) -> dict[TopicPar
         raise ConfigError("max_records_per_batch", f"must be >= 0, got {total}")
     share: dict[TopicPartition, int] = dict.fromkeys(spans, 0)
     remaining = total
-    pending = sorted((k for k, v in spans.items() if v > 0), key=lambda k: (spans[k], k))
+    pending = [k for _, k in sorted((v, k) for k, v in spans.items() if v > 0)]
     while pending and remaining > 0:
         each, extra = divmod(remaining, len(pending))
         if each == 0:
@@ -207,12 +208,18 @@ def plan_ranges(
     if max_total is not None:
         spans = (backlog_share if share == "backlog" else fair_share)(spans, max_total)
     ids = topic_ids or {}
-    return sorted(
-        OffsetRange(topic, part, stored[(topic, part)], stored[(topic, part)] + span, ids.get(topic))
-        for (topic, part), span in spans.items()
+    ranges = [
+        OffsetRange(key[0], key[1], stored[key], stored[key] + span, ids.get(key[0]))
+        for key, span in spans.items()
         if span > 0
-    )
+    ]
+    # by (topic, partition), unique in a plan: the ranges' order, compared in C (the ranges' own
+    # comparison is a Python call each: 5 ms for 4,096 ranges planned in order already)
+    ranges.sort(key=_KEY)
+    return ranges
 
+
+_KEY = operator.attrgetter("key")
 
 #: A range as plain values (topic, partition, start, until, topic id): how tasks carry their ranges
 PackedRange = tuple[str, int, int, int, str | None]
