@@ -100,10 +100,12 @@ def claim(
         "lasts": array_literal([known_ms(last) for _, last in stamps]),
     }
     rows = conn.execute(_statement(db.schema, record=record), params).all()
-    found = [FoundRow(bool(r.claimed), r.off, r.topic_id) for r in rows]
-    generation = rows[0].generation if rows else None
+    # unpacked by position (the statement's columns: claimed, off, topic_id, generation, xid): a
+    # row's attributes are looked up by name in Python, 4 -> 0.9 ms for 2,048 rows
+    found = [FoundRow(bool(claimed), off, topic_id) for claimed, off, topic_id, _, _ in rows]
+    generation = rows[0][3] if rows else None
     # a claimed range's row is produced after its UPDATE assigned the id: take the first one given
-    xid = next((r.xid for r in rows if r.xid), None)
+    xid = next((r[4] for r in rows if r[4]), None)
     return Claim(classify_claims(run.job, ranges, found, generation, run.generation), xid)
 
 
