@@ -404,7 +404,7 @@ def _run_batch(
     for task in reports:
         if task.error is not None:
             raise task.error
-    records = sum(max(0, r.records) for r in reports)
+    records = sum(r.records for r in reports if r.records > 0)
     counts = success_counts(reports)
     committed, already = counts[Outcome.COMMITTED], counts[Outcome.ALREADY_COMMITTED]
     report = BatchReport(
