@@ -13,7 +13,7 @@ from pyspark import cloudpickle
 
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError
-from txn_offsets.ranges import OffsetRange, packed_ranges, unpacked_ranges
+from txn_offsets.ranges import OffsetRange, PackedRanges, packed_ranges
 from txn_offsets.spark.tasks import PartitionTask, ReadOptions, ReadTask
 from txn_offsets.store.runs import Run
 
@@ -43,9 +43,24 @@ def test_a_task_body_pickles_its_ranges_and_gets_them_back(ranges: tuple[OffsetR
     assert back == task and [r.topic_id for r in back.ranges] == [r.topic_id for r in ranges]
     read = pickle.loads(cloudpickle.dumps(ReadTask(KafkaSettings("k:1"), ranges)))  # noqa: S301
     assert read.ranges == ranges and [r.topic_id for r in read.ranges] == [r.topic_id for r in ranges]
-    assert unpacked_ranges(packed_ranges(ranges)) == ranges
+    assert isinstance(back.ranges, PackedRanges) and back.ranges == ranges == tuple(back.ranges)
+    assert PackedRanges(packed_ranges(ranges)) == ranges and hash(back.ranges) == hash(ranges)
+    assert back.ranges[1:3] == ranges[1:3] and list(reversed(back.ranges)) == list(reversed(ranges))
 
 
-def test_a_packed_range_is_checked_again_when_it_is_rebuilt() -> None:
+def test_a_packed_range_is_checked_again_when_it_is_built() -> None:
+    packed = PackedRanges([("pages", 0, 10, 12, None), ("pages", 1, 10, 3, None)])
+    assert packed[0] == OffsetRange("pages", 0, 10, 12) and packed[0] is packed[0]  # built once
     with pytest.raises(ConfigError, match="below the start"):
-        unpacked_ranges([("pages", 0, 10, 3, None)])
+        packed[1]  # only the range looked up is built: a task builds its own group's
+
+
+def test_a_task_builds_only_the_ranges_it_looks_up() -> None:
+    ranges = tuple(OffsetRange("pages", p, 0, 5) for p in range(6))
+    task = PartitionTask(
+        DatabaseSettings("postgresql+psycopg://u@h/db"), KafkaSettings("k:1"), Run("j", 2, "r"), ranges,
+        prepare=_write, write=_write,
+    )  # fmt: skip
+    back = pickle.loads(cloudpickle.dumps(task))  # noqa: S301 - bytes this test pickled
+    assert [back.ranges[i] for i in (4, 1)] == [ranges[4], ranges[1]]
+    assert [i for i, r in enumerate(back.ranges._built) if r is not None] == [1, 4]

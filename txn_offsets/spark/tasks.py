@@ -25,7 +25,7 @@ from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError, TxnOffsetsError
 from txn_offsets.kafka.reader import read_in_order
 from txn_offsets.kafka.records import Record
-from txn_offsets.ranges import OffsetRange, packed_ranges, unpacked_ranges
+from txn_offsets.ranges import OffsetRange, PackedRanges, packed_ranges
 from txn_offsets.spark.heap import freeze_worker_heap
 from txn_offsets.store.database import worker_engine
 from txn_offsets.store.runs import Run
@@ -139,7 +139,7 @@ class PartitionTask(Generic[A]):
     database: DatabaseSettings
     kafka: KafkaSettings
     run: Run
-    ranges: tuple[OffsetRange, ...]
+    ranges: Sequence[OffsetRange]  # where unpickled: PackedRanges (each range built once looked up)
     prepare: Prepare[A]
     write: RangesWrite[A]  # the ranges of a transaction
     read: ReadOptions = field(default_factory=ReadOptions)
@@ -250,14 +250,15 @@ class _MergingWrite(Generic[A]):
 def _with_packed_ranges(task: Any) -> tuple[Any, ...]:
     """How a task body with a batch's ranges pickles (``__reduce__``): its fields, the ranges as
     plain tuples (:func:`~txn_offsets.ranges.packed_ranges`: a batch of 4,096 ranges pickled in
-    ~1 ms instead of ~18), rebuilt and checked by :func:`_task_with_ranges` where it is unpickled."""
+    ~1 ms instead of ~18), where it is unpickled each rebuilt and checked as the task looks it up
+    (:class:`~txn_offsets.ranges.PackedRanges`: a task builds its own group's only)."""
     fields = {f.name: getattr(task, f.name) for f in dataclasses.fields(task)}
     fields["ranges"] = packed_ranges(task.ranges)
     return (_task_with_ranges, (type(task), fields))
 
 
 def _task_with_ranges(kind: Callable[..., Any], fields: dict[str, Any]) -> Any:
-    return kind(**(fields | {"ranges": unpacked_ranges(fields["ranges"])}))
+    return kind(**(fields | {"ranges": PackedRanges(fields["ranges"])}))
 
 
 def range_indexes(assigned: Iterable[Any]) -> list[int]:
@@ -272,7 +273,7 @@ class ReadTask:
     of each range it was given, range after range, each in offset order."""
 
     kafka: KafkaSettings
-    ranges: tuple[OffsetRange, ...]
+    ranges: Sequence[OffsetRange]  # where unpickled: PackedRanges
     read: ReadOptions = field(default_factory=ReadOptions)
 
     def __reduce__(self) -> tuple[Any, ...]:
