@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from txn_offsets.commit import Outcome, RangeOutcome, Unit
 from txn_offsets.commit.staging import Prepared
 from txn_offsets.spark.stream.realtime_sink import RealTimeSink
-from txn_offsets.spark.tasks import PartitionTask, TaskReport
+from txn_offsets.spark.tasks import PartitionTask, TaskReport, counts_of, reports_of
 from txn_offsets.store.database import worker_engine
 
 __all__ = ["UnguardedRealTimeSink", "UnguardedTask", "write_unguarded"]
@@ -37,7 +37,7 @@ class UnguardedTask(PartitionTask[Any]):
     def commit(self, prepared: list[Prepared[Any]]) -> list[TaskReport]:
         unit = self.unit(prepared)
         outcomes = write_unguarded(worker_engine(self.database), unit, self.isolation_level)
-        return self.settled(prepared, [TaskReport(o.range, o.outcome, 0) for o in outcomes])
+        return self.settled(reports_of(outcomes, unit.ranges, counts_of(prepared)))
 
     def joinable(self, ranges: int) -> bool:
         return False  # never into a joint transaction of the commit core

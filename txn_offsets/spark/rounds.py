@@ -37,7 +37,7 @@ from txn_offsets.spark import frames
 from txn_offsets.spark.batch import assign_ranges, batch_deadline
 from txn_offsets.spark.heap import freeze_worker_heap
 from txn_offsets.spark.session import session_cores
-from txn_offsets.spark.tasks import PartitionTask, Staged, TaskReport, reports_of
+from txn_offsets.spark.tasks import PartitionTask, Staged, TaskReport, counts_of, reports_of
 from txn_offsets.store.database import worker_engine
 
 __all__ = ["Rounds", "UnitFailed"]
@@ -109,7 +109,8 @@ class RoundTask:
         results = commit_units(worker_engine(db), db, units, isolation_level=isolation_level)
         for (job, st), task, result in zip(members, tasks, results, strict=True):
             try:
-                reports = task.settled(st.prepared, reports_of(result, [p.range for p in st.prepared]))
+                ranges = [p.range for p in st.prepared]
+                reports = task.settled(reports_of(result, ranges, counts_of(st.prepared)))
             except Exception as exc:  # as its own task's failure would be: this job's batch fails
                 yield job, self._failed(job, exc)
                 continue

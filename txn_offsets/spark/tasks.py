@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -25,7 +25,7 @@ from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.errors import ConfigError, TxnOffsetsError
 from txn_offsets.kafka.reader import read_in_order
 from txn_offsets.kafka.records import Record
-from txn_offsets.ranges import OffsetRange, PackedRanges, packed_ranges
+from txn_offsets.ranges import OffsetRange, PackedRanges, TopicPartition, packed_ranges
 from txn_offsets.spark.heap import freeze_worker_heap
 from txn_offsets.store.database import worker_engine
 from txn_offsets.store.runs import Run
@@ -98,8 +98,12 @@ def success_counts(reports: Iterable[TaskReport]) -> dict[str, int]:
     return {o.value: every[o] for o in (Outcome.COMMITTED, Outcome.ALREADY_COMMITTED)}
 
 
+#: a report's record count: one for every range, or each range's by its key
+Counts = int | Mapping[TopicPartition, int]
+
+
 def commit_reporting(
-    db: DatabaseSettings, unit: Unit, *, isolation_level: str, records: int
+    db: DatabaseSettings, unit: Unit, *, isolation_level: str, records: Counts
 ) -> list[TaskReport]:
     """The commit core's commit of `unit` on this worker's engine, with a conflict or a fencing
     turned into reports: nothing was written, and the driver raises the error with its context (a
@@ -113,18 +117,25 @@ def commit_reporting(
 
 
 def reports_of(
-    result: Sequence[RangeOutcome] | Exception, ranges: Sequence[OffsetRange], records: int = 0
+    result: Sequence[RangeOutcome] | Exception, ranges: Sequence[OffsetRange], records: Counts = 0
 ) -> list[TaskReport]:
     """A commit's result as its ranges' reports: each range's outcome, or an error with an outcome
     on every range. An error without one is raised. An error with an outcome is reported, not
     raised: Spark's own task retry could not change it (or, for ClaimBlocked, should not wait again
     in place); the driver raises it with its context, and the runner plans again from the stored
-    offsets when it is Transient."""
+    offsets when it is Transient. `records`: the count each report carries (by range key: built
+    once with it, where a task used to build its reports again with their counts)."""
+    count = records.__getitem__ if isinstance(records, Mapping) else lambda _key: records
     if isinstance(result, Exception):
         if not isinstance(result, TxnOffsetsError) or result.outcome is None:
             raise result
-        return [TaskReport(r, Outcome(result.outcome), records, result) for r in ranges]
-    return [TaskReport(o.range, o.outcome, records) for o in result]
+        return [TaskReport(r, Outcome(result.outcome), count(r.key), result) for r in ranges]
+    return [TaskReport(o.range, o.outcome, count(o.range.key)) for o in result]
+
+
+def counts_of(prepared: Iterable[Prepared[Any]]) -> dict[TopicPartition, int]:
+    """The record count of each prepared range, by key (what its report carries)."""
+    return {p.range.key: p.records for p in prepared}
 
 
 def stop_report(stop: Stop) -> TaskReport:
@@ -201,16 +212,16 @@ class PartitionTask(Generic[A]):
     def commit(self, prepared: list[Prepared[A]]) -> list[TaskReport]:
         """Commit the `prepared` ranges in one transaction of their own."""
         reports = commit_reporting(
-            self.database, self.unit(prepared), isolation_level=self.isolation_level, records=0
+            self.database,
+            self.unit(prepared),
+            isolation_level=self.isolation_level,
+            records=counts_of(prepared),
         )
-        return self.settled(prepared, reports)
+        return self.settled(reports)
 
-    def settled(self, prepared: Sequence[Prepared[A]], reports: list[TaskReport]) -> list[TaskReport]:
-        """The reports of the committed `prepared` ranges, with their record counts, after the
+    def settled(self, reports: list[TaskReport]) -> list[TaskReport]:
+        """The reports of committed ranges (with their record counts: :func:`counts_of`), after the
         after_commit hook ran for each (unless a range failed)."""
-        records = {p.range.key: p.records for p in prepared}
-        # built, not dataclasses.replace()d: replace() looks the fields up again for every report
-        reports = [TaskReport(r.range, r.outcome, records[r.range.key], r.error) for r in reports]
         if any(r.error is not None for r in reports):
             return reports  # conflict / fenced / ...: not retried into success, the driver raises it
         if self.after_commit is not None:

@@ -12,7 +12,6 @@ Both run on either execution path of the batch (:mod:`txn_offsets.spark.batch`):
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
@@ -186,10 +185,10 @@ class BatchWriter(Generic[R]):
             Lineage(batch.number),  # record timestamps unknown: compute() saw the batch whole
             source=batch.kafka,  # compute() has read every record: prove the topics are the planned ones
         )
-        reports = commit_reporting(batch.database, unit, isolation_level=self.isolation_level, records=0)
         # compute() saw the batch whole, so no range has a count of its own: each reports the
         # offsets it committed (records, and in a transactional topic its markers and aborted records)
-        return [dataclasses.replace(r, records=r.range.span) for r in reports]
+        spans = {r.key: r.span for r in batch.ranges}
+        return commit_reporting(batch.database, unit, isolation_level=self.isolation_level, records=spans)
 
     def compute_batch(self, batch: Batch) -> R:
         """The user's compute over the batch's records (a Spark job; nothing claimed)."""
