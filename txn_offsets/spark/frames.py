@@ -17,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import itertools
+import operator
 import pickle
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -194,35 +196,40 @@ def _record_batches(
 
 def arrow_batches(records: Iterable[Record], batch_size: int) -> Iterator[Any]:
     """`records` as pyarrow RecordBatches of :func:`record_schema`, at most `batch_size` rows each."""
-    chunk: list[Record] = []
-    for rec in records:
-        chunk.append(rec)
-        if len(chunk) >= batch_size:
-            yield _arrow_records(chunk)
-            chunk = []
-    if chunk:
+    it = iter(records)
+    while chunk := list(itertools.islice(it, batch_size)):
         yield _arrow_records(chunk)
+
+
+# each field of a Record by position: a chunk's columns are taken one field at a time (zip(*records)
+# passes every record as an argument: 4x as long for a chunk of 10,000, ~1 us a record here)
+_FIELDS = {name: operator.itemgetter(i) for i, name in enumerate(Record._fields)}
+
+
+def _column(records: list[Record], name: str) -> list[Any]:
+    return list(map(_FIELDS[name], records))
 
 
 def _arrow_records(records: list[Record]) -> Any:
     import pyarrow as pa
 
-    topics, partitions, offsets, keys, values, timestamps, headers = zip(*records, strict=True)
+    headers = _column(records, "headers")
     header = pa.struct([("key", pa.string()), ("value", pa.binary())])
     if any(headers):
         header_column = pa.array([[{"key": k, "value": v} for k, v in h] for h in headers], pa.list_(header))
     else:  # the common case, without a Python object per record
         empty = pa.array([0] * (len(records) + 1), pa.int32())
         header_column = pa.ListArray.from_arrays(empty, pa.array([], header))
+    timestamps = pa.array(_column(records, "timestamp_ms"), pa.timestamp("ms", tz="UTC"))
     return pa.RecordBatch.from_arrays(
         [
-            pa.array(keys, pa.binary()),
-            pa.array(values, pa.binary()),
-            pa.array(topics, pa.string()),
-            pa.array(partitions, pa.int32()),
-            pa.array(offsets, pa.int64()),
+            pa.array(_column(records, "key"), pa.binary()),
+            pa.array(_column(records, "value"), pa.binary()),
+            pa.array(_column(records, "topic"), pa.string()),
+            pa.array(_column(records, "partition"), pa.int32()),
+            pa.array(_column(records, "offset"), pa.int64()),
             # Spark's TimestampType is microseconds since the epoch, UTC
-            pa.array(timestamps, pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC")),
+            timestamps.cast(pa.timestamp("us", tz="UTC")),
             header_column,
         ],
         names=["key", "value", "topic", "partition", "offset", "timestamp", "headers"],
