@@ -149,13 +149,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         cfg = self.config
-        heartbeat(self.store, cfg.run)  # renews the lease; Fenced if a newer run started
         previous = _ranges(start)
         if previous:  # the batch Spark considers done must be committed before planning past it
             self._check_generation(start)
             check_committed(self.store, cfg.run, self.reader_id, previous)
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        try:
+        try:  # the plan renews the run's lease (Fenced if a newer run or a reset took the job)
             # without a batch cap there is nothing to share (Limits refuses "backlog" alone)
             share = cfg.spec.limits.batch_share if cap is not None else "even"
             plan = self._plan(replace(cfg.spec.limits, max_records_per_batch=cap, batch_share=share))
@@ -224,6 +223,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     ) -> dict[str, Any]:
         """No new batch (the query stays up; the next trigger plans again) while `why` lasts, for up to
         `grace_s`; for longer, the query fails with `exc`. Nothing was planned: nothing is skipped."""
+        heartbeat(self.store, self.config.run)  # no plan renewed the lease meanwhile
         now = time.monotonic()
         since = self._waiting.setdefault(why, now)
         if since == now:
@@ -242,7 +242,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             start=cfg.spec.start,
             limits=limits,
             on_data_loss=cfg.spec.on_data_loss,
-            generation=cfg.run.generation,
+            run=cfg.run,
         )
 
     def _clip(self, ranges: Sequence[OffsetRange]) -> tuple[OffsetRange, ...]:
