@@ -21,12 +21,13 @@ import itertools
 import operator
 import pickle
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import Any, Literal, get_args
 
 from txn_offsets.errors import ConfigError
 from txn_offsets.kafka.records import Record
 from txn_offsets.spark import session
+from txn_offsets.spark.heap import collector_paused
 from txn_offsets.spark.reports import Reporting, unpacked
 from txn_offsets.spark.tasks import PartitionTask, TaskReport
 
@@ -194,11 +195,12 @@ def _record_batches(
     yield from arrow_batches((rec for g in ids for rec in body(g, [groups[g]])), batch_size)
 
 
-def arrow_batches(records: Iterable[Record], batch_size: int) -> Iterator[Any]:
+def arrow_batches(records: Iterable[Record], batch_size: int) -> Generator[Any, None, None]:
     """`records` as pyarrow RecordBatches of :func:`record_schema`, at most `batch_size` rows each."""
     it = iter(records)
-    while chunk := list(itertools.islice(it, batch_size)):
-        yield _arrow_records(chunk)
+    with collector_paused():  # a tuple per record, thousands held in the chunk: no cycles
+        while chunk := list(itertools.islice(it, batch_size)):
+            yield _arrow_records(chunk)
 
 
 # each field of a Record by position: a chunk's columns are taken one field at a time (zip(*records)

@@ -23,6 +23,14 @@ what is alive when a run starts (no collection first: nothing is collected early
 it when the last run in the process ends, so nothing of the application's stays out of the
 collector's reach after its runs: during them, what was alive at the start and becomes cyclic
 garbage waits for the end (freed then), and a full collection traverses what the runs allocated.
+
+Even with the heap frozen, a read into Arrow batches still paid the collections its own records
+trigger (a tuple per record, thousands held in the chunk being built): 320,000 page views read
+into chunks of 2,000 took 5.7-6.3 us of CPU a record, 3.4-4.0 with no collections (one process,
+the heap frozen first). :func:`collector_paused` switches the collector off while such a read runs:
+records and Arrow chunks hold no reference cycles, and reference counting frees them as ever; only
+cyclic garbage made meanwhile waits for the next collection after it. For our own reads only
+(records -> Arrow, nothing of the user's runs in between), never around a user's function.
 """
 
 from __future__ import annotations
@@ -32,12 +40,14 @@ import gc
 import threading
 from collections.abc import Iterator
 
-__all__ = ["freeze_worker_heap", "heap_frozen_while_running"]
+__all__ = ["collector_paused", "freeze_worker_heap", "heap_frozen_while_running"]
 
 _lock = threading.Lock()
 _asked = threading.Event()  # set by the first call in this process
 _running = 0  # runs inside heap_frozen_while_running in this process
 _froze = False  # whether the first of them froze the heap (not when the application had)
+_pausing = 0  # reads inside collector_paused in this process
+_paused = False  # whether the first of them switched the collector off (not when it was off)
 
 
 def freeze_worker_heap() -> bool:
@@ -76,3 +86,23 @@ def heap_frozen_while_running() -> Iterator[None]:
             if _running == 0 and _froze:
                 gc.unfreeze()
                 _froze = False
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic collector off while the block runs (see the module), back on when the last
+    overlapping block ends - unless it was off before the first began."""
+    global _pausing, _paused  # noqa: PLW0603 - the collector is the process's
+    with _lock:
+        _pausing += 1
+        if _pausing == 1:
+            _paused = gc.isenabled()
+            gc.disable()
+    try:
+        yield
+    finally:
+        with _lock:
+            _pausing -= 1
+            if _pausing == 0 and _paused:
+                gc.enable()
+                _paused = False
