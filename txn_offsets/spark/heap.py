@@ -38,16 +38,12 @@ from __future__ import annotations
 import contextlib
 import gc
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 __all__ = ["collector_paused", "freeze_worker_heap", "heap_frozen_while_running"]
 
 _lock = threading.Lock()
 _asked = threading.Event()  # set by the first call in this process
-_running = 0  # runs inside heap_frozen_while_running in this process
-_froze = False  # whether the first of them froze the heap (not when the application had)
-_pausing = 0  # reads inside collector_paused in this process
-_paused = False  # whether the first of them switched the collector off (not when it was off)
 
 
 def freeze_worker_heap() -> bool:
@@ -66,43 +62,65 @@ def freeze_worker_heap() -> bool:
     return True
 
 
-@contextlib.contextmanager
-def heap_frozen_while_running() -> Iterator[None]:
+class _Switch:
+    """A process-wide collector setting held by overlapping blocks (runs, reads, threads): `take`
+    sets it when the first block begins and says whether it changed anything; `give_back` undoes
+    that when the last block ends - never what the application had set itself."""
+
+    def __init__(self, take: Callable[[], bool], give_back: Callable[[], None]) -> None:
+        self._take, self._give_back = take, give_back
+        self._holders = 0
+        self._took = False
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        with _lock:
+            self._holders += 1
+            if self._holders == 1:
+                self._took = self._take()
+        try:
+            yield
+        finally:
+            with _lock:
+                self._holders -= 1
+                if self._holders == 0 and self._took:
+                    self._give_back()
+                    self._took = False
+
+
+def _freeze() -> bool:
+    if gc.get_freeze_count():  # the application froze it: left as it is
+        return False
+    gc.freeze()
+    return True
+
+
+def _unfreeze() -> None:
+    gc.unfreeze()
+
+
+def _disable() -> bool:
+    was = gc.isenabled()
+    gc.disable()
+    return was
+
+
+def _enable() -> None:
+    gc.enable()
+
+
+_frozen = _Switch(_freeze, _unfreeze)
+_paused = _Switch(_disable, _enable)
+
+
+def heap_frozen_while_running() -> contextlib.AbstractContextManager[None]:
     """A driver's run (see the module): what is alive when the first of this process's runs starts
     is frozen until the last of them ends. Runs overlap (run_jobs, threads): counted. A process
     whose heap is frozen already (the application froze it) is left as it is."""
-    global _running, _froze  # noqa: PLW0603 - the process's runs, as the frozen heap is the process's
-    with _lock:
-        _running += 1
-        if _running == 1:
-            _froze = gc.get_freeze_count() == 0
-            if _froze:
-                gc.freeze()
-    try:
-        yield
-    finally:
-        with _lock:
-            _running -= 1
-            if _running == 0 and _froze:
-                gc.unfreeze()
-                _froze = False
+    return _frozen.held()
 
 
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
+def collector_paused() -> contextlib.AbstractContextManager[None]:
     """The cyclic collector off while the block runs (see the module), back on when the last
     overlapping block ends - unless it was off before the first began."""
-    global _pausing, _paused  # noqa: PLW0603 - the collector is the process's
-    with _lock:
-        _pausing += 1
-        if _pausing == 1:
-            _paused = gc.isenabled()
-            gc.disable()
-    try:
-        yield
-    finally:
-        with _lock:
-            _pausing -= 1
-            if _pausing == 0 and _paused:
-                gc.enable()
-                _paused = False
+    return _paused.held()
