@@ -16,16 +16,21 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import functools
 import itertools
+import json
 import operator
 import pickle
 import re
+import threading
+import uuid
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import Any, Literal, get_args
 
 from txn_offsets.errors import ConfigError
 from txn_offsets.kafka.records import Record
+from txn_offsets.ranges import PackedRanges, packed_ranges
 from txn_offsets.spark import session
 from txn_offsets.spark.heap import collector_paused
 from txn_offsets.spark.reports import Reporting, unpacked
@@ -35,6 +40,8 @@ __all__ = [
     "EXECUTION_PATHS",
     "Execution",
     "arrow_batches",
+    "batch_of",
+    "batch_value",
     "check_execution",
     "record_schema",
     "records_frame",
@@ -84,6 +91,7 @@ def _report_schema() -> Any:
 
 
 TaskBody = Callable[[int, Iterable[Any]], Iterator[Any]]
+Groups = tuple[tuple[int, ...], ...]  # range indexes per Spark task
 
 
 def check_execution(execution: object, spark: Any = None) -> Execution:
@@ -124,15 +132,126 @@ def task_frame(spark: Any, tasks: int) -> Any:
 
 def run_tasks(spark: Any, groups: Sequence[tuple[int, ...]], task: PartitionTask[Any]) -> list[TaskReport]:
     """Run `task` once per group, one Spark task each; the reports, in group order (each Spark
-    task's as one row: :mod:`txn_offsets.spark.reports`)."""
-    frame = task_frame(spark, len(groups)).mapInArrow(
-        functools.partial(_report_batches, Reporting(task), tuple(groups)), _report_schema()
-    )
-    with worker_imports():
-        pickled = _collected_reports(spark, frame)
+    task's as one row: :mod:`txn_offsets.spark.reports`). A classic session runs the same DataFrame
+    for every batch of a run (:func:`_run_frame`); a Spark Connect session a new one per batch."""
+    if not session.is_connect(spark) and _pinned_threads():
+        reused = _run_frame(spark, len(groups), task)
+        with worker_imports(), _batch_property(spark, reused.token, groups, task):
+            pickled = [row[0] for row in reused.frame.collect()]
+    else:
+        frame = task_frame(spark, len(groups)).mapInArrow(
+            functools.partial(_report_batches, Reporting(task), tuple(groups)), _report_schema()
+        )
+        with worker_imports():
+            pickled = _collected_reports(spark, frame)
     # the bytes were pickled by our own task body in this job's Spark tasks (the same trust as the
     # results an RDD's collect() unpickles)
     return unpacked(task.ranges, [pickle.loads(packed) for packed in pickled])  # noqa: S301
+
+
+# A classic session's DataFrame path runs one mapInArrow DataFrame for every batch of a run: building
+# one per batch cost 46-49 ms of a ~200 ms small batch (pickling the task into a new Python UDF and
+# the JVM analysing the new plan, ~29 py4j round trips), where an RDD job costs nothing to build; a
+# DataFrame collected again reuses its analysed and planned query. A run's task is the same from one
+# batch to the next but for its ranges and batch number: those reach the Spark tasks in a local
+# property of the driver thread that runs the job (Spark gives each task its job's local properties,
+# PySpark passes them to the Python workers). They are topics, partitions and offsets - no setting,
+# secret or record: the database and Kafka settings stay in the function, pickled once a run.
+# (Spark writes a job's local properties into its event log, when one is kept.)
+_BATCH_PROPERTY = "txn_offsets.batch"
+
+
+@dataclasses.dataclass(frozen=True)
+class _RunFrame:
+    session: str  # session.session_key
+    tasks: int
+    template: PartitionTask[Any]  # the run's task without its ranges and batch number
+    token: str  # which DataFrame a batch property is for
+    frame: Any
+
+
+# the DataFrames of the last runs, most recent last (a run has one per number of tasks it used)
+_RUN_FRAMES: list[_RunFrame] = []
+_RUN_FRAMES_MAX = 16
+_RUN_FRAMES_LOCK = threading.Lock()
+
+
+def _pinned_threads() -> bool:
+    """Whether each Python thread of the driver has a JVM thread of its own (PySpark's pinned-thread
+    mode, the default): a local property this thread sets reaches the Spark jobs it starts."""
+    from py4j.clientserver import ClientServer
+    from pyspark import SparkContext
+
+    return isinstance(SparkContext._gateway, ClientServer)
+
+
+def _run_frame(spark: Any, tasks: int, task: PartitionTask[Any]) -> _RunFrame:
+    """The DataFrame that runs `task`'s run on `tasks` Spark tasks, built by its first batch."""
+    template = dataclasses.replace(task, ranges=(), batch=None)
+    key = session.session_key(spark)
+    with _RUN_FRAMES_LOCK:
+        for entry in reversed(_RUN_FRAMES):
+            same = (entry.session, entry.tasks) == (key, tasks) and entry.frame.sparkSession is spark
+            if same and entry.template == template:
+                return entry
+        token = uuid.uuid4().hex
+        frame = task_frame(spark, tasks).mapInArrow(_PropertyBatch(template, token), _report_schema())
+        entry = _RunFrame(key, tasks, template, token, frame)
+        _RUN_FRAMES.append(entry)
+        del _RUN_FRAMES[:-_RUN_FRAMES_MAX]
+        return entry
+
+
+@contextlib.contextmanager
+def _batch_property(
+    spark: Any, token: str, groups: Sequence[tuple[int, ...]], task: PartitionTask[Any]
+) -> Iterator[None]:
+    """This thread's Spark jobs carry the batch of `task` for the DataFrame of `token`."""
+    sc = spark.sparkContext
+    sc.setLocalProperty(_BATCH_PROPERTY, batch_value(token, groups, task))
+    try:
+        yield
+    finally:
+        sc.setLocalProperty(_BATCH_PROPERTY, None)
+
+
+def batch_value(token: str, groups: Sequence[tuple[int, ...]], task: PartitionTask[Any]) -> str:
+    """The local property that carries `task`'s batch (its number, groups and ranges) to the Spark
+    tasks of the DataFrame of `token`."""
+    return json.dumps([token, task.batch, groups, packed_ranges(task.ranges)], separators=(",", ":"))
+
+
+def batch_of(
+    value: str | None, token: str, template: PartitionTask[Any]
+) -> tuple[PartitionTask[Any], Groups]:
+    """`template`'s task for the batch that `value` (:func:`batch_value`) carries, and its groups;
+    a RuntimeError when it carries none for the DataFrame of `token`."""
+    batch = json.loads(value) if value else None
+    if not batch or batch[0] != token:
+        # a Spark job of this DataFrame that run_tasks did not start: nothing is read or committed
+        raise RuntimeError(
+            f"this Spark job carries no txn_offsets batch for its DataFrame (local property "
+            f"{_BATCH_PROPERTY!r}): it runs only from txn_offsets.spark.frames.run_tasks"
+        )
+    _, number, groups, ranges = batch
+    task = dataclasses.replace(template, ranges=PackedRanges(tuple(r) for r in ranges), batch=number)
+    return task, tuple(tuple(g) for g in groups)
+
+
+@dataclasses.dataclass(frozen=True)
+class _PropertyBatch:
+    """A run's mapInArrow function: the batch's task, rebuilt from its Spark job's batch property."""
+
+    template: PartitionTask[Any]
+    token: str
+
+    def __call__(self, batches: Iterable[Any]) -> Iterator[Any]:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        value = context.getLocalProperty(_BATCH_PROPERTY) if context is not None else None
+        task, groups = batch_of(value, self.token, self.template)
+        yield from _report_batches(Reporting(task), groups, batches)
 
 
 def _collected_reports(spark: Any, frame: Any) -> list[bytes]:
