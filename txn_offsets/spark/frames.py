@@ -161,7 +161,7 @@ def run_tasks(spark: Any, groups: Sequence[tuple[int, ...]], task: PartitionTask
 _BATCH_PROPERTY = "txn_offsets.batch"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class _RunFrame:
     session: str  # session.session_key
     tasks: int
@@ -238,7 +238,7 @@ def batch_of(
     return task, tuple(tuple(g) for g in groups)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)  # by identity: its settings need not be hashable
 class _PropertyBatch:
     """A run's mapInArrow function: the batch's task, rebuilt from its Spark job's batch property."""
 
