@@ -134,9 +134,10 @@ def run_tasks(spark: Any, groups: Sequence[tuple[int, ...]], task: PartitionTask
     """Run `task` once per group, one Spark task each; the reports, in group order (each Spark
     task's as one row: :mod:`txn_offsets.spark.reports`). A classic session runs the same DataFrame
     for every batch of a run (:func:`_run_frame`); a Spark Connect session a new one per batch."""
-    if not session.is_connect(spark) and _pinned_threads():
+    if not session.is_connect(spark) and session.pinned_threads():
         reused = _run_frame(spark, len(groups), task)
-        with worker_imports(), _batch_property(spark, reused.token, groups, task):
+        batch = batch_value(reused.token, groups, task)
+        with worker_imports(), session.local_property(spark, _BATCH_PROPERTY, batch):
             pickled = [row[0] for row in reused.frame.collect()]
     else:
         frame = task_frame(spark, len(groups)).mapInArrow(
@@ -176,15 +177,6 @@ _RUN_FRAMES_MAX = 16
 _RUN_FRAMES_LOCK = threading.Lock()
 
 
-def _pinned_threads() -> bool:
-    """Whether each Python thread of the driver has a JVM thread of its own (PySpark's pinned-thread
-    mode, the default): a local property this thread sets reaches the Spark jobs it starts."""
-    from py4j.clientserver import ClientServer
-    from pyspark import SparkContext
-
-    return isinstance(SparkContext._gateway, ClientServer)
-
-
 def _run_frame(spark: Any, tasks: int, task: PartitionTask[Any]) -> _RunFrame:
     """The DataFrame that runs `task`'s run on `tasks` Spark tasks, built by its first batch."""
     template = dataclasses.replace(task, ranges=(), batch=None)
@@ -200,19 +192,6 @@ def _run_frame(spark: Any, tasks: int, task: PartitionTask[Any]) -> _RunFrame:
         _RUN_FRAMES.append(entry)
         del _RUN_FRAMES[:-_RUN_FRAMES_MAX]
         return entry
-
-
-@contextlib.contextmanager
-def _batch_property(
-    spark: Any, token: str, groups: Sequence[tuple[int, ...]], task: PartitionTask[Any]
-) -> Iterator[None]:
-    """This thread's Spark jobs carry the batch of `task` for the DataFrame of `token`."""
-    sc = spark.sparkContext
-    sc.setLocalProperty(_BATCH_PROPERTY, batch_value(token, groups, task))
-    try:
-        yield
-    finally:
-        sc.setLocalProperty(_BATCH_PROPERTY, None)
 
 
 def batch_value(token: str, groups: Sequence[tuple[int, ...]], task: PartitionTask[Any]) -> str:

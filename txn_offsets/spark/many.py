@@ -149,11 +149,11 @@ def run_jobs(
 
     def one(name: str, options: Mapping[str, Any]) -> None:
         rounds = shared.rounds_of(name)  # its Spark jobs are the rounds'
+        # thread-local: this thread's Spark jobs go to this pool
         pool = pools and not connect and rounds is None
-        if pool:  # thread-local: this thread's Spark jobs go to this pool
-            spark.sparkContext.setLocalProperty(POOL_PROPERTY, name)
+        in_pool = session.local_property(spark, POOL_PROPERTY, name) if pool else contextlib.nullcontext()
         try:
-            with rounds.member() if rounds is not None else contextlib.nullcontext():
+            with in_pool, rounds.member() if rounds is not None else contextlib.nullcontext():
                 summary = run_member(spark, shared, job=name, stop=stop, **options)
         except BaseException as exc:  # kept for the caller, who decides
             logger.error("job=%r failed: %s: %s", name, type(exc).__name__, exc)
@@ -164,9 +164,6 @@ def run_jobs(
         else:
             with lock:
                 result.summaries[name] = summary
-        finally:
-            if pool:
-                spark.sparkContext.setLocalProperty(POOL_PROPERTY, None)
 
     threads = [
         threading.Thread(target=one, args=(name, options), name=f"txn-offsets-job-{name}", daemon=True)

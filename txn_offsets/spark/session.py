@@ -17,11 +17,12 @@ pyspark: classic or Connect, its parallelism, a key per session.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from txn_offsets._java import find_java
@@ -128,6 +129,28 @@ def is_connect(spark: Any) -> bool:
     # Connect session can exist in this process
     module = sys.modules.get("pyspark.sql.connect.session")
     return module is not None and isinstance(spark, module.SparkSession)
+
+
+def pinned_threads() -> bool:
+    """Whether each Python thread of a classic session's driver has a JVM thread of its own
+    (PySpark's pinned-thread mode, the default): a local property a thread sets reaches the Spark
+    jobs it starts, and no other thread's."""
+    from py4j.clientserver import ClientServer
+    from pyspark import SparkContext
+
+    return isinstance(SparkContext._gateway, ClientServer)
+
+
+@contextlib.contextmanager
+def local_property(spark: Any, key: str, value: str) -> Iterator[None]:
+    """This thread's Spark jobs carry local property `key` = `value` (classic Spark) while the
+    block runs; removed after it."""
+    sc = spark.sparkContext
+    sc.setLocalProperty(key, value)
+    try:
+        yield
+    finally:
+        sc.setLocalProperty(key, None)
 
 
 _cores: dict[str, int] = {}
