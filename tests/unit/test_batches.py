@@ -138,18 +138,22 @@ _rec_parts = st.tuples(
 
 @st.composite
 def logs(draw: st.DrawFn) -> list[Batch]:
-    """Batches of one partition in offset order: gaps between and inside them (compaction),
-    control batches, both timestamp types, every codec (snappy raw or xerial-framed)."""
+    """Batches of one partition in offset order: gaps between and inside them (compaction) or
+    none inside (each record at its batch's base + its index), control batches, both timestamp
+    types, every codec (snappy raw or xerial-framed)."""
     batches, offset = [], draw(st.integers(0, 5))
     codecs = [0, 1, 2, 3, 4]  # none, gzip, snappy, lz4, zstd
     for _ in range(draw(st.integers(0, 6))):
         offset += draw(st.integers(0, 3))
         control = draw(st.booleans()) and draw(st.booleans())
         n = 1 if control else draw(st.integers(1, 6))
-        deltas = sorted(draw(st.sets(st.integers(0, 12), min_size=n, max_size=n)))
+        if draw(st.booleans()):  # no gap inside: record i at base + i (what a producer writes)
+            deltas, last = list(range(n)), n - 1
+        else:
+            deltas = sorted(draw(st.sets(st.integers(0, 12), min_size=n, max_size=n)))
+            last = deltas[-1] + draw(st.integers(0, 2))
         parts = [draw(_rec_parts) for _ in deltas]
         records = tuple(Rec(d, k, v, t, tuple(h)) for d, (k, v, t, h) in zip(deltas, parts, strict=True))
-        last = deltas[-1] + draw(st.integers(0, 2))
         batches.append(
             Batch(
                 offset,

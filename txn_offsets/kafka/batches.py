@@ -96,7 +96,11 @@ def read_batches(
                     raise
             times = (base_ts, max_ts if attributes & _LOG_APPEND_TIME else None)
             where = (topic, partition)
-            if _records(body, count, base, where=where, times=times, position=position, until=until, out=out):
+            # no gap inside the batch (its deltas, strictly increasing from 0, end at last_delta):
+            # record i is at base + i
+            dense = count == last_delta + 1
+            span = (position, until)
+            if _records(body, count, base, where=where, times=times, span=span, out=out, dense=dense):
                 return until
         position = max(position, min(after, until))
         at = batch_end
@@ -120,21 +124,31 @@ def _records(
     *,
     where: tuple[str, int],
     times: tuple[int, int | None],
-    position: int,
-    until: int,
+    span: tuple[int, int],
     out: list[Record],
+    dense: bool = False,
 ) -> bool:
-    """Append the records of one batch's `body` at offsets in [position, until); True when one at
-    or past `until` was met (the range is complete). `where`: (topic, partition); `times`: the
-    batch's base timestamp and its max when that is every record's (LogAppendTime), else None."""
+    """Append the records of one batch's `body` at offsets in `span`, [position, until); True
+    when one at or past `until` was met (the range is complete). `where`: (topic, partition);
+    `times`: the batch's base timestamp and its max when that is every record's (LogAppendTime),
+    else None; `dense`: the batch has no gap (record i is at base + i), so the records before `position` are
+    passed over by their length alone (a range that starts inside a batch) and the one at `until`
+    is not decoded."""
     topic, partition = where
     base_ts, stamp = times
+    position, until = span
     at = 0
+    before = min(position - base, count) if dense and position > base else 0
+    for _ in range(before):
+        byte = body[at]
+        length, at = (_ONE_BYTE[byte], at + 1) if byte < 0x80 else _varint(body, at)
+        at += length
+    last = min(count, until - base) if dense else count  # the records to decode end before `last`
     append = out.append
     new = tuple.__new__
     # A varint of one byte (most lengths and deltas of small records) is looked up here, a longer
     # one read by _varint: a call per varint was a third of the decoding.
-    for _ in range(count):
+    for _ in range(last - before):
         byte = body[at]
         length, at = (_ONE_BYTE[byte], at + 1) if byte < 0x80 else _varint(body, at)
         start = at
@@ -172,7 +186,7 @@ def _records(
         at = start + length
         ts = stamp if stamp is not None else base_ts + ts_delta
         append(new(Record, (topic, partition, offset, key, value, ts if ts >= 0 else None, headers)))
-    return False
+    return last < count
 
 
 #: the value of each one-byte zigzag varint
