@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import socket
-import ssl
 import struct
 
 __all__ = [
@@ -173,39 +172,24 @@ class Reader:
             self.at += size
 
 
-#: how much of a large answer a read waits for at least (``SO_RCVLOWAT``) on a plain connection
-WAKE_BYTES = 65_536
-_TCP = (socket.AF_INET, socket.AF_INET6)
-
-
 def read_exactly(sock: socket.socket, n: int) -> bytes:
     """`n` bytes from `sock`, read into one buffer.
 
-    A broker writes a wide Fetch answer in pieces of a partition each (a few hundred bytes): read
-    as they come, 2,048 partitions cost thousands of ``recv`` calls, each a system call and a
-    wake-up of this thread, and ``recv(n)`` allocated the whole rest of the answer for each. On a
-    plain TCP connection the kernel is asked not to wake the read before WAKE_BYTES (or the rest
-    of the answer) are in (``SO_RCVLOWAT``, honoured by poll as well) - for an answer larger than
-    that; not on TLS, whose buffered bytes the kernel does not see."""
+    A broker writes a wide Fetch answer in pieces of a partition each (a few hundred bytes), and
+    they are read as they come: 2,048 partitions take thousands of reads. ``recv(n)`` allocated a
+    buffer of the whole rest of the answer for each of them (hundreds of kB: a mapping made and
+    unmade by every read); ``recv_into`` fills one buffer of the answer's size. (Not waiting for
+    more of the answer before waking, ``SO_RCVLOWAT``: a receive queue of thousands of small
+    segments outgrows the socket's buffer, and the kernel collapses it or drops segments -
+    docs/benchmarks.md, the seventeenth pass.)"""
     data = bytearray(n)
-    view = memoryview(data)
-    got = 0
-    wake = 1
-    plain = n > WAKE_BYTES and not isinstance(sock, ssl.SSLSocket) and sock.family in _TCP
-    try:
+    with memoryview(data) as view:
+        got = 0
         while got < n:
-            want = min(n - got, WAKE_BYTES) if plain else 1
-            if want != wake:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, want)
-                wake = want
             k = sock.recv_into(view[got:])
             if not k:
                 raise OSError("the broker closed the connection")
             got += k
-    finally:
-        if wake != 1:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1)
-        view.release()
     return bytes(data)
 
 
