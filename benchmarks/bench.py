@@ -348,17 +348,18 @@ class Bench:
     def user_scale(self, worker: Worker, per_batch: int, counts: tuple[int, int]) -> list[dict[str, Any]]:
         """The README-shaped job (benchmarks/user_scale.py: per-range ``write`` of an upsert, decode
         -> 1, aggregate = sum) at `per_batch` records per batch on topics spread over `counts`
-        partitions: a first run of each, then ``user_rounds`` rounds alternating (ABBA...)."""
+        partitions: a first run of each (round 0), then ``user_rounds`` rounds alternating (ABBA...),
+        each run labelled with its round (scale.user_ratio: the median of the rounds' ratios)."""
         records = per_batch * self.size.scale_more.many_batches
         topics = {n: user_scale.produce_spread(self.kafka, n, records) for n in counts}
-        order = list(counts)
+        order = [(0, n) for n in counts]
         for round_ in range(self.size.scale_more.user_rounds):
-            order += list(counts[::-1]) if round_ % 2 == 0 else list(counts)
+            order += [(round_ + 1, n) for n in (counts[::-1] if round_ % 2 == 0 else counts)]
         runs: list[dict[str, Any]] = []
         try:
-            for i, n in enumerate(order):
+            for i, (round_, n) in enumerate(order):
                 run = worker.call("user", data=topics[n], batch_records=per_batch)
-                run |= {"order": i, "label": WARM if any(r["partitions"] == n for r in runs) else "first"}
+                run |= {"order": i, "round": round_, "label": WARM if round_ else "first"}
                 runs.append(run)
                 say(
                     f"scale user p{n:<4} {run['label']:5} {run['seconds']:7.2f}s batches {run['batches']:3d} "

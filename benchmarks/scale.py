@@ -11,7 +11,8 @@ bench.py times on every partition count in one alternating session):
 :func:`line` is the last-lines row ``bench: per_batch_1024_vs_8=.. per_batch_4096_vs_8=..
 plan_4096_p50_ms=.. hot_ratio=.. jobs32_vs_1=.. jobs32_exact=yes|no peak_connections=n/budget``
 (the counts are the run's: the smoke's row names its own smaller ones), with
-``user_per_batch_4096_vs_8=..`` after the bench's own: the README-shaped job (benchmarks/user_scale.py).
+``user_per_batch_4096_vs_8=.. user_per_batch_4096_vs_8_spread=lo-hi`` after the bench's own: the
+README-shaped job (benchmarks/user_scale.py), the median of its rounds' ratios and their range.
 """
 
 from __future__ import annotations
@@ -142,8 +143,11 @@ def values(result: dict[str, Any]) -> dict[str, Any]:
             mine and mine["interval_p50_s"], base and base["interval_p50_s"]
         )
     user = scale.get("user") or []
-    if user:  # the README-shaped job (bench.py user_scale): warm runs, else the first
-        out[f"user_per_batch_{max(r['partitions'] for r in user)}_vs_{few}"] = user_ratio(user)
+    if user:  # the README-shaped job (bench.py user_scale): warm rounds, else the first runs
+        name = f"user_per_batch_{max(r['partitions'] for r in user)}_vs_{few}"
+        spread = user_spread(user)
+        out[name] = user_ratio(user)
+        out[f"{name}_spread"] = f"{spread[0]:.2f}-{spread[1]:.2f}" if spread else None
     if "plan" in more:
         out[f"plan_{more['plan']['partitions']}_p50_ms"] = more["plan"]["p50_ms"]
     out["hot_ratio"] = more["hot"]["hot_ratio"]
@@ -156,8 +160,13 @@ def values(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def user_ratio(runs: list[dict[str, Any]]) -> float | None:
-    """The user job's per-batch p50 at its most partitions over its fewest: the median of its warm
-    runs' p50s at each (of its first runs when it has no warm ones)."""
+    """The user job's per-batch p50 at its most partitions over its fewest: the median over its warm
+    rounds of each round's ratio (the round's two runs, next to each other), as the modes phase's
+    ratios are taken; the first runs' ratio when no round is warm. Runs recorded without their round
+    (results before 2026-11-30): the median of the warm runs' p50s at each count, one over the other."""
+    ratios = _round_ratios(runs)
+    if ratios is not None:
+        return median(ratios) if ratios else None
     counts = sorted({r["partitions"] for r in runs})
     if len(counts) < 2:
         return None
@@ -169,6 +178,29 @@ def user_ratio(runs: list[dict[str, Any]]) -> float | None:
         for n in counts
     }
     return ratio(p50[counts[-1]] or None, p50[counts[0]] or None)
+
+
+def user_spread(runs: list[dict[str, Any]]) -> tuple[float, float] | None:
+    """The lowest and highest of the rounds' ratios behind :func:`user_ratio` (None: no round)."""
+    ratios = _round_ratios(runs)
+    return (min(ratios), max(ratios)) if ratios else None
+
+
+def _round_ratios(runs: list[dict[str, Any]]) -> list[float] | None:
+    """Each round's p50 at the most partitions over its p50 at the fewest: the warm rounds' (round
+    >= 1), or the first runs' (round 0) when none is warm; None when runs carry no round."""
+    if not runs or any("round" not in r for r in runs):
+        return None
+    counts = sorted({r["partitions"] for r in runs})
+    if len(counts) < 2:
+        return []
+    by_round: dict[int, dict[int, float]] = {}
+    for r in runs:
+        if r["partitions"] in (counts[0], counts[-1]) and r["interval_p50_s"]:
+            by_round.setdefault(r["round"], {})[r["partitions"]] = r["interval_p50_s"]
+    paired = {k: v for k, v in by_round.items() if len(v) == 2}
+    chosen = [k for k in paired if k >= 1] or [k for k in paired if k == 0]
+    return [paired[k][counts[-1]] / paired[k][counts[0]] for k in sorted(chosen)]
 
 
 def line(result: dict[str, Any]) -> str | None:
@@ -225,10 +257,12 @@ def markdown(result: dict[str, Any]) -> list[str]:
             f"({r['ranges_p50'] or 0:,.0f} ranges)"
             for r in user
         )
+        spread = user_spread(user)
         lines.append(
             "- The job as the README writes one (`benchmarks/user_scale.py`: per-range `write` of an "
             "`upsert_add`, decode -> 1, aggregate = sum) on topics spread over every partition, per-batch "
-            f"p50 (ranges per batch) in run order: {runs}; warm over warm **{_x(user_ratio(user))}x**."
+            f"p50 (ranges per batch) in run order: {runs}; warm over warm **{_x(user_ratio(user))}x**"
+            + (f" (the rounds' ratios {spread[0]:.2f}-{spread[1]:.2f})." if spread else ".")
         )
     for w in (j, *([j["small"]] if "small" in j else [])):
         lines += [

@@ -122,8 +122,9 @@ class ScaleMore:
     job_small_records: int  # the same again with this many records per topic (0: not run)
     job_rounds: int  # rounds of (N jobs, one job over the N topics), alternating
     # the README-shaped job (benchmarks/user_scale.py) at scale_partitions[0] and max(many): a first
-    # run of each, then this many rounds, alternating
-    user_rounds: int = 2
+    # run of each, then this many rounds, alternating (5, as the modes phase's eo_vs_alo: six rounds
+    # in one application gave ratios from 4.4 to 6.5, the 8-partition runs of 8 batches the noisy side)
+    user_rounds: int = 5
 
 
 FULL_MORE = ScaleMore(

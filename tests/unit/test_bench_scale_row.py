@@ -82,15 +82,53 @@ def test_the_markdown_shows_the_figures() -> None:
 
 def test_the_readme_shaped_job_is_beside_the_bench_s_own() -> None:
     shown = result()
-    runs = [(8, "first", 0.5), (4096, "first", 3.0), (4096, "warm", 2.0), (8, "warm", 0.4), (8, "warm", 0.6)]
+    # round 0: the first runs; then rounds alternating, each run next to the other of its round
+    runs = [
+        (0, 8, 0.5),
+        (0, 4096, 3.0),
+        (1, 4096, 2.0),
+        (1, 8, 0.4),
+        (2, 8, 0.5),
+        (2, 4096, 2.5),
+        (3, 4096, 1.8),
+        (3, 8, 0.6),
+    ]
     shown["scale"]["user"] = [
-        {"partitions": n, "label": label, "interval_p50_s": p50} for n, label, p50 in runs
+        {"partitions": n, "round": k, "label": "warm" if k else "first", "interval_p50_s": p50}
+        for k, n, p50 in runs
     ]
     line = scale.line(shown) or ""
-    # the warm runs' median p50s: 2.0 at 4,096 over 0.5 at 8
-    assert "per_batch_4096_vs_8=4.75 user_per_batch_4096_vs_8=4.00 plan_4096_p50_ms=123" in line
-    assert scale.user_ratio([{"partitions": 8, "label": "first", "interval_p50_s": 0.5}]) is None
+    # the warm rounds' ratios 5.0, 5.0 and 3.0: their median, then their range
+    assert (
+        "per_batch_4096_vs_8=4.75 user_per_batch_4096_vs_8=5.00 user_per_batch_4096_vs_8_spread=3.00-5.00 "
+        "plan_4096_p50_ms=123" in line
+    )
+    assert scale.user_ratio([{"partitions": 8, "round": 0, "label": "first", "interval_p50_s": 0.5}]) is None
     for run in shown["scale"]["user"]:
         run["ranges_p50"] = min(run["partitions"], 8_000)
     text = "\n".join(scale.markdown(shown))
-    assert "4,096 warm 2.000 s (4,096 ranges)" in text and "warm over warm **4.00x**" in text
+    assert "4,096 warm 2.000 s (4,096 ranges)" in text
+    assert "warm over warm **5.00x** (the rounds' ratios 3.00-5.00)" in text
+
+
+def test_the_first_runs_give_the_ratio_when_no_round_is_warm() -> None:
+    first = [
+        {"partitions": 8, "round": 0, "label": "first", "interval_p50_s": 0.5},
+        {"partitions": 4096, "round": 0, "label": "first", "interval_p50_s": 3.0},
+    ]
+    assert scale.user_ratio(first) == 6.0 and scale.user_spread(first) == (6.0, 6.0)
+    shown = result()
+    shown["scale"]["user"] = first
+    assert "user_per_batch_4096_vs_8=6.00 user_per_batch_4096_vs_8_spread=6.00-6.00" in (
+        scale.line(shown) or ""
+    )
+
+
+def test_runs_recorded_without_their_round_keep_the_ratio_of_medians() -> None:
+    # results written before runs carried their round: the warm runs' median p50s, one over the other
+    runs = [(8, "first", 0.5), (4096, "first", 3.0), (4096, "warm", 2.0), (8, "warm", 0.4), (8, "warm", 0.6)]
+    old = [{"partitions": n, "label": label, "interval_p50_s": p50} for n, label, p50 in runs]
+    assert scale.user_ratio(old) == 4.0 and scale.user_spread(old) is None
+    shown = result()
+    shown["scale"]["user"] = old
+    assert "user_per_batch_4096_vs_8=4.00 user_per_batch_4096_vs_8_spread=nan" in (scale.line(shown) or "")

@@ -39,6 +39,7 @@ FINDINGS = re.compile(
 # the scale phase's row at the smoke's sizes: 128 partitions vs 8, plans at 128, 2 jobs
 SCALE = re.compile(
     r"^bench: per_batch_128_vs_8=(?P<many>\S+) user_per_batch_128_vs_8=(?P<user>\S+) "
+    r"user_per_batch_128_vs_8_spread=(?P<user_lo>[0-9.]+)-(?P<user_hi>[0-9.]+) "
     r"plan_128_p50_ms=(?P<plan>\S+) hot_ratio=(?P<hot>\S+) "
     r"jobs2_vs_1=(?P<jobs>\S+) jobs2_exact=(?P<exact>yes|no) peak_connections=(?P<peak>\d+)/(?P<budget>\d+)$"
 )
@@ -112,6 +113,8 @@ def test_bench_smoke(knobs: dict[str, str], services: Services, tmp_path: Path) 
     assert scaled, f"unexpected scale row: {scale_line!r}"
     assert float(scaled["many"]) > 0 and float(scaled["plan"]) > 0, scale_line
     assert float(scaled["user"]) > 0, scale_line  # the README-shaped job, exact at both counts
+    # its first runs only (no warm round at this size): their one ratio is the whole spread
+    assert scaled["user_lo"] == scaled["user"] == scaled["user_hi"], scale_line
     assert 0 < float(scaled["hot"]) <= 1 and float(scaled["jobs"]) > 0, scale_line
     assert scaled["exact"] == "yes" and 0 < int(scaled["peak"]) <= int(scaled["budget"]), scale_line
 
@@ -158,7 +161,10 @@ def test_bench_smoke(knobs: dict[str, str], services: Services, tmp_path: Path) 
     assert scale["ratio_label"] == "warm" and scale["ratio"] > 0
     # the scale topics are spread over every partition: a batch of 500 at 128 partitions has 128 ranges
     assert max(b["ranges"] for r in scale["runs"] if r["partitions"] == 128 for b in r["batches"]) == 128
-    assert [(u["partitions"], u["label"]) for u in scale["user"]] == [(8, "first"), (128, "first")]
+    assert [(u["partitions"], u["label"], u["round"]) for u in scale["user"]] == [
+        (8, "first", 0),
+        (128, "first", 0),
+    ]
     assert all(u["records"] == 1_500 and u["ranges_p50"] >= u["partitions"] / 2 for u in scale["user"])
     # thousands of partitions and many jobs, at the smoke's sizes (benchmarks/scale.py)
     more = scale["more"]
