@@ -459,10 +459,9 @@ def _send_held(conn: sa.Connection) -> None:
         return
     values = [[v for call in calls for v in call.values[i]] for i in range(len(first.types))]
     sent = _sent(first, values)  # checked once, all the calls' values together
-    if all(len(call.values[0]) == 1 for call in calls):
-        _send(conn, first, sent, merged=True)  # one row a call: none repeats a key of its own
-        return
-    numbers = [n for n, call in enumerate(calls) for _ in call.values[0]]
+    # each row's call, needed only where a call of several rows may repeat a key of its own
+    several = any(len(call.values[0]) > 1 for call in calls)
+    numbers = [n for n, call in enumerate(calls) for _ in call.values[0]] if several else None
     _send(conn, first, sent, merged=True, calls=numbers)
 
 
