@@ -26,6 +26,7 @@ from confluent_kafka import Producer
 
 from benchmarks.dataset import create_topic, delete_topics
 from benchmarks.stats import percentile
+from examples.pageviews import unconfirmed
 from txn_offsets import BatchReport, Limits, PartitionWriter, StartPolicy, run_job, upsert_add
 from txn_offsets.config import DatabaseSettings, KafkaSettings
 from txn_offsets.ranges import OffsetRange
@@ -52,10 +53,16 @@ class SpreadTopic:
 def produce_spread(kafka: KafkaSettings, partitions: int, records: int) -> SpreadTopic:
     topic = create_topic(kafka, partitions, prefix="bench-spread")
     producer = Producer(kafka.client_config() | {"linger.ms": 20, "batch.num.messages": 10_000})
+    delivered: list[tuple[Any, int | None]] = []
     for i in range(records):
         while True:
             try:
-                producer.produce(topic, value=b"1", partition=i % partitions)
+                producer.produce(
+                    topic,
+                    value=b"1",
+                    partition=i % partitions,
+                    on_delivery=lambda err, msg: delivered.append((err, msg.offset())),
+                )
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -64,6 +71,9 @@ def produce_spread(kafka: KafkaSettings, partitions: int, records: int) -> Sprea
     left = producer.flush(600)
     if left:
         raise RuntimeError(f"{topic}: {left} records left undelivered after 600 s")
+    why = unconfirmed(delivered, records)  # the exactness check would blame the job
+    if why is not None:
+        raise RuntimeError(f"{topic}: the records' delivery is not confirmed: {why}")
     return SpreadTopic(topic, partitions, records)
 
 
