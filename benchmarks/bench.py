@@ -87,7 +87,7 @@ from benchmarks.settings import (
     Size,
     size_from_env,
 )
-from benchmarks.worker import Spec, Worker
+from benchmarks.worker import Spec, Worker, WorkerFailed
 from examples import migrate as examples_migrate
 from txn_offsets import from_env
 from txn_offsets.config import DatabaseSettings, KafkaSettings
@@ -403,10 +403,20 @@ class Bench:
             f"({m['workers_rss_growth_mb']:+.1f} MB, {m['workers_rss_growth_pct']:+.1f} %)"
         )
 
-    def close(self) -> None:
-        delete_topics(self.kafka, [d.topic for d in self.datasets.values()])
-        with self.engine.begin() as conn:
-            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{self.db.schema}" CASCADE'))
+    def close(self, *, keep: bool = False) -> None:
+        """Delete the bench's topics and offsets schema; `keep`: leave them (and say so) for a run
+        whose result was wrong to be looked at - which records Kafka holds, what the job committed."""
+        topics = [d.topic for d in self.datasets.values()]
+        if keep:
+            say(
+                f"a result was wrong: kept topics {', '.join(topics) or '(none)'} and schema "
+                f"{self.db.schema} (the jobs' offsets and lineage) for inspection; remove them by hand "
+                f'(AdminClient.delete_topics, DROP SCHEMA "{self.db.schema}" CASCADE)'
+            )
+        else:
+            delete_topics(self.kafka, topics)
+            with self.engine.begin() as conn:
+                conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{self.db.schema}" CASCADE'))
         self.engine.dispose()
 
 
@@ -423,6 +433,11 @@ def schedule(order: list[str], wanted: dict[str, int]) -> list[tuple[str, str]]:
 def _rotated(items: tuple[str, ...], by: int) -> list[str]:
     k = by % len(items)
     return [*items[k:], *items[:k]]
+
+
+def wrong_result(exc: BaseException) -> bool:
+    """Whether `exc` is a contender's result differing from the oracle (in a worker or here)."""
+    return isinstance(exc, sink.WrongResult) or (isinstance(exc, WorkerFailed) and exc.kind == "WrongResult")
 
 
 def measure(size: Size) -> dict[str, Any]:
@@ -458,8 +473,10 @@ def measure(size: Size) -> dict[str, Any]:
             bench.lineage = lineage.phase(bench)
         if MODES in size.phases:
             bench.modes = modes.phase(bench)
-    finally:
-        bench.close()
+    except BaseException as exc:
+        bench.close(keep=wrong_result(exc))
+        raise
+    bench.close()
     small, large = size.headline(size.small_cap), size.headline(size.large_cap)
     reduced = size.name == "full" and size.messages < FULL.messages
     result = {

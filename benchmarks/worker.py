@@ -378,11 +378,20 @@ def _answer(call: Any) -> dict[str, Any]:
     try:
         return {"ok": True, **call()}
     except Exception as exc:
-        return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-3000:]}
+        return {
+            "ok": False,
+            "error": f"{type(exc).__name__}: {exc}",
+            "kind": type(exc).__name__,
+            "trace": traceback.format_exc()[-3000:],
+        }
 
 
 class WorkerFailed(Exception):
-    pass
+    """The worker did not answer, or answered with an error: `kind` is its exception's class name."""
+
+    def __init__(self, message: str, kind: str = "") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 class Worker:
@@ -410,7 +419,9 @@ class Worker:
                 raise WorkerFailed(f"{self.spec.contender}: no answer within {timeout_s:.0f}s")
         answer: dict[str, Any] = self._conn.recv()
         if not answer.pop("ok"):
-            raise WorkerFailed(f"{self.spec.contender}: {answer['error']}\n{answer.get('trace', '')}")
+            raise WorkerFailed(
+                f"{self.spec.contender}: {answer['error']}\n{answer.get('trace', '')}", answer.get("kind", "")
+            )
         return answer
 
     def call(self, op: str, timeout_s: float = 3600.0, **args: Any) -> dict[str, Any]:
