@@ -119,16 +119,16 @@ def _value(view: PageView) -> bytes:
 
 
 def _send(
-    producer: Producer, topic: str, views: list[PageView], partitions: list[int]
+    producer: Producer, topic: str, views: list[PageView], values: list[bytes], partitions: list[int]
 ) -> list[tuple[Any, int | None]]:
-    """Produce `views` (each to its partition) in the open transaction; every delivery report, once
-    all are in: (error, offset) each."""
+    """Produce `views` (their encoded `values`, each to its partition) in the open transaction;
+    every delivery report, once all are in: (error, offset) each."""
     delivered: list[tuple[Any, int | None]] = []
-    for view, partition in zip(views, partitions, strict=True):
+    for view, value, partition in zip(views, values, partitions, strict=True):
         producer.produce(
             topic,
             key=view.user.encode(),
-            value=_value(view),
+            value=value,
             partition=partition,
             timestamp=view.time_ms,
             on_delivery=lambda err, msg: delivered.append((err, msg.offset())),
@@ -200,9 +200,10 @@ def produce(
             clock += rng.randint(0, MAX_STEP_MS)
             views.append(PageView(f"user-{u}", f"/page/{p}", clock, rng.randint(20, 4_000)))
             spots.append(next(sent) % partitions if spread else u % partitions)
+        values = [_value(view) for view in views]  # encoded once, whatever the attempts
         for attempt in range(1, TRANSACTION_ATTEMPTS + 1):
             producer.begin_transaction()
-            delivered = _send(producer, topic, views, spots)
+            delivered = _send(producer, topic, views, values, spots)
             why = None if abort else unconfirmed(delivered, n)
             if abort or why is not None:
                 # aborted on purpose, or a record's delivery unconfirmed: nothing of it is committed
@@ -221,7 +222,7 @@ def produce(
             producer.commit_transaction(60)
             for view in views:
                 oracle.add(view)
-                oracle.value_bytes += len(_value(view))
+            oracle.value_bytes += sum(map(len, values))
         if progress is not None:
             progress(oracle.messages)
     return oracle

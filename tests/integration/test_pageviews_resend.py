@@ -17,8 +17,9 @@ from typing import Any
 
 import msgspec
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from chaos.invariants import _settled_watermarks
 from examples import pageviews
 from tests.fix_services import TopicFactory
 
@@ -33,6 +34,8 @@ def _committed_views(bootstrap: str, topic: str, partitions: int) -> collections
             "enable.partition.eof": True,
         }
     )
+    # COMMIT returns before the markers are written: read once the LSO has reached the end
+    _settled_watermarks(consumer, bootstrap, {topic: partitions})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     seen: collections.Counter[tuple[int, str]] = collections.Counter()
     ended: set[int] = set()
@@ -43,6 +46,7 @@ def _committed_views(bootstrap: str, topic: str, partitions: int) -> collections
             if msg is None:
                 continue
             if msg.error():
+                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
                 ended.add(msg.partition())
                 continue
             view = msgspec.json.decode(msg.value(), type=pageviews.PageView)
