@@ -95,18 +95,38 @@ def _row_text(driver: Any, job: str) -> str:
     return str(link.find_element(By.XPATH, "./ancestor::tr").text)
 
 
+# chromedriver's answer when it asks about a node of a page that is being replaced, instead of a
+# stale element reference (CI, 2026-12-01: the log-out button's click; the old page was going)
+_NODE_LEFT = "does not belong to the document"
+
+
+def _gone(old: Any) -> bool:
+    """Whether the element `old` has left the page: selenium's stale reference, or chromedriver's
+    inspector error for a node the document no longer holds. Any other error is raised."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    try:
+        old.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as error:
+        if _NODE_LEFT in str(error.msg):
+            return True
+        raise
+    return False
+
+
 def _navigate(driver: Any, element: Any) -> None:
     """Click `element` (a link or a form's button) and return once the page it leads to has loaded:
     click() may return before a form's request has been answered (CI once looked for the lineage
-    verdict on the form's own page), so wait for the old page to go stale, then for the new one."""
+    verdict on the form's own page), so wait for the old page to go, then for the new one."""
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.wait import WebDriverWait
 
     old = driver.find_element(By.TAG_NAME, "html")
     element.click()
     wait = WebDriverWait(driver, 15)
-    wait.until(expected_conditions.staleness_of(old))
+    wait.until(lambda _: _gone(old))
     wait.until(lambda d: d.execute_script("return document.readyState") == "complete")
 
 
@@ -211,3 +231,35 @@ def test_console_in_a_browser(
         driver.get(f"{url}/console/jobs/{jobs.held}")
         assert driver.current_url == f"{url}/console/login"
         assert jobs.held not in driver.find_element(By.TAG_NAME, "body").text
+
+
+class _Node:
+    """An element whose is_enabled() answers as chromedriver did for the page it was on."""
+
+    def __init__(self, answer: Exception | None) -> None:
+        self.answer = answer
+
+    def is_enabled(self) -> bool:
+        if self.answer is not None:
+            raise self.answer
+        return True
+
+
+def test_a_node_the_document_no_longer_holds_is_gone() -> None:
+    """What made CI fail on 2026-12-01: chromedriver answered is_enabled() on the old page's root
+    with an inspector error instead of a stale reference, and selenium's staleness_of raised it."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    left = WebDriverException(
+        'unknown error: unhandled inspector error: {"code":-32000,"message":"Node with given id does'
+        ' not belong to the document"}'
+    )
+    from selenium.webdriver.support.expected_conditions import staleness_of
+
+    with pytest.raises(WebDriverException, match="does not belong"):  # selenium's own wait gives up
+        staleness_of(_Node(left))(None)
+    assert _gone(_Node(left)) is True
+    assert _gone(_Node(StaleElementReferenceException("stale"))) is True
+    assert _gone(_Node(None)) is False  # still on the page: wait on
+    with pytest.raises(WebDriverException, match="chrome not reachable"):
+        _gone(_Node(WebDriverException("unknown error: chrome not reachable")))
