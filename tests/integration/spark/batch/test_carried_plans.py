@@ -4,6 +4,7 @@ job is exact, and a newer run fences the old one's carried batch before it write
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 
 from tests.integration.spark.counting import Counting
 from txn_offsets.errors import Fenced
-from txn_offsets.plan.planner import Limits
+from txn_offsets.plan.planner import Limits, plan_next
 from txn_offsets.spark import runner
 from txn_offsets.spark.many import run_jobs
 from txn_offsets.spark.summary import BatchReport
@@ -44,6 +45,30 @@ def test_a_job_catching_up_plans_from_its_last_batch_and_stays_exact(
     assert summary.batches == 10 and summary.records == 10_000
     # the first plan, then nine carried ones while each filled its batch; the last (fresh) found
     # nothing more to read
+    assert len(fresh_plans) == 2
+    assert counting.totals() == dict(expected)
+    assert counting.offsets() == counting.ends(topic, 4)
+
+
+def test_a_partition_writer_plans_its_next_batch_while_its_spark_job_runs(
+    counting: Counting, fresh_plans: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each carried plan is worked out on the run's plan-next thread, started with the batch it
+    follows (runner._PlanAhead), not on the driver's thread after the batch's Spark job; the job
+    is exact and plans as often as before."""
+    threads: list[str] = []
+
+    def recorded(*args: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return plan_next(*args)
+
+    monkeypatch.setattr(runner, "plan_next", recorded)
+    topic, expected = counting.topic(4, 6_000)
+    summary = counting.run(topic, limits=Limits(max_records_per_batch=1_000))
+    assert summary.batches == 6 and summary.records == 6_000
+    # one plan_next after each batch (the last one's None: not a full batch), each on that thread
+    assert len(threads) == 6
+    assert all(name.startswith("txn-offsets-plan-next") for name in threads), threads
     assert len(fresh_plans) == 2
     assert counting.totals() == dict(expected)
     assert counting.offsets() == counting.ends(topic, 4)
