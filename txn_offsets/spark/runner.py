@@ -349,8 +349,8 @@ class _PlanAhead:
     between one batch's Spark job and the next one's (one batch ~0.43 s). plan_next is pure, so
     the plan is the one the driver would make after the commit; the run takes it only for the plan
     it was started from, once that batch committed whole (``carried``), and otherwise plans as
-    before. A BatchWriter's run reads ahead instead (its next batch planned and computed while this
-    one commits: :mod:`txn_offsets.spark.read_ahead`)."""
+    before. Used by every run that does not read ahead: a BatchWriter's own run plans and computes
+    its next batch while this one commits instead (:mod:`txn_offsets.spark.read_ahead`)."""
 
     def __init__(self) -> None:
         self._pool: ThreadPoolExecutor | None = None
