@@ -376,6 +376,20 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    # a zombie (killed, not yet reaped by the Spark daemon) is gone for our purpose
-    status = Path(f"/proc/{pid}/status")
-    return not (status.exists() and "\nState:\tZ" in status.read_text())
+    # a zombie (killed, not yet reaped by the Spark daemon) is gone for our purpose, and so is a
+    # process reaped between the signal and the read (the read then fails: ProcessLookupError)
+    try:
+        return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except (ProcessLookupError, FileNotFoundError):
+        return False
+
+
+def test_a_process_reaped_while_its_status_is_read_is_not_alive(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI of 327cef7 failed here: the killed worker was reaped between _alive's signal and its read
+    of /proc/<pid>/status, and the read raised ProcessLookupError instead of saying "gone"."""
+
+    def reaped(self: Path, *args: Any, **kwargs: Any) -> str:
+        raise ProcessLookupError(3, "No such process")
+
+    monkeypatch.setattr(Path, "read_text", reaped)
+    assert _alive(os.getpid()) is False
