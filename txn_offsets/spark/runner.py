@@ -287,11 +287,14 @@ def _batch_steps(
                 shared_round=rounds.submit if rounds is not None else None,
             )
 
+        def recent() -> bool:
+            """Whether the last fresh plan is recent enough to plan from the last batch's."""
+            return time.monotonic() - planned_at < REPLAN_EVERY_S
+
         def plan_after(committed: Plan | None) -> Plan:
             """The next batch's plan: from the last one's while it is recent, else a fresh one."""
             nonlocal planned_at
-            recent = time.monotonic() - planned_at < REPLAN_EVERY_S
-            plan = next_plans.after(committed, spec.limits) if committed and recent else None
+            plan = next_plans.after(committed, spec.limits) if committed and recent() else None
             if plan is None:
                 planned_at = time.monotonic()
                 plan = _fresh_plan(store, kafka, spec=spec, run=run, plans=plans)
@@ -307,13 +310,13 @@ def _batch_steps(
                 return None
             batch = batch_of(number, plan)
             last = pace.max_batches is not None and number >= pace.max_batches
-            if ahead is None and not last and time.monotonic() - planned_at < REPLAN_EVERY_S:
+            if ahead is None and not last and recent():
                 next_plans.start(plan, spec.limits)  # while this batch's Spark job runs
 
             def read_next() -> None:
                 """Once this batch is computed: compute the next one while this one commits, if it
                 can be planned without a round trip and the run goes on after this batch."""
-                if ahead is None or last or stop.is_set() or time.monotonic() - planned_at >= REPLAN_EVERY_S:
+                if ahead is None or last or stop.is_set() or not recent():
                     return
                 following = plan_next(plan, spec.limits)
                 if following is not None:

@@ -385,7 +385,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_process_reaped_while_its_status_is_read_is_not_alive(monkeypatch: pytest.MonkeyPatch) -> None:
-    """CI of 327cef7 failed here: the killed worker was reaped between _alive's signal and its read
+    """CI of b755a08 failed here: the killed worker was reaped between _alive's signal and its read
     of /proc/<pid>/status, and the read raised ProcessLookupError instead of saying "gone"."""
 
     def reaped(self: Path, *args: Any, **kwargs: Any) -> str:
