@@ -33,12 +33,16 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    stat = Path(f"/proc/{pid}/stat")
+    # 'Z' is a zombie that only waits to be reaped
+    return proc_state(pid) != "Z"
+
+
+def proc_state(pid: int) -> str | None:
+    """The process's state letter (field 3 of /proc/<pid>/stat: R, S, D, T, Z...), None when it
+    cannot be read (the process is gone)."""
     with contextlib.suppress(OSError):
-        # field 3 is the state; 'Z' is a zombie that only waits to be reaped
-        if stat.read_text().rsplit(")", 1)[1].split()[0] == "Z":
-            return False
-    return True
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    return None
 
 
 def cmdline(pid: int) -> str:

@@ -24,6 +24,7 @@ import signal
 import time
 from collections.abc import Iterable
 
+from txn_offsets.devstack._proc import proc_state
 from txn_offsets.devstack.lab.net import Network, ip
 from txn_offsets.errors import StackError
 
@@ -82,6 +83,11 @@ def rejoin(net: Network, name: str, from_hosts: Iterable[str] | None = None) -> 
     return time.monotonic()
 
 
+#: how long freeze waits for its processes to stop
+STOP_WAIT_S = 10.0
+_STOPPED = {"T", "t", None}  # stopped (by a signal, or traced), or gone
+
+
 def _signal_all(net: Network, name: str, sig: signal.Signals) -> float:
     ns = net.netns(net.host(name))
     done: set[int] = set()
@@ -94,8 +100,15 @@ def _signal_all(net: Network, name: str, sig: signal.Signals) -> float:
 
 
 def freeze(net: Network, name: str) -> float:
-    """Every process of host `name` stopped (SIGSTOP)."""
-    return _signal_all(net, name, signal.SIGSTOP)
+    """Every process of host `name` stopped (SIGSTOP); returns when it signalled them, once each
+    is stopped or gone (at most STOP_WAIT_S later). A process takes SIGSTOP when it next runs -
+    on a busy machine, or in uninterruptible sleep, not at once: CI saw one still in D state."""
+    at = _signal_all(net, name, signal.SIGSTOP)
+    ns = net.netns(net.host(name))
+    deadline = time.monotonic() + STOP_WAIT_S
+    while time.monotonic() < deadline and any(proc_state(p) not in _STOPPED for p in net.pids(ns)):
+        time.sleep(0.01)
+    return at
 
 
 def thaw(net: Network, name: str) -> float:
