@@ -5,13 +5,17 @@ JVM it started and the Python workers the JVM forks.
 * CPU seconds: the tree's user + system time, including children already reaped by a parent in the
   tree (a Python worker that exited counts in its daemon's ``cutime``);
 * by role (:func:`roles`): the RSS of the driver, the JVM, PySpark's daemon and each Python worker
-  now (the memory phase samples it between batches).
+  now (the memory phase samples it between batches);
+* CPU seconds by role (:func:`cpu_by_role`): the driver, the Spark JVM, the Python workers and
+  each service of the stack (PostgreSQL, the broker, PgBouncer), read before and after a run
+  (benchmarks/user_scale.py: where a batch's CPU goes on a machine whose cores they all share).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -138,12 +142,20 @@ class Roles:
         return sum(self.workers_mb.values())
 
 
+def _is_pyspark_daemon(command: str) -> bool:
+    return "pyspark.daemon" in command or "pyspark/daemon" in command
+
+
+def _is_java(command: str) -> bool:
+    return "java" in command.split(" ", 1)[0]
+
+
 def roles(root: int | None = None) -> Roles:
     """The RSS of each role in `root`'s tree now (default: this process)."""
     root = root or os.getpid()
     out = Roles()
     pids = tree(root)
-    python = {pid for pid in pids if "pyspark.daemon" in cmdline(pid) or "pyspark/daemon" in cmdline(pid)}
+    python = {pid for pid in pids if _is_pyspark_daemon(cmdline(pid))}
     for pid in pids:
         mb = rss_bytes([pid]) / 2**20
         if pid == root:
@@ -153,6 +165,71 @@ def roles(root: int | None = None) -> Roles:
                 out.workers_mb[pid] = mb  # forked by the daemon: a Python worker
             else:
                 out.daemon_mb += mb
-        elif "java" in cmdline(pid).split(" ", 1)[0]:
+        elif _is_java(cmdline(pid)):
             out.jvm_mb += mb
     return out
+
+
+#: the roles of :func:`cpu_by_role` in this process's tree, after which come the services'
+TREE_ROLES = ("driver", "spark_jvm", "python_workers", "other")
+
+
+def _own_seconds(pid: int) -> float:
+    """`pid`'s own user + system time, without its reaped children's."""
+    fields = _stat_fields(pid)
+    return sum(int(f) for f in fields[11:13]) / _TICK if fields is not None else 0.0
+
+
+def cpu_by_role(services: Mapping[str, int | None], root: int | None = None) -> dict[str, float]:
+    """CPU seconds used so far by each role: in `root`'s tree (default: this process) the driver
+    (`root` alone, its threads included), the Spark JVM, the Python workers (PySpark's daemon and
+    the workers it forked, reaped ones included: they count in the daemon's children's time) and
+    anything else; then each of `services` (name -> the pid of its root process, None: not
+    running) with its whole tree (a PostgreSQL backend that ended counts in the postmaster's
+    children's time). Two readings, before and after a run, give the run's CPU by role
+    (:func:`used`); a process that started and ended between them is not seen, except where its
+    parent in the tree reaped it."""
+    root = root or os.getpid()
+    out = dict.fromkeys(TREE_ROLES, 0.0)
+    served = {name: tree(pid) if pid is not None else [] for name, pid in services.items()}
+    theirs = {pid for pids in served.values() for pid in pids}
+    for pid in tree(root):
+        if pid in theirs:  # a service this process started counts as that service only
+            continue
+        if pid == root:
+            out["driver"] += _own_seconds(pid)
+            continue
+        command = cmdline(pid)
+        if _is_pyspark_daemon(command):
+            role = "python_workers"
+        elif _is_java(command):
+            role = "spark_jvm"
+        else:
+            role = "other"
+        # a process's reaped children count where it counts (the daemon's workers, a shell's java)
+        out[role] += cpu_seconds([pid])
+    for name, pids in served.items():
+        out[name] = cpu_seconds(pids)
+    return out
+
+
+def stack_services() -> dict[str, int | None]:
+    """The root pids of the local stack's services (``TXN_OFFSETS_STACK_DIR``, as `make stack-up`
+    exports it): {} when there is no such stack here (a remote PostgreSQL or Kafka is not read)."""
+    where = os.environ.get("TXN_OFFSETS_STACK_DIR")
+    if not where or not Path(where).is_dir():
+        return {}
+    from txn_offsets.devstack import Stack
+    from txn_offsets.errors import StackError
+
+    try:
+        status = Stack(Path(where)).status()
+    except (StackError, OSError, ValueError, KeyError):
+        return {}
+    return {"postgres": status.postgres_pid, "kafka": status.kafka_pid, "pgbouncer": status.pgbouncer_pid}
+
+
+def used(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+    """The CPU seconds each role used between two :func:`cpu_by_role` readings (never negative: a
+    process gone between them takes its seconds with it)."""
+    return {role: max(0.0, after[role] - before.get(role, 0.0)) for role in after}

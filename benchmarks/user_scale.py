@@ -7,7 +7,9 @@ partitions carries ~min(N, batch records) ranges (the page-view topics of the sw
 skewed user, fill only a few hundred partitions per batch). :func:`run` times one job's batches
 (from one batch's commit to the next; the first batch, which also holds run_job's start, is left
 out); ``python -m benchmarks.user_scale`` alternates the partition counts in one Spark application
-and prints each run's per-batch p50 and ranges per batch (the reproduction of issue 46).
+and prints each run's per-batch p50 and ranges per batch (the reproduction of issue 46), and the
+CPU each process of the run used a batch (:func:`benchmarks.resources.cpu_by_role`: the driver, the
+Spark JVM, the Python workers and the local stack's services).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 import sqlalchemy as sa
 from confluent_kafka import Producer
 
+from benchmarks import resources
 from benchmarks.dataset import create_topic, delete_topics
 from benchmarks.stats import percentile
 from examples.pageviews import unconfirmed
@@ -122,9 +125,14 @@ def run(
         commits: list[float] = []
         reports: list[BatchReport] = []
 
+        services = resources.stack_services()
+        cpu0: dict[str, float] = {}
+
         def committed(report: BatchReport) -> None:
             commits.append(time.perf_counter())
             reports.append(report)
+            if len(reports) == 1:  # the CPU of the batches timed: from the first one's commit
+                cpu0.update(resources.cpu_by_role(services))
 
         t0 = time.perf_counter()
         summary = run_job(
@@ -141,6 +149,7 @@ def run(
             on_batch=committed,
         )
         seconds = time.perf_counter() - t0
+        cpu = resources.used(cpu0, resources.cpu_by_role(services)) if cpu0 else {}
         with engine.connect() as conn:
             total, parts = conn.execute(
                 sa.select(sa.func.coalesce(sa.func.sum(TABLE.c.n), 0), sa.func.count()).where(
@@ -169,7 +178,18 @@ def run(
         "job_p50_s": percentile([r.seconds for r in later], 50),
         "ranges_p50": percentile([r.ranges for r in later], 50),
         "records_p50": percentile([r.records for r in later], 50),
+        # each role's CPU a batch over the batches timed (after the first, which holds the run's
+        # start), in ms: the driver, the Spark JVM, the Python workers, the stack's services
+        "cpu_ms_per_batch": {role: 1000 * s / max(1, len(later)) for role, s in cpu.items()},
     }
+
+
+def cpu_line(cpu_ms_per_batch: dict[str, float]) -> str:
+    """``cpu/batch 612 ms: postgres 240, python_workers 225, ...`` (largest first, roles of 0 left
+    out)."""
+    shown = sorted(((ms, role) for role, ms in cpu_ms_per_batch.items() if ms >= 0.5), reverse=True)
+    total = sum(ms for ms, _ in shown)
+    return f"cpu/batch {total:.0f} ms: " + ", ".join(f"{role} {ms:.0f}" for ms, role in shown)
 
 
 def main() -> None:
@@ -205,7 +225,7 @@ def main() -> None:
                         f"user-scale {mode:9} round {round_} p{n:<5} {r['seconds']:6.2f}s "
                         f"batches {r['batches']:2d} "
                         f"ranges/batch {r['ranges_p50']:.0f} per-batch p50 {r['interval_p50_s']:.3f}s "
-                        f"(job {r['job_p50_s']:.3f}s)",
+                        f"(job {r['job_p50_s']:.3f}s); {cpu_line(r['cpu_ms_per_batch'])}",
                         flush=True,
                     )
                 ratio = p50[max(counts)] / p50[min(counts)]
