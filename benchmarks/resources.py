@@ -33,15 +33,22 @@ def _stat_fields(pid: int) -> list[str] | None:
     return text[text.rindex(")") + 2 :].split()
 
 
-def tree(root: int) -> list[int]:
-    """`root` and all of its descendants alive now."""
-    children: dict[int, list[int]] = {}
+def _all_stats() -> dict[int, list[str]]:
+    """The stat fields of every process alive now (one pass over /proc)."""
+    out: dict[int, list[str]] = {}
     for entry in _PROC.iterdir():
-        if not entry.name.isdigit():
-            continue
-        fields = _stat_fields(int(entry.name))
-        if fields is not None:
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
+        if entry.name.isdigit():
+            fields = _stat_fields(int(entry.name))
+            if fields is not None:
+                out[int(entry.name)] = fields
+    return out
+
+
+def _descendants(stats: dict[int, list[str]], root: int) -> list[int]:
+    """`root` and all of its descendants in `stats` (:func:`_all_stats`)."""
+    children: dict[int, list[int]] = {}
+    for pid, fields in stats.items():
+        children.setdefault(int(fields[1]), []).append(pid)
     out, todo = [], [root]
     while todo:
         pid = todo.pop()
@@ -50,14 +57,24 @@ def tree(root: int) -> list[int]:
     return out
 
 
+def tree(root: int) -> list[int]:
+    """`root` and all of its descendants alive now."""
+    return _descendants(_all_stats(), root)
+
+
+def _seconds(fields: list[str], *, reaped: bool = True) -> float:
+    """CPU seconds in one process's stat fields: utime + stime (fields 14-15 of stat, 11-12 after
+    the name), and with `reaped` its reaped children's cutime + cstime (16-17)."""
+    return sum(int(f) for f in fields[11 : 15 if reaped else 13]) / _TICK
+
+
 def cpu_seconds(pids: list[int]) -> float:
-    ticks = 0
+    total = 0.0
     for pid in pids:
         fields = _stat_fields(pid)
         if fields is not None:
-            # utime, stime, cutime, cstime are fields 14-17 of stat (11-14 after the name)
-            ticks += sum(int(f) for f in fields[11:15])
-    return ticks / _TICK
+            total += _seconds(fields)
+    return total
 
 
 def rss_bytes(pids: list[int]) -> int:
@@ -174,12 +191,6 @@ def roles(root: int | None = None) -> Roles:
 TREE_ROLES = ("driver", "spark_jvm", "python_workers", "other")
 
 
-def _own_seconds(pid: int) -> float:
-    """`pid`'s own user + system time, without its reaped children's."""
-    fields = _stat_fields(pid)
-    return sum(int(f) for f in fields[11:13]) / _TICK if fields is not None else 0.0
-
-
 def cpu_by_role(services: Mapping[str, int | None], root: int | None = None) -> dict[str, float]:
     """CPU seconds used so far by each role: in `root`'s tree (default: this process) the driver
     (`root` alone, its threads included), the Spark JVM, the Python workers (PySpark's daemon and
@@ -190,14 +201,16 @@ def cpu_by_role(services: Mapping[str, int | None], root: int | None = None) -> 
     (:func:`used`); a process that started and ended between them is not seen, except where its
     parent in the tree reaped it."""
     root = root or os.getpid()
+    stats = _all_stats()  # one reading of /proc for every tree below
     out = dict.fromkeys(TREE_ROLES, 0.0)
-    served = {name: tree(pid) if pid is not None else [] for name, pid in services.items()}
+    served = {name: _descendants(stats, pid) if pid is not None else [] for name, pid in services.items()}
     theirs = {pid for pids in served.values() for pid in pids}
-    for pid in tree(root):
-        if pid in theirs:  # a service this process started counts as that service only
+    for pid in _descendants(stats, root):
+        fields = stats.get(pid)
+        if fields is None or pid in theirs:  # a service this process started counts as that service only
             continue
         if pid == root:
-            out["driver"] += _own_seconds(pid)
+            out["driver"] += _seconds(fields, reaped=False)
             continue
         command = cmdline(pid)
         if _is_pyspark_daemon(command):
@@ -207,9 +220,9 @@ def cpu_by_role(services: Mapping[str, int | None], root: int | None = None) -> 
         else:
             role = "other"
         # a process's reaped children count where it counts (the daemon's workers, a shell's java)
-        out[role] += cpu_seconds([pid])
+        out[role] += _seconds(fields)
     for name, pids in served.items():
-        out[name] = cpu_seconds(pids)
+        out[name] = sum(_seconds(stats[pid]) for pid in pids if pid in stats)
     return out
 
 

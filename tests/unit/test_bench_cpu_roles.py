@@ -80,7 +80,7 @@ def test_the_cpu_line_lists_roles_largest_first_without_the_idle_ones() -> None:
     assert line == "cpu/batch 402 ms: postgres 230, kafka 110, driver 61"
 
 
-def test_without_a_local_stack_no_service_is_read(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
+def test_without_a_local_stack_no_service_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TXN_OFFSETS_STACK_DIR", raising=False)
     assert resources.stack_services() == {}
     monkeypatch.setenv("TXN_OFFSETS_STACK_DIR", "/nonexistent/stack")
