@@ -108,6 +108,13 @@ def main(argv: list[str] | None = None) -> int:
         "--raw", type=Path, default=None, help="py-spy's raw stacks (default: a new temporary directory)"
     )
     args = parser.parse_args(argv)
+    if not PY_SPY.exists():
+        print(
+            f"profile_modes: py-spy is not installed ({PY_SPY} not found): "
+            "install the dev extra (pip install -e '.[dev]', as make install does)",
+            file=sys.stderr,
+        )
+        return 2
     contenders = [c for c in args.contenders.split(",") if c]
     if args.raw is None:
         args.raw = Path(tempfile.mkdtemp(prefix="profile-modes-"))
