@@ -364,7 +364,7 @@ class Bench:
                 say(
                     f"scale user p{n:<4} {run['label']:5} {run['seconds']:7.2f}s batches {run['batches']:3d} "
                     f"ranges/batch {run['ranges_p50']:.0f} per-batch p50 {run['interval_p50_s']:.3f}s "
-                    f"(job {run['job_p50_s']:.3f}s); {user_scale.cpu_line(run['cpu_ms_per_batch'])}"
+                    f"(job {run['job_p50_s']:.3f}s); {user_scale.costs_line(run)}"
                 )
         finally:
             delete_topics(self.kafka, [t.topic for t in topics.values()])

@@ -19,14 +19,14 @@ import itertools
 import os
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 from confluent_kafka import Producer
 
-from benchmarks import resources
+from benchmarks import pg_statements, resources
 from benchmarks.dataset import create_topic, delete_topics
 from benchmarks.stats import percentile
 from examples.pageviews import unconfirmed
@@ -127,12 +127,14 @@ def run(
 
         services = resources.stack_services()
         cpu0: dict[str, float] = {}
+        pg0: dict[str, float] = {}
 
         def committed(report: BatchReport) -> None:
             commits.append(time.perf_counter())
             reports.append(report)
             if len(reports) == 1:  # the CPU of the batches timed: from the first one's commit
                 cpu0.update(resources.cpu_by_role(services))
+                pg0.update(pg_statements.snapshot(engine) or {})
 
         t0 = time.perf_counter()
         summary = run_job(
@@ -150,6 +152,8 @@ def run(
         )
         seconds = time.perf_counter() - t0
         cpu = resources.used(cpu0, resources.cpu_by_role(services)) if cpu0 else {}
+        pg_after = pg_statements.snapshot(engine) if pg0 else None
+        pg = pg_statements.used(pg0, pg_after) if pg_after is not None else {}
         with engine.connect() as conn:
             total, parts = conn.execute(
                 sa.select(sa.func.coalesce(sa.func.sum(TABLE.c.n), 0), sa.func.count()).where(
@@ -181,15 +185,31 @@ def run(
         # each role's CPU a batch over the batches timed (after the first, which holds the run's
         # start), in ms: the driver, the Spark JVM, the Python workers, the stack's services
         "cpu_ms_per_batch": {role: 1000 * s / max(1, len(later)) for role, s in cpu.items()},
+        # PostgreSQL's time a batch by kind of statement (benchmarks/pg_statements.py), in ms: empty
+        # when the server does not keep pg_stat_statements
+        "pg_ms_per_batch": {name: ms / max(1, len(later)) for name, ms in pg.items()},
     }
 
 
-def cpu_line(cpu_ms_per_batch: dict[str, float]) -> str:
+def cpu_line(cpu_ms_per_batch: Mapping[str, float]) -> str:
     """``cpu/batch 612 ms: postgres 240, python_workers 225, ...`` (largest first, roles of 0 left
     out)."""
-    shown = sorted(((ms, role) for role, ms in cpu_ms_per_batch.items() if ms >= 0.5), reverse=True)
+    return _ms_line("cpu/batch", cpu_ms_per_batch)
+
+
+def costs_line(run: Mapping[str, Any]) -> str:
+    """A run's :func:`cpu_line`, then PostgreSQL's time a batch by kind of statement when the
+    server keeps it (``pg/batch 150 ms: claim 82, write: merge 40, ...``)."""
+    line = cpu_line(run["cpu_ms_per_batch"])
+    if run.get("pg_ms_per_batch"):
+        line += "; " + _ms_line("pg/batch", run["pg_ms_per_batch"])
+    return line
+
+
+def _ms_line(title: str, ms_by_name: Mapping[str, float]) -> str:
+    shown = sorted(((ms, name) for name, ms in ms_by_name.items() if ms >= 0.5), reverse=True)
     total = sum(ms for ms, _ in shown)
-    return f"cpu/batch {total:.0f} ms: " + ", ".join(f"{role} {ms:.0f}" for ms, role in shown)
+    return f"{title} {total:.0f} ms: " + ", ".join(f"{name} {ms:.0f}" for ms, name in shown)
 
 
 def main() -> None:
@@ -225,7 +245,7 @@ def main() -> None:
                         f"user-scale {mode:9} round {round_} p{n:<5} {r['seconds']:6.2f}s "
                         f"batches {r['batches']:2d} "
                         f"ranges/batch {r['ranges_p50']:.0f} per-batch p50 {r['interval_p50_s']:.3f}s "
-                        f"(job {r['job_p50_s']:.3f}s); {cpu_line(r['cpu_ms_per_batch'])}",
+                        f"(job {r['job_p50_s']:.3f}s); {costs_line(r)}",
                         flush=True,
                     )
                 ratio = p50[max(counts)] / p50[min(counts)]

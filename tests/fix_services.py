@@ -104,7 +104,15 @@ def _docker_available() -> bool:
 def _postgres_container() -> Iterator[Any]:
     from testcontainers.community.postgres import PostgresContainer
 
-    with PostgresContainer("postgres:15", driver="psycopg") as pg:
+    # pg_stat_statements loaded and created, as the embedded stack has it (benchmarks/pg_statements.py)
+    container = PostgresContainer("postgres:15", driver="psycopg").with_command(
+        "postgres -c shared_preload_libraries=pg_stat_statements"
+    )
+    with container as pg:
+        engine = sa.create_engine(pg.get_connection_url(), isolation_level="AUTOCOMMIT")
+        with engine.connect() as conn:
+            conn.execute(sa.text("CREATE EXTENSION IF NOT EXISTS pg_stat_statements"))
+        engine.dispose()
         yield pg
 
 

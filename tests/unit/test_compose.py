@@ -78,3 +78,15 @@ def test_serve_waits_for_the_schema_and_checks_its_health(compose: dict[str, Any
     )
     # the token is passed through from the host's environment, never written here
     assert env["TXN_OFFSETS_SERVE_TOKEN"] == "${TXN_OFFSETS_SERVE_TOKEN:-}"
+
+
+def test_postgres_keeps_statement_statistics_as_the_local_stack_does(compose: dict[str, Any]) -> None:
+    """benchmarks/pg_statements.py reads pg_stat_statements: loaded at start, created by an init
+    script that the image runs on its first start (a file of the repository, mounted read-only)."""
+    pg = compose["services"]["postgres"]
+    assert "shared_preload_libraries=pg_stat_statements" in pg["command"]
+    mounts = [v for v in pg["volumes"] if v.endswith(":/docker-entrypoint-initdb.d:ro")]
+    assert len(mounts) == 1
+    scripts = COMPOSE.parent / mounts[0].split(":")[0]
+    text = "\n".join(p.read_text() for p in sorted(scripts.glob("*.sql")))
+    assert "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" in text

@@ -236,6 +236,7 @@ def _write_conf(cluster: PgCluster) -> None:
             "shared_buffers = 256MB",
             "password_encryption = 'scram-sha-256'",
             "log_min_messages = warning",
+            *_statement_stats(cluster),
             "",
         ]
     )
@@ -248,6 +249,19 @@ def _write_conf(cluster: PgCluster) -> None:
         text += f"{_CONF_BEGIN}\nhost all all {cluster.clients} scram-sha-256\n"
         text += f"host replication all {cluster.clients} scram-sha-256\n"
     hba.write_text(text)
+
+
+#: PostgreSQL's statistics of each statement's calls and time (its contrib module, in Debian's server
+#: package): loaded at start when the server has it, and created in the project's database, so that
+#: where PostgreSQL's time goes is one query away (benchmarks/pg_statements.py: per batch by kind)
+STATEMENT_STATS = "pg_stat_statements"
+
+
+def _statement_stats(cluster: PgCluster) -> list[str]:
+    """The settings that load :data:`STATEMENT_STATS`, when this server's library directory has it."""
+    if not (cluster.bin_dir.parent / "lib" / f"{STATEMENT_STATS}.so").exists():
+        return []
+    return [f"shared_preload_libraries = '{STATEMENT_STATS}'"]
 
 
 def _postmaster_pid(cluster: PgCluster) -> int | None:
@@ -356,6 +370,10 @@ def _ensure_roles(cluster: PgCluster, admin_password: str, passwords: dict[str, 
                     sql.Identifier(APP_DB), sql.Identifier(APP_USER)
                 )
             )
+        loaded = conn.execute("SELECT current_setting('shared_preload_libraries')").fetchone()
+    if loaded is not None and STATEMENT_STATS in (name.strip() for name in str(loaded[0]).split(",")):
+        with psycopg.connect(**admin_conninfo(cluster, admin_password, APP_DB), autocommit=True) as conn:  # type: ignore[arg-type]
+            conn.execute(sql.SQL("CREATE EXTENSION IF NOT EXISTS {}").format(sql.Identifier(STATEMENT_STATS)))
 
 
 def stop(cluster: PgCluster) -> bool:
