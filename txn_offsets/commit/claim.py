@@ -20,12 +20,15 @@ statement, and the statement
    ``locked`` holds: the same row ``locked`` returns;
 4. inserts one ``commits`` row per range (the lineage, :mod:`txn_offsets.store.lineage`) only when
    every range was claimed: a transaction with any range not claimed is rolled back anyway;
-5. returns, per range in input order, whether it was claimed, the row it found (offset, topic id)
-   and the job's generation: a range that was not claimed is classified from these exactly as a
-   single-range claim's re-read is (:func:`txn_offsets.commit.classify.classify_claims`), without a
-   second round trip; and the transaction's id once it wrote (``pg_current_xact_id_if_assigned``),
-   by which a COMMIT whose answer was lost is told apart from another attempt's commit of the same
-   ranges (:func:`txn_offsets.commit.shell.commit_units`).
+5. returns one row when every range was claimed (the common case), else per range in input order
+   whether it was claimed, the row it found (offset, topic id) and the job's generation: a range
+   that was not claimed is classified from these exactly as a single-range claim's re-read is
+   (:func:`txn_offsets.commit.classify.classify_claims`), without a second round trip; with the
+   transaction's id once it wrote (``pg_current_xact_id_if_assigned``), by which a COMMIT whose
+   answer was lost is told apart from another attempt's commit of the same ranges
+   (:func:`txn_offsets.commit.shell.commit_units`). The per-range answer's joins and sorts run only
+   when a range was not claimed (a one-time filter): at 2,048 ranges they were ~5 ms of the
+   statement, and the worker's reading and classifying 2,048 rows more.
 """
 
 from __future__ import annotations
@@ -100,9 +103,13 @@ def claim(
         "lasts": array_literal([known_ms(last) for _, last in stamps]),
     }
     rows = conn.execute(_statement(db.schema, record=record), params).all()
-    # unpacked by position (the statement's columns: claimed, off, topic_id, generation, xid): a
+    if not ranges:
+        return Claim([], None)
+    if len(rows) == 1 and rows[0][5] == 0:  # every range claimed: one row says so, with the id
+        return Claim([ClaimResult.CLAIMED] * len(ranges), rows[0][4])
+    # unpacked by position (the statement's columns: claimed, off, topic_id, generation, xid, i): a
     # row's attributes are looked up by name in Python, 4 -> 0.9 ms for 2,048 rows
-    found = [FoundRow(bool(claimed), off, topic_id) for claimed, off, topic_id, _, _ in rows]
+    found = [FoundRow(bool(claimed), off, topic_id) for claimed, off, topic_id, _, _, _ in rows]
     generation = rows[0][3] if rows else None
     # a claimed range's row is produced after its UPDATE assigned the id: take the first one given
     xid = next((r[4] for r in rows if r[4]), None)
@@ -148,12 +155,18 @@ def _statement(schema: str, *, record: bool) -> sa.TextClause:
       AND o.off = w.from_off AND (w.topic_id IS NULL OR o.topic_id = w.topic_id)
     RETURNING o.topic, o.part, w.from_off, w.until_off, w.first_at, w.last_at
 ){lineage if record else ""}
-SELECT c.topic IS NOT NULL AS claimed, l.off, l.topic_id, (SELECT g.generation FROM gen g) AS generation,
-    pg_catalog.pg_current_xact_id_if_assigned()::text AS xid
+SELECT true AS claimed, NULL::bigint AS off, NULL::text AS topic_id,
+    (SELECT g.generation FROM gen g) AS generation,
+    pg_catalog.pg_current_xact_id_if_assigned()::text AS xid, 0::bigint AS i
+WHERE (SELECT count(*) FROM claimed) = :n
+UNION ALL
+SELECT c.topic IS NOT NULL, l.off, l.topic_id, (SELECT g.generation FROM gen g),
+    pg_catalog.pg_current_xact_id_if_assigned()::text, w.i
 FROM want w
 LEFT JOIN claimed c ON c.topic = w.topic AND c.part = w.part
 LEFT JOIN locked l ON l.topic = w.topic AND l.part = w.part
-ORDER BY w.i
+WHERE (SELECT count(*) FROM claimed) <> :n
+ORDER BY i
 """  # noqa: S608 - identifiers from a validated schema name, values bound
     # the arrays travel as text (array_literal), cast by the statement
     arrays = ("topics", "parts", "froms", "untils", "ids", "firsts", "lasts")

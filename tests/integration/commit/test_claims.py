@@ -241,6 +241,25 @@ def test_each_range_is_classified_as_its_own_claim_would_be(
         tx.rollback()
 
 
+def test_the_transaction_id_comes_with_the_answer_claimed_or_not(ctx: Ctx) -> None:
+    """Every range claimed is answered by one row; one not claimed by a row per range: the
+    transaction's id is given both ways once it wrote, and not at all for no range."""
+    seed(ctx.engine, ctx.db, ctx.run.job, {("t", p): 0 for p in range(3)})
+    with ctx.engine.connect() as conn, conn.begin():
+        assert claims.claim(conn, ctx.db, ctx.run, []) == claims.Claim([], None)
+        all_of_them = claims.claim(conn, ctx.db, ctx.run, [OffsetRange("t", p, 0, 5) for p in range(2)])
+        assert all_of_them.results == [ClaimResult.CLAIMED] * 2
+        xid = conn.execute(sa.text("SELECT pg_current_xact_id()::text")).scalar_one()
+        assert all_of_them.xid == xid
+        # partition 0 committed above, partition 2 not yet: the per-range answer
+        mixed = claims.claim_ranges(
+            conn, ctx.db, ctx.run, [OffsetRange("t", 2, 0, 5), OffsetRange("t", 0, 0, 5)]
+        )
+        assert mixed == [ClaimResult.CLAIMED, ClaimResult.ALREADY_COMMITTED]
+        one = claims.claim(conn, ctx.db, ctx.run, [OffsetRange("t", 1, 0, 5)])
+        assert one.results == [ClaimResult.ALREADY_COMMITTED] and one.xid == xid
+
+
 def test_transaction_outcome_of_mixed_claims() -> None:
     a, b = OffsetRange("t", 0, 0, 1), OffsetRange("t", 1, 0, 1)
     claimed, already = ClaimResult.CLAIMED, ClaimResult.ALREADY_COMMITTED
