@@ -355,13 +355,16 @@ def _ensure_roles(cluster: PgCluster, admin_password: str, passwords: dict[str, 
                 works = False
             if not exists or not works:
                 verb = "ALTER" if exists else "CREATE"
-                # Role passwords cannot be bound parameters; sql.Literal quotes it client-side.
+                # Role passwords cannot be bound parameters: the statement carries the SCRAM
+                # verifier libpq computes here, never the password (a statement's text is kept by
+                # pg_stat_statements, which the server loads), as `db role --apply` does.
+                verifier = conn.pgconn.encrypt_password(password.encode(), role.encode()).decode()
                 conn.execute(
                     sql.SQL("{} ROLE {} {} PASSWORD {}").format(
                         sql.SQL(verb),
                         sql.Identifier(role),
                         sql.SQL(_ROLE_ATTRIBUTES[role]),
-                        sql.Literal(password),
+                        sql.Literal(verifier),
                     )
                 )
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (APP_DB,)).fetchone():

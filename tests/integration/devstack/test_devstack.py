@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from sqlalchemy.engine import make_url
 
 from txn_offsets.devstack import Stack
 from txn_offsets.devstack._proc import pick_free_port, pid_alive
@@ -59,6 +60,15 @@ def test_up_twice_then_down(private_stack: Stack) -> None:
             "WHERE rolname = 'job_runner'"
         ).fetchone()
         assert attributes == (False, False, False, False)  # a job's role: no DDL beyond its grants, no bypass
+        # the server keeps each statement's text (pg_stat_statements, created in the project's
+        # database): the roles were created with SCRAM verifiers, never a password in clear
+        texts = [
+            q for (q,) in conn.execute("SELECT query FROM pg_stat_statements WHERE query ILIKE '%%ROLE%%'")
+        ]
+        assert any("PASSWORD 'SCRAM-SHA-256$" in q for q in texts), texts
+        secrets = {make_url(env[v]).password for v in env if v.endswith("DATABASE_URL")} - {None}
+        assert len(secrets) == 3  # the administrator's, the owner's, the run role's
+        assert not [q for q in texts for secret in secrets if secret and secret in q]
     pooled = env["TXN_OFFSETS_POOLED_DATABASE_URL"].replace("postgresql+psycopg://", "postgresql://")
     with psycopg.connect(pooled) as conn:  # through PgBouncer, after the second up
         assert conn.execute("SELECT current_user").fetchone() == ("txn_offsets",)
