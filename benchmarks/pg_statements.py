@@ -39,9 +39,10 @@ _QUERY = sa.text(
 
 def kind(query: str | None) -> str:
     """The kind of a statement's text (None: a text this role may not see)."""
-    for name, pattern in KINDS:
-        if query is not None and pattern.match(query):
-            return name
+    if query is not None:
+        for name, pattern in KINDS:
+            if pattern.match(query):
+                return name
     return "other"
 
 

@@ -308,6 +308,7 @@ def start(
     _wait_ready(cluster, admin_password)
     passwords = {APP_USER: app_password} | ({RUN_USER: run_password} if run_password is not None else {})
     _ensure_roles(cluster, admin_password, passwords)
+    _create_statement_stats(cluster, admin_password)
 
 
 def admin_conninfo(cluster: PgCluster, password: str, dbname: str = "postgres") -> dict[str, object]:
@@ -373,9 +374,14 @@ def _ensure_roles(cluster: PgCluster, admin_password: str, passwords: dict[str, 
                     sql.Identifier(APP_DB), sql.Identifier(APP_USER)
                 )
             )
+
+
+def _create_statement_stats(cluster: PgCluster, admin_password: str) -> None:
+    """:data:`STATEMENT_STATS` created in the project's database when the running server loaded it
+    (a server started before its settings named it has not: the next start does)."""
+    with psycopg.connect(**admin_conninfo(cluster, admin_password, APP_DB), autocommit=True) as conn:  # type: ignore[arg-type]
         loaded = conn.execute("SELECT current_setting('shared_preload_libraries')").fetchone()
-    if loaded is not None and STATEMENT_STATS in (name.strip() for name in str(loaded[0]).split(",")):
-        with psycopg.connect(**admin_conninfo(cluster, admin_password, APP_DB), autocommit=True) as conn:  # type: ignore[arg-type]
+        if loaded is not None and STATEMENT_STATS in (name.strip() for name in str(loaded[0]).split(",")):
             conn.execute(sql.SQL("CREATE EXTENSION IF NOT EXISTS {}").format(sql.Identifier(STATEMENT_STATS)))
 
 
