@@ -160,20 +160,46 @@ def _write_batch(
         sink.write_upsert(conn, ranges[0].topic, partials)
 
 
+def merge_partials(records: Any) -> windowed_counts.Partials:
+    """The same partial aggregates in one stage: each Spark partition's collected, merged on the
+    driver (the same work as a PartitionWriter's batch, whose ranges' partials PostgreSQL merges)."""
+    merged: windowed_counts.Partials = {}
+    for key, counts in records.mapPartitions(_aggregate_partition).collect():
+        found = merged.get(key)
+        merged[key] = counts if found is None else _merge(found, counts)
+    return merged
+
+
 BATCH_WRITER: BatchWriter[windowed_counts.Partials] = BatchWriter(
     compute=compute_partials, write=_write_batch
+)
+MERGING_BATCH_WRITER: BatchWriter[windowed_counts.Partials] = BatchWriter(
+    compute=merge_partials, write=_write_batch
 )
 
 
 def eo_batch(spark: Any, ctx: Context) -> Outcome:
-    """BatchWriter: Spark computes over the whole batch, the driver commits all ranges at once."""
+    """BatchWriter: Spark computes over the whole batch (a shuffle: reduceByKey), the driver
+    commits all ranges at once."""
+    return _batch_writer(spark, ctx, BATCH_WRITER, "batch")
+
+
+def eo_batch_merged(spark: Any, ctx: Context) -> Outcome:
+    """BatchWriter whose compute is one stage (partials merged on the driver): the mode's own cost,
+    without the shuffle eo_batch's compute pays."""
+    return _batch_writer(spark, ctx, MERGING_BATCH_WRITER, "batch-merged")
+
+
+def _batch_writer(
+    spark: Any, ctx: Context, writer: BatchWriter[windowed_counts.Partials], name: str
+) -> Outcome:
     out = Outcome()
     run_job(
         spark,
-        job=_job("batch"),
+        job=_job(name),
         kafka=ctx.kafka,
         database=ctx.db,
-        writer=BATCH_WRITER,
+        writer=writer,
         topics=[ctx.topic],
         start=StartPolicy.earliest(),
         limits=ctx.limits,
@@ -264,5 +290,6 @@ RUNNERS: dict[str, Callable[[Any, Context], Outcome]] = {
     "eo_partition": eo_partition,
     "eo_frame": eo_frame,
     "eo_batch": eo_batch,
+    "eo_batch_merged": eo_batch_merged,
     "alo": alo,
 }

@@ -9,7 +9,11 @@ Spark Connect server, to which the same process holds a Connect client
 
 * ``connect_vs_rdd``            PartitionWriter through the Connect session (DataFrame path) over the RDD path
 * ``frame_vs_rdd``              the same DataFrame path forced on the classic session over the RDD path
-* ``batchwriter_vs_partition``  BatchWriter over PartitionWriter
+* ``batchwriter_vs_partition``  BatchWriter over PartitionWriter, its compute a shuffle (``reduceByKey``)
+* ``batchwriter_merged_vs_partition``  the same BatchWriter with a one-stage compute (each Spark
+  partition's partials collected and merged on the driver: the same work as PartitionWriter's
+  batch) over PartitionWriter - the mode's own cost; the two BatchWriter fields differ by what
+  Spark's shuffle costs a batch
 * ``stream_vs_sss``             the Structured Streaming adapter over SSS with its own Kafka source
 * ``eo_vs_alo``                 PartitionWriter over the same job without the guard
 
@@ -30,6 +34,7 @@ from typing import Any
 from benchmarks.settings import (
     ALO,
     EO_BATCH,
+    EO_BATCH_MERGED,
     EO_CONNECT,
     EO_FRAME,
     EO_PARTITION,
@@ -41,12 +46,13 @@ from benchmarks.settings import (
 __all__ = ["CONTENDERS", "PAIRS", "fields", "line", "markdown", "order", "phase", "summary"]
 
 #: every contender of the phase, in the first round's order
-CONTENDERS = (EO_PARTITION, EO_CONNECT, EO_FRAME, EO_BATCH, ALO, EO_STREAM, SSS)
+CONTENDERS = (EO_PARTITION, EO_CONNECT, EO_FRAME, EO_BATCH, EO_BATCH_MERGED, ALO, EO_STREAM, SSS)
 #: field -> (the mode, its reference): the field is the mode's records/s over the reference's
 PAIRS: dict[str, tuple[str, str]] = {
     "connect_vs_rdd": (EO_CONNECT, EO_PARTITION),
     "frame_vs_rdd": (EO_FRAME, EO_PARTITION),
     "batchwriter_vs_partition": (EO_BATCH, EO_PARTITION),
+    "batchwriter_merged_vs_partition": (EO_BATCH_MERGED, EO_PARTITION),
     "stream_vs_sss": (EO_STREAM, SSS),
     "eo_vs_alo": (EO_PARTITION, ALO),
 }
@@ -192,7 +198,8 @@ LABELS = {
     EO_PARTITION: "PartitionWriter (RDD path)",
     EO_CONNECT: "PartitionWriter through Spark Connect",
     EO_FRAME: "PartitionWriter, DataFrame path (classic session)",
-    EO_BATCH: "BatchWriter",
+    EO_BATCH: "BatchWriter (compute: a shuffle, reduceByKey)",
+    EO_BATCH_MERGED: "BatchWriter (compute: one stage, merged on the driver)",
     ALO: "at-least-once (no guard)",
     EO_STREAM: "Structured Streaming adapter (open_stream)",
     SSS: "Structured Streaming + Spark's Kafka source",

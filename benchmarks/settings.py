@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 EO_PARTITION = "eo_partition"  # txn_offsets run_job + PartitionWriter (examples/windowed_counts.py)
 EO_FRAME = "eo_frame"  # the same job on the DataFrame execution path (run_job(execution="dataframe"))
 EO_BATCH = "eo_batch"  # txn_offsets run_job + BatchWriter (Spark computes, the driver commits)
+EO_BATCH_MERGED = "eo_batch_merged"  # the same BatchWriter, its compute one stage (the modes phase only)
 EO_CONNECT = "eo_connect"  # eo_partition through a Spark Connect session (the modes phase only)
 EO_STREAM = "eo_stream"  # txn_offsets Structured Streaming adapter: format("txn_offsets") + exactly-once sink
 ALO = "alo"  # the same read/aggregate/upsert per range, no claim and no stored offsets
@@ -59,6 +60,7 @@ LABELS = {
     EO_FRAME: "txn_offsets PartitionWriter, DataFrame path",
     EO_CONNECT: "txn_offsets PartitionWriter, Spark Connect",
     EO_BATCH: "txn_offsets BatchWriter",
+    EO_BATCH_MERGED: "txn_offsets BatchWriter, one-stage compute",
     EO_STREAM: "txn_offsets Structured Streaming",
     ALO: "at-least-once (no offsets)",
     SSS: "Structured Streaming",

@@ -11,7 +11,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from benchmarks import modes, report
-from benchmarks.settings import ALO, EO_BATCH, EO_CONNECT, EO_PARTITION, EO_STREAM, SSS, Point, size_from_env
+from benchmarks.settings import (
+    ALO,
+    EO_BATCH,
+    EO_BATCH_MERGED,
+    EO_CONNECT,
+    EO_PARTITION,
+    EO_STREAM,
+    SSS,
+    Point,
+    size_from_env,
+)
 from benchmarks.worker import WorkerFailed
 
 
@@ -62,10 +72,13 @@ def test_the_fields_are_medians_of_the_warm_rounds_with_their_spread() -> None:
         for cap in modes.CAPS:
             runs += [run(EO_PARTITION, cap, k, eo, cpu=0.2), run(ALO, cap, k, alo, cpu=0.1)]
             runs += [run(EO_CONNECT, cap, k, eo * 0.5), run(EO_BATCH, cap, k, eo * 0.8)]
+            runs += [run(EO_BATCH_MERGED, cap, k, eo * 0.96)]
     runs += [run(EO_STREAM, "small", 1, 30.0), run(SSS, "small", 1, 20.0)]
     found = modes.fields({"runs": runs})
     assert found["eo_vs_alo_small"] == 0.97  # ratios 0.90, 0.99, 1.05, 0.80, 0.97: the median
     assert found["connect_vs_rdd_large"] == 0.5 and found["batchwriter_vs_partition_small"] == 0.8
+    # the one-stage BatchWriter has a field of its own beside the shuffling one
+    assert found["batchwriter_merged_vs_partition_small"] == 0.96
     assert found["stream_vs_sss_small"] == 1.5 and found["stream_vs_sss_large"] is None
     assert found["frame_vs_rdd_small"] is None  # eo_frame had no warm round
     assert modes.spreads({"runs": runs})["eo_vs_alo_large"] == (0.8, 100.0 / 95.0)
